@@ -1,0 +1,363 @@
+//! The analytics event: the contract's client form, its validation, and the Kafka message
+//! (format v1) that the ingest writes and the consumer reads.
+//!
+//! Validation turns a client's JSON object into an [`EventMessage`] or one sentence saying
+//! what is wrong; an `EventMessage` is therefore always within the documented limits.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+/// Version of the Kafka message format written by this code.
+pub const MESSAGE_VERSION: u8 = 1;
+/// Longest id or name (eventName, experimentId, sessionId, variantId), in characters.
+pub const MAX_ID_CHARS: usize = 256;
+/// Longest URL-like text (clickTarget, pathname, referrer), in characters.
+pub const MAX_URL_CHARS: usize = 2048;
+/// Longest UTM parameter, in characters.
+pub const MAX_UTM_CHARS: usize = 512;
+/// Longest User-Agent kept; a longer one is cut at a character boundary.
+pub const MAX_USER_AGENT_BYTES: usize = 1024;
+
+/// One event as it travels through Kafka (JSON, snake_case field names), enriched by the
+/// ingest with `event_id`, `received_at`, `public_key` and `user_agent`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventMessage {
+    /// Message format version, [`MESSAGE_VERSION`].
+    pub v: u8,
+    pub event_id: Uuid,
+    /// When the ingest received the event: milliseconds since the Unix epoch, UTC.
+    pub received_at: i64,
+    pub public_key: String,
+    #[serde(default)]
+    pub user_agent: String,
+    pub event_name: String,
+    pub experiment_id: String,
+    pub session_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversion: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_time: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scroll_depth: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_on_page: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub click_target: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pathname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub referrer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utm_source: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utm_medium: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utm_campaign: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utm_term: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utm_content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test: Option<bool>,
+}
+
+/// What the ingest knows about a request, added to each of its events.
+#[derive(Clone, Debug)]
+pub struct Envelope {
+    pub received_at: i64,
+    pub public_key: String,
+    pub user_agent: String,
+}
+
+impl Envelope {
+    /// Cuts an over-long User-Agent at a character boundary.
+    pub fn clamp_user_agent(mut ua: String) -> String {
+        if ua.len() > MAX_USER_AGENT_BYTES {
+            let mut end = MAX_USER_AGENT_BYTES;
+            while !ua.is_char_boundary(end) {
+                end -= 1;
+            }
+            ua.truncate(end);
+        }
+        ua
+    }
+}
+
+impl EventMessage {
+    /// Validates one element of a batch's `events` array against the contract.
+    /// Unknown fields are ignored. Returns the reason as one sentence on failure.
+    pub fn from_client(value: &Value, envelope: &Envelope) -> Result<Self, String> {
+        let Value::Object(obj) = value else {
+            return Err("an event must be a JSON object".into());
+        };
+        let f = Fields(obj);
+        let event_id = match f.opt_str("eventId", MAX_ID_CHARS, Text::Id)? {
+            None => Uuid::now_v7(),
+            Some(raw) => match Uuid::parse_str(raw) {
+                Ok(id) if !id.is_nil() => id,
+                _ => return Err("field eventId must be a UUID".into()),
+            },
+        };
+        let experiment_id = f.req_str("experimentId", MAX_ID_CHARS)?;
+        if !has_prefix_and_more(experiment_id, "exp_") {
+            return Err(
+                "field experimentId must be exp_ followed by at least one character".into(),
+            );
+        }
+        let variant_id = f.opt_str("variantId", MAX_ID_CHARS, Text::Id)?;
+        if variant_id.is_some_and(|v| !has_prefix_and_more(v, "var_")) {
+            return Err("field variantId must be var_ followed by at least one character".into());
+        }
+        let scroll_depth = f.opt_number("scrollDepth")?;
+        if scroll_depth.is_some_and(|d| !(0.0..=100.0).contains(&d)) {
+            return Err("field scrollDepth must be between 0 and 100".into());
+        }
+        let load_time = f.opt_number("loadTime")?;
+        let time_on_page = f.opt_number("timeOnPage")?;
+        for (name, n) in [("loadTime", load_time), ("timeOnPage", time_on_page)] {
+            if n.is_some_and(|n| n < 0.0) {
+                return Err(format!("field {name} must be a number >= 0"));
+            }
+        }
+        let owned = |s: Option<&str>| s.map(str::to_owned);
+        Ok(Self {
+            v: MESSAGE_VERSION,
+            event_id,
+            received_at: envelope.received_at,
+            public_key: envelope.public_key.clone(),
+            user_agent: envelope.user_agent.clone(),
+            event_name: f.req_str("eventName", MAX_ID_CHARS)?.to_owned(),
+            experiment_id: experiment_id.to_owned(),
+            session_id: f.req_str("sessionId", MAX_ID_CHARS)?.to_owned(),
+            variant_id: owned(variant_id),
+            conversion: f.opt_bool("conversion")?,
+            load_time,
+            scroll_depth,
+            time_on_page,
+            click_target: owned(f.opt_str("clickTarget", MAX_URL_CHARS, Text::Free)?),
+            pathname: owned(f.opt_str("pathname", MAX_URL_CHARS, Text::Free)?),
+            referrer: owned(f.opt_str("referrer", MAX_URL_CHARS, Text::Free)?),
+            utm_source: owned(f.opt_str("utm_source", MAX_UTM_CHARS, Text::Free)?),
+            utm_medium: owned(f.opt_str("utm_medium", MAX_UTM_CHARS, Text::Free)?),
+            utm_campaign: owned(f.opt_str("utm_campaign", MAX_UTM_CHARS, Text::Free)?),
+            utm_term: owned(f.opt_str("utm_term", MAX_UTM_CHARS, Text::Free)?),
+            utm_content: owned(f.opt_str("utm_content", MAX_UTM_CHARS, Text::Free)?),
+            test: f.opt_bool("test")?,
+        })
+    }
+
+    /// The message key: events of one session go to one partition, in order.
+    pub fn kafka_key(&self) -> &str {
+        &self.session_id
+    }
+}
+
+fn has_prefix_and_more(s: &str, prefix: &str) -> bool {
+    s.len() > prefix.len() && s.starts_with(prefix)
+}
+
+/// Ids may not hold control characters; free text is kept as sent.
+#[derive(Clone, Copy, PartialEq)]
+enum Text {
+    Id,
+    Free,
+}
+
+struct Fields<'a>(&'a Map<String, Value>);
+
+impl<'a> Fields<'a> {
+    /// `null` counts as absent, the way JavaScript clients send `undefined` fields.
+    fn get(&self, name: &str) -> Option<&'a Value> {
+        self.0.get(name).filter(|v| !v.is_null())
+    }
+
+    fn req_str(&self, name: &str, max: usize) -> Result<&'a str, String> {
+        match self.opt_str(name, max, Text::Id)? {
+            Some(s) if !s.is_empty() => Ok(s),
+            Some(_) => Err(format!("field {name} must not be empty")),
+            None => Err(format!("field {name} is required")),
+        }
+    }
+
+    fn opt_str(&self, name: &str, max: usize, text: Text) -> Result<Option<&'a str>, String> {
+        let Some(v) = self.get(name) else {
+            return Ok(None);
+        };
+        let Value::String(s) = v else {
+            return Err(format!("field {name} must be a string"));
+        };
+        // Cheap bound first: a string of more bytes than 4 * max has more than max chars.
+        if s.len() > max && (s.len() > 4 * max || s.chars().count() > max) {
+            return Err(format!("field {name} is longer than {max} characters"));
+        }
+        if text == Text::Id && s.chars().any(char::is_control) {
+            return Err(format!("field {name} must not contain control characters"));
+        }
+        Ok(Some(s))
+    }
+
+    fn opt_number(&self, name: &str) -> Result<Option<f64>, String> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::Number(n)) => match n.as_f64() {
+                Some(x) if x.is_finite() => Ok(Some(x)),
+                _ => Err(format!("field {name} must be a finite number")),
+            },
+            Some(_) => Err(format!("field {name} must be a number")),
+        }
+    }
+
+    fn opt_bool(&self, name: &str) -> Result<Option<bool>, String> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(format!("field {name} must be a boolean")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn envelope() -> Envelope {
+        Envelope {
+            received_at: 1_700_000_000_123,
+            public_key: "pk_test".into(),
+            user_agent: "UA".into(),
+        }
+    }
+
+    fn check(v: Value) -> Result<EventMessage, String> {
+        EventMessage::from_client(&v, &envelope())
+    }
+
+    fn minimal() -> Value {
+        json!({ "eventName": "impression", "experimentId": "exp_1", "sessionId": "s1" })
+    }
+
+    fn with(field: &str, value: Value) -> Value {
+        let mut v = minimal();
+        v[field] = value;
+        v
+    }
+
+    #[test]
+    fn full_event_maps_every_field() {
+        let id = Uuid::new_v4();
+        let m = check(json!({
+            "eventId": id.to_string(), "eventName": "click", "experimentId": "exp_1",
+            "sessionId": "s1", "variantId": "var_b", "conversion": true, "loadTime": 12.5,
+            "scrollDepth": 100, "timeOnPage": 0, "clickTarget": "#buy", "pathname": "/p",
+            "referrer": "", "utm_source": "a", "utm_medium": "b", "utm_campaign": "c",
+            "utm_term": "d", "utm_content": "e", "test": false, "someday": [1, 2]
+        }))
+        .expect("valid");
+        assert_eq!(m.event_id, id);
+        assert_eq!(
+            (m.received_at, m.public_key.as_str(), m.user_agent.as_str()),
+            (1_700_000_000_123, "pk_test", "UA")
+        );
+        assert_eq!(m.variant_id.as_deref(), Some("var_b"));
+        assert_eq!((m.conversion, m.test), (Some(true), Some(false)));
+        assert_eq!(
+            (m.load_time, m.scroll_depth, m.time_on_page),
+            (Some(12.5), Some(100.0), Some(0.0))
+        );
+        assert_eq!(m.referrer.as_deref(), Some(""));
+        assert_eq!(m.utm_content.as_deref(), Some("e"));
+        let back: EventMessage =
+            serde_json::from_slice(&serde_json::to_vec(&m).expect("ser")).expect("de");
+        assert_eq!(back, m);
+    }
+
+    #[test]
+    fn server_assigns_uuid_v7_when_absent() {
+        let m = check(minimal()).expect("valid");
+        assert_eq!(m.event_id.get_version_num(), 7);
+        assert_eq!(m.variant_id, None);
+        assert_eq!(m.kafka_key(), "s1");
+    }
+
+    #[test]
+    fn rejections_name_the_field() {
+        let long = |n: usize| Value::String("é".repeat(n));
+        let cases = [
+            (json!([]), "must be a JSON object"),
+            (
+                json!({ "experimentId": "exp_1", "sessionId": "s" }),
+                "eventName is required",
+            ),
+            (with("eventName", json!("")), "eventName must not be empty"),
+            (with("eventName", json!(5)), "eventName must be a string"),
+            (
+                with("experimentId", json!("1")),
+                "experimentId must be exp_",
+            ),
+            (
+                with("experimentId", json!("exp_")),
+                "experimentId must be exp_",
+            ),
+            (with("sessionId", json!(null)), "sessionId is required"),
+            (
+                with("sessionId", json!("a\u{0}b")),
+                "sessionId must not contain control",
+            ),
+            (with("variantId", json!("v1")), "variantId must be var_"),
+            (
+                with("conversion", json!("true")),
+                "conversion must be a boolean",
+            ),
+            (with("loadTime", json!("5")), "loadTime must be a number"),
+            (
+                with("loadTime", json!(-1)),
+                "loadTime must be a number >= 0",
+            ),
+            (
+                with("timeOnPage", json!(-0.5)),
+                "timeOnPage must be a number >= 0",
+            ),
+            (
+                with("scrollDepth", json!(100.5)),
+                "scrollDepth must be between 0 and 100",
+            ),
+            (
+                with("scrollDepth", json!(-1)),
+                "scrollDepth must be between 0 and 100",
+            ),
+            (with("test", json!(1)), "test must be a boolean"),
+            (with("eventId", json!("nope")), "eventId must be a UUID"),
+            (
+                with("eventId", json!(Uuid::nil().to_string())),
+                "eventId must be a UUID",
+            ),
+            (with("sessionId", long(257)), "sessionId is longer than 256"),
+            (with("pathname", long(2049)), "pathname is longer than 2048"),
+            (with("utm_term", long(513)), "utm_term is longer than 512"),
+            (with("referrer", json!(false)), "referrer must be a string"),
+        ];
+        for (input, want) in cases {
+            let err = check(input.clone()).expect_err(&format!("{input} was accepted"));
+            assert!(err.contains(want), "{input}: got {err:?}, want {want:?}");
+        }
+    }
+
+    #[test]
+    fn limits_count_characters_and_free_text_keeps_control_characters() {
+        let m = check(with("sessionId", Value::String("é".repeat(256)))).expect("256 chars");
+        assert_eq!(m.session_id.chars().count(), 256);
+        let m = check(with("clickTarget", json!("a\tb\u{1}"))).expect("free text");
+        assert_eq!(m.click_target.as_deref(), Some("a\tb\u{1}"));
+        assert!(check(with("eventName", json!("my custom event"))).is_ok());
+    }
+
+    #[test]
+    fn user_agent_is_cut_at_a_char_boundary() {
+        let ua = Envelope::clamp_user_agent("é".repeat(600));
+        assert!(ua.len() <= MAX_USER_AGENT_BYTES && ua.len() >= MAX_USER_AGENT_BYTES - 1);
+    }
+}

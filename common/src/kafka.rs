@@ -1,0 +1,48 @@
+//! Kafka names and helpers shared by the ingest, the consumer and the tests.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::types::RDKafkaErrorCode;
+
+/// The topic that carries accepted events.
+pub const EVENTS_TOPIC: &str = "analytics-events";
+/// The topic that holds messages the consumer could not store.
+pub const DEAD_LETTER_TOPIC: &str = "analytics-events-dlq";
+
+/// A client configuration for `brokers` with the settings every client here shares.
+pub fn client_config(brokers: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("client.id", env!("CARGO_PKG_NAME"))
+        .set("log_level", "4");
+    config
+}
+
+/// Creates the topics that do not exist yet; an existing topic is left as it is.
+pub async fn ensure_topics(brokers: &str, topics: &[&str], partitions: i32) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = client_config(brokers)
+        .create()
+        .context("cannot create Kafka admin client")?;
+    let new: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(1)))
+        .collect();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let results = admin
+        .create_topics(&new, &options)
+        .await
+        .context("cannot create Kafka topics")?;
+    for result in results {
+        match result {
+            Ok(topic) => tracing::info!(%topic, partitions, "Topic created."),
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => anyhow::bail!("cannot create topic {topic}: {code}"),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,400 @@
+//! The experiments snapshot, format v1: the model, its validation and the live gate.
+//!
+//! A [`Snapshot`] only exists validated: every problem of a file is reported at once, with
+//! its place, and a file with any problem yields no snapshot at all.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::key::PublicKey;
+
+/// Tolerance on the sum of a experiment's variant weights.
+const WEIGHT_SUM_TOLERANCE: f64 = 1e-6;
+
+/// Life-cycle status of an experiment. Only `live` ones pass the live gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Draft,
+    Live,
+    Paused,
+    Ended,
+}
+
+/// A variant, serialized exactly as the contract shows it.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Variant {
+    pub id: String,
+    /// Kept as the snapshot wrote it (`50` stays `50`, never `50.0`).
+    pub weight: serde_json::Number,
+    pub control: bool,
+    /// Part name to text, in the snapshot's order.
+    pub parts: IndexMap<String, String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Experiment {
+    pub id: String,
+    pub status: Status,
+    pub start_at: Option<OffsetDateTime>,
+    pub end_at: Option<OffsetDateTime>,
+    pub variants: Vec<Variant>,
+}
+
+impl Experiment {
+    /// The live gate: status `live`, and `start_at <= now < end_at` where those are given.
+    pub fn is_live(&self, now: OffsetDateTime) -> bool {
+        self.status == Status::Live
+            && self.start_at.is_none_or(|start| now >= start)
+            && self.end_at.is_none_or(|end| now < end)
+    }
+}
+
+/// What one public key may see and where it may be used from.
+#[derive(Clone, Debug)]
+pub struct KeyEntry {
+    pub public_key: PublicKey,
+    /// Indexes into [`Snapshot::experiments`], in the key's order.
+    pub experiments: Vec<usize>,
+    /// `None`: any origin.
+    pub allowed_origins: Option<Vec<String>>,
+}
+
+impl KeyEntry {
+    pub fn allows_origin(&self, origin: &str) -> bool {
+        self.allowed_origins
+            .as_ref()
+            .is_none_or(|allowed| allowed.iter().any(|o| o == origin))
+    }
+}
+
+/// A validated snapshot.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// The file's `version`, as text (a number is written in its JSON form).
+    pub version: String,
+    pub experiments: Vec<Arc<Experiment>>,
+    keys: HashMap<String, KeyEntry>,
+}
+
+impl Snapshot {
+    pub fn key(&self, public_key: &str) -> Option<&KeyEntry> {
+        self.keys.get(public_key)
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &KeyEntry> {
+        self.keys.values()
+    }
+
+    /// Parses and validates a snapshot document.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, SnapshotError> {
+        let raw: RawSnapshot = serde_json::from_slice(bytes).map_err(|e| SnapshotError {
+            problems: vec![format!("not a snapshot document: {e}")],
+        })?;
+        raw.validate()
+    }
+}
+
+/// Every problem found in a snapshot document, each naming its place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotError {
+    pub problems: Vec<String>,
+}
+
+impl fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} problem(s): {}",
+            self.problems.len(),
+            self.problems.join("; ")
+        )
+    }
+}
+
+impl std::error::Error for SnapshotError {}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawSnapshot {
+    version: serde_json::Value,
+    experiments: Vec<RawExperiment>,
+    keys: Vec<RawKey>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawExperiment {
+    id: String,
+    status: Status,
+    start_at: Option<String>,
+    end_at: Option<String>,
+    variants: Vec<Variant>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawKey {
+    public_key: String,
+    experiments: Vec<String>,
+    allowed_origins: Option<Vec<String>>,
+}
+
+fn is_well_formed_id(id: &str, prefix: &str) -> bool {
+    id.len() > prefix.len() && id.starts_with(prefix) && id.len() <= 256
+}
+
+/// `scheme://host[:port]` with an http(s) scheme and nothing after the authority.
+fn is_origin(origin: &str) -> bool {
+    let Some((scheme, authority)) = origin.split_once("://") else {
+        return false;
+    };
+    matches!(scheme, "http" | "https")
+        && !authority.is_empty()
+        && authority
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'))
+}
+
+fn parse_time(
+    place: &str,
+    raw: Option<&str>,
+    problems: &mut Vec<String>,
+) -> Option<OffsetDateTime> {
+    let raw = raw?;
+    match OffsetDateTime::parse(raw, &Rfc3339) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            problems.push(format!("{place}: {raw:?} is not an RFC 3339 time ({e})"));
+            None
+        }
+    }
+}
+
+impl RawSnapshot {
+    fn validate(self) -> Result<Snapshot, SnapshotError> {
+        let mut problems = Vec::new();
+        let version = match &self.version {
+            serde_json::Value::String(s) if !s.is_empty() => s.clone(),
+            serde_json::Value::Number(n) => n.to_string(),
+            _ => {
+                problems.push("version: must be a non-empty string or a number".into());
+                String::new()
+            }
+        };
+
+        let mut experiments = Vec::with_capacity(self.experiments.len());
+        let mut index_of = HashMap::new();
+        let mut variant_ids = HashSet::new();
+        for (i, e) in self.experiments.into_iter().enumerate() {
+            let place = format!("experiments[{i}] ({})", e.id);
+            if !is_well_formed_id(&e.id, "exp_") {
+                problems.push(format!(
+                    "{place}: id must be exp_ followed by 1 to 252 characters"
+                ));
+            }
+            if index_of.insert(e.id.clone(), i).is_some() {
+                problems.push(format!("{place}: duplicate experiment id"));
+            }
+            let start_at = parse_time(
+                &format!("{place}.startAt"),
+                e.start_at.as_deref(),
+                &mut problems,
+            );
+            let end_at = parse_time(
+                &format!("{place}.endAt"),
+                e.end_at.as_deref(),
+                &mut problems,
+            );
+            if let (Some(s), Some(t)) = (start_at, end_at)
+                && s >= t
+            {
+                problems.push(format!("{place}: startAt must be before endAt"));
+            }
+            if e.variants.is_empty() {
+                problems.push(format!("{place}: needs at least one variant"));
+            }
+            let mut sum = 0.0;
+            let mut controls = 0;
+            for (j, v) in e.variants.iter().enumerate() {
+                let vplace = format!("{place}.variants[{j}] ({})", v.id);
+                if !is_well_formed_id(&v.id, "var_") {
+                    problems.push(format!(
+                        "{vplace}: id must be var_ followed by 1 to 252 characters"
+                    ));
+                }
+                if !variant_ids.insert(v.id.clone()) {
+                    problems.push(format!("{vplace}: duplicate variant id"));
+                }
+                match v.weight.as_f64() {
+                    Some(w) if w.is_finite() && w >= 0.0 => sum += w,
+                    _ => problems.push(format!("{vplace}: weight must be a finite number >= 0")),
+                }
+                controls += usize::from(v.control);
+            }
+            if !e.variants.is_empty() && (sum - 100.0).abs() > WEIGHT_SUM_TOLERANCE {
+                problems.push(format!("{place}: variant weights sum to {sum}, not 100"));
+            }
+            if controls > 1 {
+                problems.push(format!(
+                    "{place}: {controls} control variants, at most one allowed"
+                ));
+            }
+            experiments.push(Arc::new(Experiment {
+                id: e.id,
+                status: e.status,
+                start_at,
+                end_at,
+                variants: e.variants,
+            }));
+        }
+
+        let mut keys = HashMap::with_capacity(self.keys.len());
+        for (i, k) in self.keys.into_iter().enumerate() {
+            let place = format!("keys[{i}] ({})", k.public_key);
+            let public_key = match PublicKey::parse(&k.public_key) {
+                Ok(pk) => pk,
+                Err(e) => {
+                    problems.push(format!("{place}: {e}"));
+                    continue;
+                }
+            };
+            let mut indexes = Vec::with_capacity(k.experiments.len());
+            for id in &k.experiments {
+                match index_of.get(id) {
+                    Some(&idx) if !indexes.contains(&idx) => indexes.push(idx),
+                    Some(_) => problems.push(format!("{place}: experiment {id} listed twice")),
+                    None => problems.push(format!("{place}: unknown experiment {id}")),
+                }
+            }
+            for origin in k.allowed_origins.iter().flatten() {
+                if !is_origin(origin) {
+                    problems.push(format!(
+                        "{place}: {origin:?} is not an origin (scheme://host[:port], no path)"
+                    ));
+                }
+            }
+            let entry = KeyEntry {
+                public_key,
+                experiments: indexes,
+                allowed_origins: k.allowed_origins,
+            };
+            if keys.insert(k.public_key, entry).is_some() {
+                problems.push(format!("{place}: duplicate public key"));
+            }
+        }
+
+        if problems.is_empty() {
+            Ok(Snapshot {
+                version,
+                experiments,
+                keys,
+            })
+        } else {
+            Err(SnapshotError { problems })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+
+    fn doc(experiments: serde_json::Value, keys: serde_json::Value) -> Vec<u8> {
+        serde_json::json!({ "version": 7, "experiments": experiments, "keys": keys })
+            .to_string()
+            .into_bytes()
+    }
+
+    fn variant(id: &str, weight: f64, control: bool) -> serde_json::Value {
+        serde_json::json!({ "id": id, "weight": weight, "control": control, "parts": { "h": "x" } })
+    }
+
+    #[test]
+    fn valid_snapshot_indexes_keys_in_order() {
+        let s = Snapshot::from_json(&doc(
+            serde_json::json!([
+                { "id": "exp_a", "status": "live", "variants": [variant("var_a1", 100.0, true)] },
+                { "id": "exp_b", "status": "draft", "variants": [variant("var_b1", 100.0, false)] }
+            ]),
+            serde_json::json!([{ "publicKey": "pk_1", "experiments": ["exp_b", "exp_a"] }]),
+        ))
+        .expect("valid");
+        assert_eq!(s.version, "7");
+        assert_eq!(s.key("pk_1").expect("key").experiments, vec![1, 0]);
+        assert!(s.key("pk_2").is_none());
+    }
+
+    #[test]
+    fn reports_every_problem_with_its_place() {
+        let err = Snapshot::from_json(&doc(
+            serde_json::json!([
+                { "id": "exp_a", "status": "live", "variants": [
+                    variant("var_a1", 60.0, true), variant("var_a2", 30.0, true)] },
+                { "id": "bad", "status": "live", "startAt": "2026-02-01T00:00:00Z",
+                  "endAt": "2026-01-01T00:00:00Z", "variants": [] },
+                { "id": "exp_a", "status": "live", "variants": [variant("var_a1", 100.0, false)] }
+            ]),
+            serde_json::json!([
+                { "publicKey": "nokey", "experiments": [] },
+                { "publicKey": "pk_1", "experiments": ["exp_zz"], "allowedOrigins": ["https://a.com/path"] }
+            ]),
+        ))
+        .expect_err("invalid");
+        let all = err.problems.join("\n");
+        for needle in [
+            "experiments[0] (exp_a): variant weights sum to 90",
+            "experiments[0] (exp_a): 2 control variants",
+            "experiments[1] (bad): id must be exp_",
+            "experiments[1] (bad): startAt must be before endAt",
+            "experiments[1] (bad): needs at least one variant",
+            "experiments[2] (exp_a): duplicate experiment id",
+            "experiments[2] (exp_a).variants[0] (var_a1): duplicate variant id",
+            "keys[0] (nokey): a public key starts with pk_",
+            "keys[1] (pk_1): unknown experiment exp_zz",
+            "keys[1] (pk_1): \"https://a.com/path\" is not an origin",
+        ] {
+            assert!(all.contains(needle), "missing {needle:?} in\n{all}");
+        }
+        assert_eq!(err.problems.len(), 10, "{all}");
+    }
+
+    #[test]
+    fn not_json_is_one_problem() {
+        let err = Snapshot::from_json(b"{nope").expect_err("invalid");
+        assert_eq!(err.problems.len(), 1);
+        assert!(err.problems[0].starts_with("not a snapshot document"));
+    }
+
+    #[test]
+    fn live_gate_respects_status_and_half_open_schedule() {
+        let start = datetime!(2026-01-01 00:00 UTC);
+        let end = datetime!(2026-02-01 00:00 UTC);
+        let mut e = Experiment {
+            id: "exp_x".into(),
+            status: Status::Live,
+            start_at: Some(start),
+            end_at: Some(end),
+            variants: vec![],
+        };
+        assert!(!e.is_live(start - time::Duration::nanoseconds(1)));
+        assert!(e.is_live(start));
+        assert!(e.is_live(end - time::Duration::nanoseconds(1)));
+        assert!(!e.is_live(end));
+        for status in [Status::Draft, Status::Paused, Status::Ended] {
+            e.status = status;
+            assert!(!e.is_live(start), "{status:?} passed the gate");
+        }
+        e.status = Status::Live;
+        e.start_at = None;
+        e.end_at = None;
+        assert!(e.is_live(OffsetDateTime::UNIX_EPOCH));
+    }
+}

@@ -1,0 +1,101 @@
+//! One build path for production and tests: `Application::build` loads the snapshot and
+//! binds; `run_until` serves until a shutdown future fires.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use arc_swap::ArcSwap;
+use axum::Router;
+use axum::http::{HeaderName, Method, header};
+use common::http::{ApiError, Readiness};
+use common::reload::{WatchOptions, load_and_watch};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::config::Config;
+use crate::prepared::Prepared;
+use crate::routes;
+
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub prepared: Arc<ArcSwap<Prepared>>,
+    pub cache_max_age: u32,
+}
+
+pub struct Application {
+    listener: TcpListener,
+    router: Router,
+    readiness: Readiness,
+    watcher: JoinHandle<()>,
+}
+
+impl Application {
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        let (prepared, watcher) = load_and_watch(
+            WatchOptions {
+                path: config.snapshot.clone(),
+                interval: Duration::from_millis(config.snapshot_poll_interval_ms),
+                metrics_prefix: "config_api",
+            },
+            Arc::new(Prepared::new),
+        )
+        .await?;
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let state = AppState {
+            prepared,
+            cache_max_age: config.cache_max_age,
+        };
+        let readiness = Readiness::default();
+        let cors = common::http::cors_layer(
+            state.prepared.clone(),
+            &[Method::GET, Method::HEAD],
+            &[
+                header::ACCEPT,
+                HeaderName::from_static("x-public-key"),
+                HeaderName::from_static("x-experiment-ids"),
+                HeaderName::from_static("x-service-test"),
+            ],
+        );
+        let router = Router::new()
+            .merge(routes::experiments_router())
+            .layer(cors)
+            .with_state(state)
+            .merge(common::http::ops_router(readiness.clone()))
+            .fallback(|| async { ApiError::not_found() });
+        Ok(Self {
+            listener,
+            router,
+            readiness,
+            watcher,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// Serves until `shutdown` resolves, then finishes the requests in flight.
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        self.readiness.set(true);
+        let readiness = self.readiness.clone();
+        axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                readiness.set(false);
+            })
+            .await
+            .context("HTTP server failed")?;
+        self.watcher.abort();
+        tracing::info!("Config-api stopped cleanly.");
+        Ok(())
+    }
+}

@@ -1,0 +1,10 @@
+//! The config-api: `GET /api/v1/experiments` answers from responses prepared when the
+//! snapshot is loaded, so serving is a lookup, a live-gate check and a byte copy.
+
+mod app;
+mod config;
+mod prepared;
+mod routes;
+
+pub use app::Application;
+pub use config::Config;

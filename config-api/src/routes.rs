@@ -1,0 +1,135 @@
+//! `GET /api/v1/experiments`.
+
+use std::hash::{DefaultHasher, Hasher};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use common::http::ApiError;
+use common::key::PublicKey;
+use time::OffsetDateTime;
+
+use crate::app::AppState;
+use crate::prepared::Selection;
+
+pub(crate) const EXPERIMENTS_PATH: &str = "/api/v1/experiments";
+const ALLOW: &str = "GET, HEAD, OPTIONS";
+const VARY: &str = "X-public-key, X-experiment-ids, X-service-test";
+
+pub(crate) fn experiments_router() -> Router<AppState> {
+    Router::new().route(
+        EXPERIMENTS_PATH,
+        get(experiments)
+            .options(|| async { (StatusCode::NO_CONTENT, [(header::ALLOW, ALLOW)]) })
+            .fallback(|| async { ([(header::ALLOW, ALLOW)], ApiError::method_not_allowed()) }),
+    )
+}
+
+fn unauthorized(code: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, code, message)
+}
+
+async fn experiments(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let response = match answer(&state, &headers) {
+        Ok(response) => response,
+        Err(e) => {
+            if e.code == "unknown_public_key" {
+                metrics::counter!("config_api_unknown_key_requests_total").increment(1);
+            }
+            e.into_response()
+        }
+    };
+    metrics::counter!("config_api_requests_total", "route" => EXPERIMENTS_PATH,
+        "status" => response.status().as_str().to_owned())
+    .increment(1);
+    response
+}
+
+fn answer(state: &AppState, headers: &HeaderMap) -> Result<Response, ApiError> {
+    let Some(raw_key) = headers.get("x-public-key") else {
+        return Err(unauthorized(
+            "missing_public_key",
+            "Send the public key in the X-public-key header.",
+        ));
+    };
+    let key = raw_key
+        .to_str()
+        .map_err(|_| "not text".to_owned())
+        .and_then(PublicKey::parse)
+        .map_err(|e| {
+            unauthorized(
+                "invalid_public_key",
+                format!("The public key is malformed: {e}."),
+            )
+        })?;
+    let prepared = state.prepared.load();
+    let Some(entry) = common::http::KeyOrigins::snapshot(&**prepared).key(key.as_str()) else {
+        return Err(unauthorized(
+            "unknown_public_key",
+            "This public key is not known.",
+        ));
+    };
+    let test_mode = headers
+        .get("x-service-test")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
+    let selection = Selection {
+        ids: Selection::parse_ids(
+            headers
+                .get("x-experiment-ids")
+                .and_then(|v| v.to_str().ok()),
+        ),
+        test_mode,
+        now: OffsetDateTime::now_utc(),
+    };
+    let body = prepared.render(entry, &selection);
+
+    let mut hasher = DefaultHasher::new();
+    hasher.write(&body);
+    let etag = format!("\"{:016x}\"", hasher.finish());
+    let cache_control = if test_mode {
+        "no-store".to_owned()
+    } else {
+        format!("public, max-age={}", state.cache_max_age)
+    };
+    let fresh = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| etag_matches(v, &etag));
+    let mut response = if fresh {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    };
+    let h = response.headers_mut();
+    h.insert(header::CACHE_CONTROL, header_value(&cache_control));
+    h.insert(header::VARY, HeaderValue::from_static(VARY));
+    h.insert(header::ETAG, header_value(&etag));
+    Ok(response)
+}
+
+fn header_value(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// `If-None-Match` uses weak comparison: `*`, or any listed tag equal ignoring `W/`.
+fn etag_matches(if_none_match: &str, etag: &str) -> bool {
+    if_none_match
+        .split(',')
+        .map(str::trim)
+        .any(|tag| tag == "*" || tag.trim_start_matches("W/") == etag)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn if_none_match_lists_and_weak_tags() {
+        assert!(etag_matches("\"a\"", "\"a\""));
+        assert!(etag_matches("\"b\", W/\"a\"", "\"a\""));
+        assert!(etag_matches("*", "\"a\""));
+        assert!(!etag_matches("\"b\"", "\"a\""));
+    }
+}

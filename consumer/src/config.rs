@@ -1,0 +1,69 @@
+//! Settings, each a flag and an environment variable.
+
+use std::net::SocketAddr;
+
+/// The consumer: Kafka → ClickHouse.
+#[derive(clap::Parser, Clone, Debug)]
+#[command(version, about)]
+pub struct Config {
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, env = "CONSUMER_LISTEN", default_value = "127.0.0.1:8083")]
+    pub listen: SocketAddr,
+
+    /// Kafka bootstrap servers, comma-separated.
+    #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
+    pub kafka_brokers: String,
+
+    /// Topic the events are read from.
+    #[arg(long, env = "KAFKA_TOPIC", default_value = common::kafka::EVENTS_TOPIC)]
+    pub topic: String,
+
+    /// Topic that receives the messages that cannot be stored (dead letters).
+    #[arg(long, env = "KAFKA_DLQ_TOPIC", default_value = common::kafka::DEAD_LETTER_TOPIC)]
+    pub dlq_topic: String,
+
+    /// Partitions of the topics when this service has to create them at start.
+    #[arg(long, env = "KAFKA_TOPIC_PARTITIONS", default_value_t = 3)]
+    pub topic_partitions: i32,
+
+    /// Consumer group; consumers of one group share the topic's partitions.
+    #[arg(long, env = "KAFKA_GROUP_ID", default_value = "analytics-consumer")]
+    pub group_id: String,
+
+    /// ClickHouse HTTP interface.
+    #[arg(long, env = "CLICKHOUSE_URL", default_value = "http://127.0.0.1:8123")]
+    pub clickhouse_url: String,
+
+    /// ClickHouse database that holds the `events` table; created when missing.
+    #[arg(long, env = "CLICKHOUSE_DATABASE", default_value = "analytics")]
+    pub clickhouse_database: String,
+
+    /// ClickHouse user.
+    #[arg(long, env = "CLICKHOUSE_USER", default_value = "default")]
+    pub clickhouse_user: String,
+
+    /// ClickHouse password.
+    #[arg(
+        long,
+        env = "CLICKHOUSE_PASSWORD",
+        default_value = "",
+        hide_env_values = true
+    )]
+    pub clickhouse_password: String,
+
+    /// A batch is inserted when it holds this many rows...
+    #[arg(long, env = "BATCH_MAX_ROWS", default_value_t = 100_000)]
+    pub batch_max_rows: usize,
+
+    /// ...or this many bytes of Kafka payload...
+    #[arg(long, env = "BATCH_MAX_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub batch_max_bytes: usize,
+
+    /// ...or when its first row has waited this long, in milliseconds.
+    #[arg(long, env = "BATCH_MAX_WAIT_MS", default_value_t = 1000)]
+    pub batch_max_wait_ms: u64,
+
+    /// Longest an insert may take before it is abandoned and retried, in milliseconds.
+    #[arg(long, env = "CLICKHOUSE_INSERT_TIMEOUT_MS", default_value_t = 30_000)]
+    pub insert_timeout_ms: u64,
+}

@@ -1,0 +1,12 @@
+//! The consumer: reads analytics events from Kafka and inserts them into ClickHouse in
+//! large batches, committing Kafka offsets only after ClickHouse acknowledged every row
+//! they cover.
+
+mod app;
+mod config;
+pub mod schema;
+mod sink;
+
+pub use app::Application;
+pub use config::Config;
+pub use sink::EventRow;

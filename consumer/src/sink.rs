@@ -1,0 +1,121 @@
+//! Rows of `events` and their insertion: one RowBinary INSERT per batch, retried with
+//! capped exponential backoff until ClickHouse acknowledges it or shutdown is asked for.
+
+use std::time::{Duration, Instant};
+
+use clickhouse::{Client, Row};
+use common::event::EventMessage;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use uuid::Uuid;
+
+/// One row of `analytics.events`. Absent optional text is stored as `''`, absent
+/// numbers and `conversion` as NULL, an absent `test` as 0.
+#[derive(Clone, Debug, PartialEq, Row, Serialize, Deserialize)]
+pub struct EventRow {
+    #[serde(with = "clickhouse::serde::uuid")]
+    pub event_id: Uuid,
+    /// Seconds since the Unix epoch (a `DateTime`).
+    pub received_at: u32,
+    pub public_key: String,
+    pub event_name: String,
+    pub experiment_id: String,
+    pub variant_id: String,
+    pub session_id: String,
+    pub conversion: Option<u8>,
+    pub load_time: Option<f64>,
+    pub scroll_depth: Option<f64>,
+    pub time_on_page: Option<f64>,
+    pub click_target: String,
+    pub pathname: String,
+    pub referrer: String,
+    pub utm_source: String,
+    pub utm_medium: String,
+    pub utm_campaign: String,
+    pub utm_term: String,
+    pub utm_content: String,
+    pub test: u8,
+    pub user_agent: String,
+}
+
+impl From<EventMessage> for EventRow {
+    fn from(m: EventMessage) -> Self {
+        Self {
+            event_id: m.event_id,
+            received_at: u32::try_from(m.received_at.div_euclid(1000)).unwrap_or(0),
+            public_key: m.public_key,
+            event_name: m.event_name,
+            experiment_id: m.experiment_id,
+            variant_id: m.variant_id.unwrap_or_default(),
+            session_id: m.session_id,
+            conversion: m.conversion.map(u8::from),
+            load_time: m.load_time,
+            scroll_depth: m.scroll_depth,
+            time_on_page: m.time_on_page,
+            click_target: m.click_target.unwrap_or_default(),
+            pathname: m.pathname.unwrap_or_default(),
+            referrer: m.referrer.unwrap_or_default(),
+            utm_source: m.utm_source.unwrap_or_default(),
+            utm_medium: m.utm_medium.unwrap_or_default(),
+            utm_campaign: m.utm_campaign.unwrap_or_default(),
+            utm_term: m.utm_term.unwrap_or_default(),
+            utm_content: m.utm_content.unwrap_or_default(),
+            test: u8::from(m.test.unwrap_or(false)),
+            user_agent: m.user_agent,
+        }
+    }
+}
+
+pub(crate) struct Sink {
+    pub client: Client,
+    pub insert_timeout: Duration,
+}
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+impl Sink {
+    async fn insert_once(&self, rows: &[EventRow]) -> clickhouse::error::Result<()> {
+        let mut insert = self
+            .client
+            .insert::<EventRow>("events")
+            .await?
+            .with_timeouts(Some(self.insert_timeout), Some(self.insert_timeout));
+        for row in rows {
+            insert.write(row).await?;
+        }
+        insert.end().await
+    }
+
+    /// Inserts `rows`, retrying until it succeeds. Returns `false` when shutdown was asked
+    /// for before it succeeded: the rows are then not stored and their offsets must not
+    /// be committed.
+    pub async fn insert(&self, rows: &[EventRow], shutdown: &mut watch::Receiver<bool>) -> bool {
+        if rows.is_empty() {
+            return true;
+        }
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let started = Instant::now();
+            match self.insert_once(rows).await {
+                Ok(()) => {
+                    metrics::histogram!("consumer_insert_seconds")
+                        .record(started.elapsed().as_secs_f64());
+                    metrics::histogram!("consumer_batch_rows").record(rows.len() as f64);
+                    metrics::counter!("consumer_rows_inserted_total").increment(rows.len() as u64);
+                    return true;
+                }
+                Err(e) => {
+                    metrics::counter!("consumer_insert_retries_total").increment(1);
+                    tracing::warn!(error = %e, rows = rows.len(), retry_in = ?backoff,
+                        "Insert failed; retrying.");
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                () = crate::app::stopped(shutdown) => return false,
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+}

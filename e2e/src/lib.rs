@@ -1,0 +1,210 @@
+//! The test kit: where the test broker and ClickHouse are, unique names so tests never
+//! share a topic, group or database, and the three services started through the same
+//! `Application::build` path as production, on port 0.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Parser;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Kafka of the tests: `TEST_KAFKA_BROKERS`, default the one `scripts/test` starts.
+pub fn kafka_brokers() -> String {
+    std::env::var("TEST_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:19092".into())
+}
+
+/// ClickHouse of the tests: `TEST_CLICKHOUSE_URL`, default the one `scripts/test` starts.
+pub fn clickhouse_url() -> String {
+    std::env::var("TEST_CLICKHOUSE_URL").unwrap_or_else(|_| "http://127.0.0.1:18123".into())
+}
+
+/// `prefix` followed by a random suffix of letters and digits.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A snapshot file in a temporary folder that lives as long as this value.
+pub struct SnapshotFile {
+    _dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl SnapshotFile {
+    pub fn new(document: &serde_json::Value) -> Self {
+        let dir = tempfile::tempdir().expect("temporary folder");
+        let path = dir.path().join("experiments.json");
+        std::fs::write(&path, document.to_string()).expect("snapshot written");
+        Self { _dir: dir, path }
+    }
+
+    /// Replaces the file by rename, as a deploy tool would.
+    pub fn replace(&self, document: &serde_json::Value) {
+        let tmp = self.path.with_extension("tmp");
+        std::fs::write(&tmp, document.to_string()).expect("snapshot written");
+        std::fs::rename(&tmp, &self.path).expect("snapshot renamed");
+    }
+}
+
+/// A service running in this process; `stop` asks it to shut down and waits.
+pub struct Running {
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Running {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task).await?
+    }
+}
+
+fn shutdown_pair() -> (
+    oneshot::Sender<()>,
+    impl Future<Output = ()> + Send + 'static,
+) {
+    let (tx, rx) = oneshot::channel::<()>();
+    (tx, async move {
+        let _ = rx.await;
+    })
+}
+
+/// Ingest settings for tests: port 0, the test broker, `topic`, `snapshot`.
+pub fn ingest_config(snapshot: &Path, topic: &str, extra: &[&str]) -> ingest::Config {
+    let mut args = vec![
+        "ingest".to_owned(),
+        "--listen=127.0.0.1:0".into(),
+        format!("--kafka-brokers={}", kafka_brokers()),
+        format!("--topic={topic}"),
+        format!("--snapshot={}", snapshot.display()),
+        "--snapshot-poll-interval-ms=100".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    ingest::Config::parse_from(args)
+}
+
+pub async fn start_ingest(config: ingest::Config) -> Running {
+    let app = ingest::Application::build(config)
+        .await
+        .expect("ingest builds");
+    let addr = app.local_addr();
+    let (stop, shutdown) = shutdown_pair();
+    let task = tokio::spawn(app.run_until(shutdown));
+    Running {
+        addr,
+        stop: Some(stop),
+        task,
+    }
+}
+
+pub async fn start_config_api(snapshot: &Path) -> Running {
+    let config = config_api::Config::parse_from([
+        "config-api".to_owned(),
+        "--listen=127.0.0.1:0".into(),
+        format!("--snapshot={}", snapshot.display()),
+        "--snapshot-poll-interval-ms=100".into(),
+    ]);
+    let app = config_api::Application::build(config)
+        .await
+        .expect("config-api builds");
+    let addr = app.local_addr();
+    let (stop, shutdown) = shutdown_pair();
+    let task = tokio::spawn(app.run_until(shutdown));
+    Running {
+        addr,
+        stop: Some(stop),
+        task,
+    }
+}
+
+/// Names one consumer's topic, dead-letter topic, group and database.
+#[derive(Clone, Debug)]
+pub struct ConsumerNames {
+    pub topic: String,
+    pub dlq_topic: String,
+    pub group: String,
+    pub database: String,
+}
+
+impl ConsumerNames {
+    pub fn unique() -> Self {
+        Self {
+            topic: unique("events-"),
+            dlq_topic: unique("dlq-"),
+            group: unique("group-"),
+            database: unique("test_"),
+        }
+    }
+}
+
+pub fn consumer_config(names: &ConsumerNames, extra: &[&str]) -> consumer::Config {
+    let mut args = vec![
+        "consumer".to_owned(),
+        "--listen=127.0.0.1:0".into(),
+        format!("--kafka-brokers={}", kafka_brokers()),
+        format!("--topic={}", names.topic),
+        format!("--dlq-topic={}", names.dlq_topic),
+        format!("--group-id={}", names.group),
+        format!("--clickhouse-url={}", clickhouse_url()),
+        format!("--clickhouse-database={}", names.database),
+        "--batch-max-wait-ms=200".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    consumer::Config::parse_from(args)
+}
+
+pub async fn start_consumer(config: consumer::Config) -> Running {
+    let app = consumer::Application::build(config)
+        .await
+        .expect("consumer builds");
+    let addr = app.local_addr();
+    let (stop, shutdown) = shutdown_pair();
+    let task = tokio::spawn(app.run_until(shutdown));
+    Running {
+        addr,
+        stop: Some(stop),
+        task,
+    }
+}
+
+pub fn clickhouse(database: &str) -> clickhouse::Client {
+    clickhouse::Client::default()
+        .with_url(clickhouse_url())
+        .with_database(database)
+        .with_validation(false)
+}
+
+/// Calls `probe` every 200 ms until it returns `Some`, for at most `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Drops a test database; for the end of a test.
+pub async fn drop_database(database: &str) {
+    let _ = clickhouse("default")
+        .query(&format!("DROP DATABASE IF EXISTS {database}"))
+        .execute()
+        .await;
+}

@@ -1,0 +1,141 @@
+//! One build path for production and tests: `Application::build` binds, loads the
+//! snapshot and connects the producer; `run_until` serves until a shutdown future fires,
+//! then drains in-flight requests and flushes the producer.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use arc_swap::ArcSwap;
+use axum::Router;
+use axum::http::{HeaderName, Method, header};
+use common::http::{ApiError, Readiness};
+use common::reload::{WatchOptions, load_and_watch};
+use common::snapshot::Snapshot;
+use rdkafka::producer::{FutureProducer, Producer};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::config::Config;
+use crate::routes;
+
+/// What every request handler needs.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub producer: FutureProducer,
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    pub topic: Arc<str>,
+    pub delivery_timeout: Duration,
+    pub max_body_bytes: usize,
+}
+
+pub struct Application {
+    listener: TcpListener,
+    router: Router,
+    state: AppState,
+    readiness: Readiness,
+    watcher: JoinHandle<()>,
+}
+
+impl Application {
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        let (snapshot, watcher) = load_and_watch(
+            WatchOptions {
+                path: config.snapshot.clone(),
+                interval: Duration::from_millis(config.snapshot_poll_interval_ms),
+                metrics_prefix: "ingest",
+            },
+            Arc::new(|s: Snapshot| s),
+        )
+        .await?;
+
+        if let Err(e) = common::kafka::ensure_topics(
+            &config.kafka_brokers,
+            &[&config.topic],
+            config.topic_partitions,
+        )
+        .await
+        {
+            tracing::warn!(error = %format!("{e:#}"), "Topics not ensured; publishing will tell.");
+        }
+        let delivery_timeout = Duration::from_millis(config.delivery_timeout_ms);
+        let producer: FutureProducer = common::kafka::client_config(&config.kafka_brokers)
+            .set("acks", "all")
+            .set("enable.idempotence", "true")
+            .set("linger.ms", config.linger_ms.to_string())
+            .set("message.timeout.ms", config.delivery_timeout_ms.to_string())
+            .create()
+            .context("cannot create Kafka producer")?;
+
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let state = AppState {
+            producer,
+            snapshot,
+            topic: config.topic.into(),
+            delivery_timeout,
+            max_body_bytes: config.max_body_bytes,
+        };
+        let readiness = Readiness::default();
+        let router = router(state.clone(), readiness.clone());
+        Ok(Self {
+            listener,
+            router,
+            state,
+            readiness,
+            watcher,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// Serves until `shutdown` resolves, then stops accepting, finishes the requests in
+    /// flight and flushes what the producer still holds.
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        self.readiness.set(true);
+        let readiness = self.readiness.clone();
+        axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                readiness.set(false);
+            })
+            .await
+            .context("HTTP server failed")?;
+        self.watcher.abort();
+        let producer = self.state.producer.clone();
+        let timeout = self.state.delivery_timeout;
+        tokio::task::spawn_blocking(move || producer.flush(timeout))
+            .await
+            .context("flush task failed")?
+            .context("producer flush did not complete")?;
+        tracing::info!("Ingest stopped cleanly.");
+        Ok(())
+    }
+}
+
+fn router(state: AppState, readiness: Readiness) -> Router {
+    let cors = common::http::cors_layer(
+        state.snapshot.clone(),
+        &[Method::POST],
+        &[
+            header::CONTENT_TYPE,
+            header::ACCEPT,
+            HeaderName::from_static("x-public-key"),
+        ],
+    );
+    Router::new()
+        .merge(routes::analytics_router())
+        .layer(cors)
+        .with_state(state)
+        .merge(common::http::ops_router(readiness))
+        .fallback(|| async { ApiError::not_found() })
+}

@@ -1,0 +1,50 @@
+//! Settings, each a flag and an environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// The analytics ingest: HTTP → Kafka.
+#[derive(clap::Parser, Clone, Debug)]
+#[command(version, about)]
+pub struct Config {
+    /// Address to listen on (the analytics endpoint and /healthz, /readyz, /metrics).
+    #[arg(long, env = "INGEST_LISTEN", default_value = "127.0.0.1:8081")]
+    pub listen: SocketAddr,
+
+    /// Kafka bootstrap servers, comma-separated.
+    #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
+    pub kafka_brokers: String,
+
+    /// Topic the events are published to.
+    #[arg(long, env = "KAFKA_TOPIC", default_value = common::kafka::EVENTS_TOPIC)]
+    pub topic: String,
+
+    /// Partitions of the topics when this service has to create them at start.
+    #[arg(long, env = "KAFKA_TOPIC_PARTITIONS", default_value_t = 3)]
+    pub topic_partitions: i32,
+
+    /// Experiments snapshot file (its `keys` say which public keys are accepted).
+    #[arg(
+        long,
+        env = "EXPERIMENTS_SNAPSHOT",
+        default_value = "deploy/experiments.json"
+    )]
+    pub snapshot: PathBuf,
+
+    /// How often the snapshot file is checked for changes, in milliseconds.
+    #[arg(long, env = "SNAPSHOT_POLL_INTERVAL_MS", default_value_t = 1000)]
+    pub snapshot_poll_interval_ms: u64,
+
+    /// Longest wait for Kafka to acknowledge a request's events before answering 503,
+    /// in milliseconds.
+    #[arg(long, env = "INGEST_DELIVERY_TIMEOUT_MS", default_value_t = 5000)]
+    pub delivery_timeout_ms: u64,
+
+    /// Largest accepted request body, in bytes, before and after gzip decompression.
+    #[arg(long, env = "INGEST_MAX_BODY_BYTES", default_value_t = 1_048_576)]
+    pub max_body_bytes: usize,
+
+    /// How long the producer waits to fill a batch, in milliseconds (librdkafka linger.ms).
+    #[arg(long, env = "KAFKA_LINGER_MS", default_value_t = 5)]
+    pub linger_ms: u64,
+}

@@ -1,0 +1,9 @@
+//! The analytics ingest: `POST /api/v1/analytics` validates a batch of events and answers
+//! 202 only once Kafka has acknowledged every accepted event.
+
+mod app;
+mod config;
+mod routes;
+
+pub use app::Application;
+pub use config::Config;

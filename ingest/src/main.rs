@@ -1,0 +1,10 @@
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    common::telemetry::init_logging();
+    let config = ingest::Config::parse();
+    let app = ingest::Application::build(config).await?;
+    tracing::info!(address = %app.local_addr(), "Ingest listening.");
+    app.run_until(common::http::shutdown_signal()).await
+}

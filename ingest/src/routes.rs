@@ -1,0 +1,311 @@
+//! `POST /api/v1/analytics`: read the body within its limit, find the key, validate each
+//! event, publish the valid ones and answer once Kafka has acknowledged all of them.
+
+use std::io::Read;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Json;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use common::event::{Envelope, EventMessage};
+use common::http::ApiError;
+use common::key::PublicKey;
+use rdkafka::producer::FutureRecord;
+use serde_json::{Value, json};
+
+use crate::app::AppState;
+
+pub(crate) const ANALYTICS_PATH: &str = "/api/v1/analytics";
+
+pub(crate) fn analytics_router() -> Router<AppState> {
+    Router::new().route(
+        ANALYTICS_PATH,
+        post(analytics).fallback(|| async { ApiError::method_not_allowed() }),
+    )
+}
+
+fn bad_request(code: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, code, message)
+}
+
+fn unauthorized(code: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, code, message)
+}
+
+fn too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!("The request body is larger than {limit} bytes."),
+    )
+}
+
+fn unavailable(message: impl Into<String>) -> ApiError {
+    ApiError {
+        retry_after: Some(5),
+        ..ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "kafka_unavailable",
+            message,
+        )
+    }
+}
+
+async fn analytics(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let result = handle(&state, &headers, body).await;
+    let response = match result {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    };
+    metrics::counter!("ingest_requests_total", "route" => ANALYTICS_PATH,
+        "status" => response.status().as_str().to_owned())
+    .increment(1);
+    response
+}
+
+async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    check_content_type(headers)?;
+    let bytes = read_body(headers, body, state.max_body_bytes).await?;
+    let document: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        bad_request(
+            "malformed_json",
+            format!("The body is not valid JSON: {e}."),
+        )
+    })?;
+    let Value::Object(mut document) = document else {
+        return Err(bad_request(
+            "invalid_body",
+            "The body must be a JSON object.",
+        ));
+    };
+
+    let key = public_key(headers, document.get("pkey"))?;
+    let snapshot = state.snapshot.load();
+    let Some(entry) = snapshot.key(key.as_str()) else {
+        return Err(unauthorized(
+            "unknown_public_key",
+            "This public key is not known.",
+        ));
+    };
+    if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok())
+        && !entry.allows_origin(origin)
+    {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "origin_not_allowed",
+            "This public key does not accept events from this origin.",
+        ));
+    }
+
+    let events = match document.remove("events") {
+        Some(Value::Array(events)) if !events.is_empty() => events,
+        Some(Value::Array(_)) => {
+            return Err(bad_request("invalid_body", "The events array is empty."));
+        }
+        Some(_) => {
+            return Err(bad_request(
+                "invalid_body",
+                "The field events must be an array.",
+            ));
+        }
+        None => return Err(bad_request("invalid_body", "The field events is required.")),
+    };
+
+    let envelope = Envelope {
+        received_at: now_millis(),
+        public_key: key.to_string(),
+        user_agent: Envelope::clamp_user_agent(
+            headers
+                .get(header::USER_AGENT)
+                .map(|ua| String::from_utf8_lossy(ua.as_bytes()).into_owned())
+                .unwrap_or_default(),
+        ),
+    };
+    let mut accepted = Vec::with_capacity(events.len());
+    let mut rejected = Vec::new();
+    for (index, event) in events.iter().enumerate() {
+        match EventMessage::from_client(event, &envelope) {
+            Ok(message) => accepted.push(message),
+            Err(error) => rejected.push(json!({ "index": index, "error": error })),
+        }
+    }
+    metrics::counter!("ingest_events_total", "result" => "rejected")
+        .increment(rejected.len() as u64);
+    if accepted.is_empty() {
+        let body = json!({
+            "accepted": 0,
+            "rejected": rejected,
+            "error": { "code": "no_valid_events", "message": "No event of the batch is valid." },
+        });
+        return Ok((StatusCode::BAD_REQUEST, Json(body)).into_response());
+    }
+
+    publish(state, &accepted).await?;
+    metrics::counter!("ingest_events_total", "result" => "accepted")
+        .increment(accepted.len() as u64);
+    let body = json!({ "accepted": accepted.len(), "rejected": rejected });
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+/// `application/json`, `text/plain` (what `sendBeacon` sends for a string) or none.
+fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let essence = value
+        .to_str()
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if matches!(essence.as_str(), "application/json" | "text/plain") {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "Send the body as application/json or text/plain.",
+        ))
+    }
+}
+
+/// Reads at most `limit` bytes off the wire, and at most `limit` after gzip decoding.
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let over_limit = std::error::Error::source(&e)
+            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        if over_limit {
+            too_large(limit)
+        } else {
+            bad_request("unreadable_body", "The request body could not be read.")
+        }
+    })?;
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("").trim().to_ascii_lowercase());
+    match encoding.as_deref() {
+        None | Some("identity") => Ok(bytes.to_vec()),
+        Some("gzip") => {
+            let mut decoded = Vec::new();
+            flate2::read::GzDecoder::new(&bytes[..])
+                .take(limit as u64 + 1)
+                .read_to_end(&mut decoded)
+                .map_err(|_| {
+                    bad_request("malformed_gzip", "The gzip body could not be decoded.")
+                })?;
+            if decoded.len() > limit {
+                return Err(too_large(limit));
+            }
+            Ok(decoded)
+        }
+        Some(_) => Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_content_encoding",
+            "Only gzip content encoding is accepted.",
+        )),
+    }
+}
+
+/// The key from `X-public-key` or the body's `pkey`; both present must agree.
+fn public_key(headers: &HeaderMap, pkey: Option<&Value>) -> Result<PublicKey, ApiError> {
+    let header = match headers.get("x-public-key") {
+        None => None,
+        Some(v) => Some(v.to_str().map_err(|_| {
+            unauthorized(
+                "invalid_public_key",
+                "The X-public-key header is not a valid key.",
+            )
+        })?),
+    };
+    let body = match pkey {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(_) => {
+            return Err(unauthorized(
+                "invalid_public_key",
+                "The field pkey must be a string.",
+            ));
+        }
+    };
+    let raw = match (header, body) {
+        (Some(h), Some(b)) if h != b => {
+            return Err(bad_request(
+                "conflicting_public_keys",
+                "The X-public-key header and the pkey field name different keys.",
+            ));
+        }
+        (Some(k), _) | (None, Some(k)) => k,
+        (None, None) => {
+            return Err(unauthorized(
+                "missing_public_key",
+                "Send the public key in the X-public-key header or the pkey field.",
+            ));
+        }
+    };
+    PublicKey::parse(raw).map_err(|e| {
+        unauthorized(
+            "invalid_public_key",
+            format!("The public key is malformed: {e}."),
+        )
+    })
+}
+
+fn now_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+/// Enqueues every message, then waits for all acknowledgements within the delivery
+/// timeout. Any failure answers 503: the client retries, and `event_id` lets analysts
+/// count a retried event once.
+async fn publish(state: &AppState, messages: &[EventMessage]) -> Result<(), ApiError> {
+    let started = Instant::now();
+    let mut deliveries = Vec::with_capacity(messages.len());
+    for message in messages {
+        let payload = serde_json::to_vec(message).map_err(|e| {
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+        })?;
+        let record = FutureRecord::to(&state.topic)
+            .key(message.kafka_key())
+            .payload(&payload);
+        match state.producer.send_result(record) {
+            Ok(delivery) => deliveries.push(delivery),
+            Err((e, _)) => {
+                tracing::warn!(error = %e, "Producer queue refused a message.");
+                metrics::counter!("ingest_delivery_errors_total", "reason" => "enqueue")
+                    .increment(1);
+                return Err(unavailable("The event queue is full; retry later."));
+            }
+        }
+    }
+    // librdkafka times messages out after message.timeout.ms; this bound is a backstop.
+    let all = futures::future::join_all(deliveries);
+    let results = tokio::time::timeout(state.delivery_timeout + Duration::from_secs(1), all)
+        .await
+        .map_err(|_| {
+            metrics::counter!("ingest_delivery_errors_total", "reason" => "timeout").increment(1);
+            unavailable("Kafka did not acknowledge the events in time; retry later.")
+        })?;
+    metrics::histogram!("ingest_delivery_seconds").record(started.elapsed().as_secs_f64());
+    for result in results {
+        match result {
+            Ok(Ok(_)) => {}
+            Ok(Err((e, _))) => {
+                tracing::warn!(error = %e, "Delivery failed.");
+                metrics::counter!("ingest_delivery_errors_total", "reason" => "delivery")
+                    .increment(1);
+                return Err(unavailable("Kafka did not take the events; retry later."));
+            }
+            Err(_) => return Err(unavailable("The producer is shutting down; retry later.")),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,120 @@
+# Shared by scripts/up, scripts/down and scripts/test: installing what is missing and
+# starting or stopping the servers, each recorded by a pid file under $RUN_DIR.
+# shellcheck shell=bash
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export PATH="$HOME/.cargo/bin:$PATH"
+# Tansu is built with in-memory storage (dynostore), which its default features lack,
+# into a folder of its own so that another tansu on PATH cannot stand in for it.
+TANSU_VERSION=0.6.0
+TANSU_FEATURES=dynostore
+TANSU_ROOT=${TANSU_ROOT:-$HOME/.local/share/tansu-$TANSU_VERSION-$TANSU_FEATURES}
+TANSU="$TANSU_ROOT/bin/tansu"
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# Debian packages: ClickHouse 18.16 and nginx. Installed only when a command is missing.
+ensure_packages() {
+  local missing=()
+  command -v clickhouse-server >/dev/null || missing+=(clickhouse-server clickhouse-client)
+  command -v nginx >/dev/null || missing+=(nginx-light)
+  command -v curl >/dev/null || missing+=(curl)
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "Installing ${missing[*]} (apt-get)"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+# Tansu, the Kafka-protocol broker (about 13 minutes to build the first time).
+ensure_tansu() {
+  if [ ! -x "$TANSU" ]; then
+    log "Installing tansu $TANSU_VERSION into $TANSU_ROOT (cargo install, about 15 minutes once)"
+    cargo install tansu --locked --version "$TANSU_VERSION" --features "$TANSU_FEATURES" \
+      --root "$TANSU_ROOT" --quiet
+  fi
+}
+
+# is_running PIDFILE: the process recorded there is alive.
+is_running() {
+  [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
+}
+
+# stop_pidfile PIDFILE NAME: TERM, wait up to 20 s, then KILL.
+stop_pidfile() {
+  local pidfile=$1 name=$2 pid
+  if is_running "$pidfile"; then
+    pid=$(cat "$pidfile")
+    log "Stopping $name (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 200); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+  fi
+  rm -f "$pidfile"
+}
+
+# wait_ready SECONDS PIDFILE LOGFILE DESCRIPTION COMMAND...: polls COMMAND every 0.2 s
+# while the process of PIDFILE lives; on failure shows the end of LOGFILE.
+wait_ready() {
+  local seconds=$1 pidfile=$2 logfile=$3 what=$4
+  shift 4
+  local tries=$((seconds * 5))
+  for _ in $(seq 1 "$tries"); do
+    "$@" >/dev/null 2>&1 && return 0
+    if ! is_running "$pidfile"; then
+      tail -n 20 "$logfile" >&2 2>/dev/null
+      die "$what exited during start-up (log: $logfile)"
+    fi
+    sleep 0.2
+  done
+  tail -n 20 "$logfile" >&2 2>/dev/null
+  die "$what did not become ready within ${seconds}s (log: $logfile)"
+}
+
+http_ok() { curl -fsS --max-time 2 "$1"; }
+tcp_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+port_free() { ! tcp_open "$1"; }
+
+# start_clickhouse DIR HTTP_PORT TCP_PORT: a server of its own, data and logs in DIR.
+start_clickhouse() {
+  local dir=$1 http_port=$2 tcp_port=$3
+  local pidfile="$dir/clickhouse.pid"
+  if is_running "$pidfile"; then
+    return 0
+  fi
+  port_free "$http_port" || die "port $http_port is taken by another program (ClickHouse HTTP)"
+  port_free "$tcp_port" || die "port $tcp_port is taken by another program (ClickHouse native)"
+  mkdir -p "$dir/data" "$dir/tmp" "$dir/user_files" "$dir/format_schemas" "$dir/log"
+  sed -e "s|@DIR@|$dir|g" -e "s|@HTTP_PORT@|$http_port|g" -e "s|@TCP_PORT@|$tcp_port|g" \
+    "$REPO/deploy/clickhouse/config.xml" > "$dir/config.xml"
+  cp "$REPO/deploy/clickhouse/users.xml" "$dir/users.xml"
+  chown -R clickhouse:clickhouse "$dir"
+  log "Starting ClickHouse on 127.0.0.1:$http_port (data in $dir)"
+  setpriv --reuid clickhouse --regid clickhouse --init-groups -- \
+    "$(command -v clickhouse-server)" --config-file="$dir/config.xml" \
+    >"$dir/log/stdout.log" 2>&1 &
+  echo $! > "$pidfile"
+  wait_ready 60 "$pidfile" "$dir/log/clickhouse-server.err.log" "ClickHouse on port $http_port" \
+    http_ok "http://127.0.0.1:$http_port/ping"
+}
+
+# start_tansu DIR PORT: an in-memory broker (nothing survives its restart).
+start_tansu() {
+  local dir=$1 port=$2
+  local pidfile="$dir/tansu.pid"
+  if is_running "$pidfile"; then
+    return 0
+  fi
+  port_free "$port" || die "port $port is taken by another program (Kafka broker)"
+  mkdir -p "$dir"
+  log "Starting tansu on 127.0.0.1:$port"
+  "$TANSU" broker --listener-url "tcp://127.0.0.1:$port" \
+    --advertised-listener-url "tcp://127.0.0.1:$port" \
+    --storage-engine memory://tansu/ >"$dir/tansu.log" 2>&1 &
+  echo $! > "$pidfile"
+  wait_ready 30 "$pidfile" "$dir/tansu.log" "tansu on port $port" tcp_open "$port"
+}
