@@ -4,11 +4,12 @@
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export PATH="$HOME/.cargo/bin:$PATH"
-# Tansu is built with in-memory storage (dynostore), which its default features lack,
-# into a folder of its own so that another tansu on PATH cannot stand in for it.
+# Tansu is built with its in-memory (dynostore) and SQLite (libsql) storage, which its
+# default features lack, into a folder of its own so that another tansu on PATH (say, one
+# without those features) cannot stand in for it.
 TANSU_VERSION=0.6.0
-TANSU_FEATURES=dynostore
-TANSU_ROOT=${TANSU_ROOT:-$HOME/.local/share/tansu-$TANSU_VERSION-$TANSU_FEATURES}
+TANSU_FEATURES=dynostore,libsql
+TANSU_ROOT=${TANSU_ROOT:-$HOME/.local/share/tansu-$TANSU_VERSION-${TANSU_FEATURES//,/-}}
 TANSU="$TANSU_ROOT/bin/tansu"
 
 log() { printf '==> %s\n' "$*" >&2; }
@@ -102,19 +103,25 @@ start_clickhouse() {
     http_ok "http://127.0.0.1:$http_port/ping"
 }
 
-# start_tansu DIR PORT: an in-memory broker (nothing survives its restart).
+# start_tansu DIR PORT STORAGE: a broker keeping its data in STORAGE, `memory` (nothing
+# survives a restart) or `sqlite` (a database file in DIR).
 start_tansu() {
-  local dir=$1 port=$2
+  local dir=$1 port=$2 storage=$3 engine
   local pidfile="$dir/tansu.pid"
   if is_running "$pidfile"; then
     return 0
   fi
   port_free "$port" || die "port $port is taken by another program (Kafka broker)"
   mkdir -p "$dir"
-  log "Starting tansu on 127.0.0.1:$port"
-  "$TANSU" broker --listener-url "tcp://127.0.0.1:$port" \
+  case $storage in
+    memory) engine=memory://tansu/ ;;
+    sqlite) engine=sqlite://tansu.db ;; # relative to the broker's working folder
+    *) die "unknown tansu storage $storage" ;;
+  esac
+  log "Starting tansu on 127.0.0.1:$port ($storage storage)"
+  (cd "$dir" && exec "$TANSU" broker --listener-url "tcp://127.0.0.1:$port" \
     --advertised-listener-url "tcp://127.0.0.1:$port" \
-    --storage-engine memory://tansu/ >"$dir/tansu.log" 2>&1 &
+    --storage-engine "$engine" >"$dir/tansu.log" 2>&1) &
   echo $! > "$pidfile"
   wait_ready 30 "$pidfile" "$dir/tansu.log" "tansu on port $port" tcp_open "$port"
 }

@@ -170,8 +170,7 @@ mod tests {
         };
         let err = load_and_watch(options, Arc::new(|s: Snapshot| s.version))
             .await
-            .err()
-            .expect("fails");
+            .expect_err("fails");
         assert!(
             format!("{err:#}").contains("unknown experiment exp_x"),
             "{err:#}"

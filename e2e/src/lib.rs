@@ -208,3 +208,43 @@ pub async fn drop_database(database: &str) {
         .execute()
         .await;
 }
+
+/// Reads `topic` from the beginning of every partition, without a consumer group (a
+/// group join takes seconds on Tansu), until `want` messages arrived or `timeout` passed.
+pub async fn read_topic(
+    topic: &str,
+    want: usize,
+    timeout: Duration,
+) -> Vec<rdkafka::message::OwnedMessage> {
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::{Message, Offset, TopicPartitionList};
+
+    let consumer: StreamConsumer = common::kafka::client_config(&kafka_brokers())
+        .set("group.id", unique("reader-"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("test reader");
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("topic metadata");
+    let mut partitions = TopicPartitionList::new();
+    for t in metadata.topics() {
+        for p in t.partitions() {
+            partitions
+                .add_partition_offset(topic, p.id(), Offset::Beginning)
+                .expect("partition listed");
+        }
+    }
+    consumer.assign(&partitions).expect("partitions assigned");
+    let mut messages = Vec::new();
+    let deadline = tokio::time::Instant::now() + timeout;
+    while messages.len() < want {
+        match tokio::time::timeout_at(deadline, consumer.recv()).await {
+            Ok(Ok(m)) => messages.push(m.detach()),
+            Ok(Err(e)) => panic!("reading {topic}: {e}"),
+            Err(_) => break,
+        }
+    }
+    messages.sort_by_key(|m| (m.partition(), m.offset()));
+    messages
+}

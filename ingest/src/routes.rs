@@ -24,7 +24,12 @@ pub(crate) const ANALYTICS_PATH: &str = "/api/v1/analytics";
 pub(crate) fn analytics_router() -> Router<AppState> {
     Router::new().route(
         ANALYTICS_PATH,
-        post(analytics).fallback(|| async { ApiError::method_not_allowed() }),
+        post(analytics).fallback(|| async {
+            (
+                [(header::ALLOW, "POST, OPTIONS")],
+                ApiError::method_not_allowed(),
+            )
+        }),
     )
 }
 
