@@ -37,9 +37,14 @@ ensure_tansu() {
   fi
 }
 
-# is_running PIDFILE: the process recorded there is alive.
+# is_running PIDFILE: the process recorded there is alive (a zombie, killed but not yet
+# reaped, is not).
 is_running() {
-  [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
+  local pid state
+  [ -f "$1" ] || return 1
+  pid=$(cat "$1")
+  state=$(ps -o stat= -p "$pid" 2>/dev/null) || return 1
+  [ -n "$state" ] && [[ $state != Z* ]]
 }
 
 # stop_pidfile PIDFILE NAME: TERM, wait up to 20 s, then KILL.
@@ -50,10 +55,10 @@ stop_pidfile() {
     log "Stopping $name (pid $pid)"
     kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 1 200); do
-      kill -0 "$pid" 2>/dev/null || break
+      is_running "$pidfile" || break
       sleep 0.1
     done
-    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+    is_running "$pidfile" && kill -KILL "$pid" 2>/dev/null
   fi
   rm -f "$pidfile"
 }
