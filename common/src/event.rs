@@ -64,6 +64,29 @@ pub struct EventMessage {
     pub test: Option<bool>,
 }
 
+/// Why an event was refused: the field at fault (`event` for the element itself) and a
+/// sentence for the client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl Rejection {
+    fn new(field: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            field,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// What the ingest knows about a request, added to each of its events.
 #[derive(Clone, Debug)]
 pub struct Envelope {
@@ -89,37 +112,47 @@ impl Envelope {
 impl EventMessage {
     /// Validates one element of a batch's `events` array against the contract.
     /// Unknown fields are ignored. Returns the reason as one sentence on failure.
-    pub fn from_client(value: &Value, envelope: &Envelope) -> Result<Self, String> {
+    pub fn from_client(value: &Value, envelope: &Envelope) -> Result<Self, Rejection> {
         let Value::Object(obj) = value else {
-            return Err("an event must be a JSON object".into());
+            return Err(Rejection::new("event", "an event must be a JSON object"));
         };
         let f = Fields(obj);
         let event_id = match f.opt_str("eventId", MAX_ID_CHARS, Text::Id)? {
             None => Uuid::now_v7(),
             Some(raw) => match Uuid::parse_str(raw) {
                 Ok(id) if !id.is_nil() => id,
-                _ => return Err("field eventId must be a UUID".into()),
+                _ => return Err(Rejection::new("eventId", "field eventId must be a UUID")),
             },
         };
         let experiment_id = f.req_str("experimentId", MAX_ID_CHARS)?;
         if !has_prefix_and_more(experiment_id, "exp_") {
-            return Err(
-                "field experimentId must be exp_ followed by at least one character".into(),
-            );
+            return Err(Rejection::new(
+                "experimentId",
+                "field experimentId must be exp_ followed by at least one character",
+            ));
         }
         let variant_id = f.opt_str("variantId", MAX_ID_CHARS, Text::Id)?;
         if variant_id.is_some_and(|v| !has_prefix_and_more(v, "var_")) {
-            return Err("field variantId must be var_ followed by at least one character".into());
+            return Err(Rejection::new(
+                "variantId",
+                "field variantId must be var_ followed by at least one character",
+            ));
         }
         let scroll_depth = f.opt_number("scrollDepth")?;
         if scroll_depth.is_some_and(|d| !(0.0..=100.0).contains(&d)) {
-            return Err("field scrollDepth must be between 0 and 100".into());
+            return Err(Rejection::new(
+                "scrollDepth",
+                "field scrollDepth must be between 0 and 100",
+            ));
         }
         let load_time = f.opt_number("loadTime")?;
         let time_on_page = f.opt_number("timeOnPage")?;
         for (name, n) in [("loadTime", load_time), ("timeOnPage", time_on_page)] {
             if n.is_some_and(|n| n < 0.0) {
-                return Err(format!("field {name} must be a number >= 0"));
+                return Err(Rejection::new(
+                    name,
+                    format!("field {name} must be a number >= 0"),
+                ));
             }
         }
         let owned = |s: Option<&str>| s.map(str::to_owned);
@@ -174,47 +207,73 @@ impl<'a> Fields<'a> {
         self.0.get(name).filter(|v| !v.is_null())
     }
 
-    fn req_str(&self, name: &str, max: usize) -> Result<&'a str, String> {
+    fn req_str(&self, name: &'static str, max: usize) -> Result<&'a str, Rejection> {
         match self.opt_str(name, max, Text::Id)? {
             Some(s) if !s.is_empty() => Ok(s),
-            Some(_) => Err(format!("field {name} must not be empty")),
-            None => Err(format!("field {name} is required")),
+            Some(_) => Err(Rejection::new(
+                name,
+                format!("field {name} must not be empty"),
+            )),
+            None => Err(Rejection::new(name, format!("field {name} is required"))),
         }
     }
 
-    fn opt_str(&self, name: &str, max: usize, text: Text) -> Result<Option<&'a str>, String> {
+    fn opt_str(
+        &self,
+        name: &'static str,
+        max: usize,
+        text: Text,
+    ) -> Result<Option<&'a str>, Rejection> {
         let Some(v) = self.get(name) else {
             return Ok(None);
         };
         let Value::String(s) = v else {
-            return Err(format!("field {name} must be a string"));
+            return Err(Rejection::new(
+                name,
+                format!("field {name} must be a string"),
+            ));
         };
         // Cheap bound first: a string of more bytes than 4 * max has more than max chars.
         if s.len() > max && (s.len() > 4 * max || s.chars().count() > max) {
-            return Err(format!("field {name} is longer than {max} characters"));
+            return Err(Rejection::new(
+                name,
+                format!("field {name} is longer than {max} characters"),
+            ));
         }
         if text == Text::Id && s.chars().any(char::is_control) {
-            return Err(format!("field {name} must not contain control characters"));
+            return Err(Rejection::new(
+                name,
+                format!("field {name} must not contain control characters"),
+            ));
         }
         Ok(Some(s))
     }
 
-    fn opt_number(&self, name: &str) -> Result<Option<f64>, String> {
+    fn opt_number(&self, name: &'static str) -> Result<Option<f64>, Rejection> {
         match self.get(name) {
             None => Ok(None),
             Some(Value::Number(n)) => match n.as_f64() {
                 Some(x) if x.is_finite() => Ok(Some(x)),
-                _ => Err(format!("field {name} must be a finite number")),
+                _ => Err(Rejection::new(
+                    name,
+                    format!("field {name} must be a finite number"),
+                )),
             },
-            Some(_) => Err(format!("field {name} must be a number")),
+            Some(_) => Err(Rejection::new(
+                name,
+                format!("field {name} must be a number"),
+            )),
         }
     }
 
-    fn opt_bool(&self, name: &str) -> Result<Option<bool>, String> {
+    fn opt_bool(&self, name: &'static str) -> Result<Option<bool>, Rejection> {
         match self.get(name) {
             None => Ok(None),
             Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(_) => Err(format!("field {name} must be a boolean")),
+            Some(_) => Err(Rejection::new(
+                name,
+                format!("field {name} must be a boolean"),
+            )),
         }
     }
 }
@@ -233,7 +292,7 @@ mod tests {
     }
 
     fn check(v: Value) -> Result<EventMessage, String> {
-        EventMessage::from_client(&v, &envelope())
+        EventMessage::from_client(&v, &envelope()).map_err(|r| format!("{}: {r}", r.field))
     }
 
     fn minimal() -> Value {
@@ -343,6 +402,11 @@ mod tests {
         for (input, want) in cases {
             let err = check(input.clone()).expect_err(&format!("{input} was accepted"));
             assert!(err.contains(want), "{input}: got {err:?}, want {want:?}");
+            let field = err.split(':').next().unwrap_or_default();
+            assert!(
+                field == "event" || want.contains(field),
+                "{err:?} blames {field}"
+            );
         }
     }
 

@@ -64,17 +64,29 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Liveness is the process answering; readiness is this flag, cleared while draining.
-#[derive(Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+/// Liveness is the process answering. Readiness is two flags: serving (cleared while
+/// draining at shutdown) and dependencies reachable (set by the service's own checks;
+/// true until a check says otherwise).
+#[derive(Clone)]
+pub struct Readiness(Arc<[AtomicBool; 2]>);
+
+impl Default for Readiness {
+    fn default() -> Self {
+        Self(Arc::new([AtomicBool::new(false), AtomicBool::new(true)]))
+    }
+}
 
 impl Readiness {
-    pub fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::SeqCst);
+    pub fn set(&self, serving: bool) {
+        self.0[0].store(serving, Ordering::SeqCst);
+    }
+
+    pub fn set_dependencies_ok(&self, ok: bool) {
+        self.0[1].store(ok, Ordering::SeqCst);
     }
 
     pub fn is_ready(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.0.iter().all(|flag| flag.load(Ordering::SeqCst))
     }
 }
 

@@ -33,6 +33,7 @@ pub struct Application {
 
 impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
+        common::telemetry::metrics_handle();
         let (prepared, watcher) = load_and_watch(
             WatchOptions {
                 path: config.snapshot.clone(),

@@ -94,6 +94,7 @@ fn decode(payload: &[u8]) -> Result<EventMessage, String> {
 
 impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
+        common::telemetry::metrics_handle();
         let client = Client::default()
             .with_url(&config.clickhouse_url)
             .with_user(&config.clickhouse_user)

@@ -77,9 +77,20 @@ fn shutdown_pair() -> (
     })
 }
 
+/// `base` flags (`--name=value`) with `extra` added; an extra flag replaces a base one of
+/// the same name.
+fn with_overrides(base: Vec<String>, extra: &[&str]) -> Vec<String> {
+    let name = |arg: &str| arg.split('=').next().unwrap_or(arg).to_owned();
+    let overridden: Vec<String> = extra.iter().map(|e| name(e)).collect();
+    base.into_iter()
+        .filter(|arg| !overridden.contains(&name(arg)))
+        .chain(extra.iter().map(|e| e.to_string()))
+        .collect()
+}
+
 /// Ingest settings for tests: port 0, the test broker, `topic`, `snapshot`.
 pub fn ingest_config(snapshot: &Path, topic: &str, extra: &[&str]) -> ingest::Config {
-    let mut args = vec![
+    let args = vec![
         "ingest".to_owned(),
         "--listen=127.0.0.1:0".into(),
         format!("--kafka-brokers={}", kafka_brokers()),
@@ -87,11 +98,11 @@ pub fn ingest_config(snapshot: &Path, topic: &str, extra: &[&str]) -> ingest::Co
         format!("--snapshot={}", snapshot.display()),
         "--snapshot-poll-interval-ms=100".into(),
     ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    ingest::Config::parse_from(args)
+    ingest::Config::parse_from(with_overrides(args, extra))
 }
 
 pub async fn start_ingest(config: ingest::Config) -> Running {
+    common::telemetry::init_logging();
     let app = ingest::Application::build(config)
         .await
         .expect("ingest builds");
@@ -106,6 +117,7 @@ pub async fn start_ingest(config: ingest::Config) -> Running {
 }
 
 pub async fn start_config_api(snapshot: &Path) -> Running {
+    common::telemetry::init_logging();
     let config = config_api::Config::parse_from([
         "config-api".to_owned(),
         "--listen=127.0.0.1:0".into(),
@@ -146,7 +158,7 @@ impl ConsumerNames {
 }
 
 pub fn consumer_config(names: &ConsumerNames, extra: &[&str]) -> consumer::Config {
-    let mut args = vec![
+    let args = vec![
         "consumer".to_owned(),
         "--listen=127.0.0.1:0".into(),
         format!("--kafka-brokers={}", kafka_brokers()),
@@ -157,11 +169,11 @@ pub fn consumer_config(names: &ConsumerNames, extra: &[&str]) -> consumer::Confi
         format!("--clickhouse-database={}", names.database),
         "--batch-max-wait-ms=200".into(),
     ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    consumer::Config::parse_from(args)
+    consumer::Config::parse_from(with_overrides(args, extra))
 }
 
 pub async fn start_consumer(config: consumer::Config) -> Running {
+    common::telemetry::init_logging();
     let app = consumer::Application::build(config)
         .await
         .expect("consumer builds");
@@ -247,4 +259,69 @@ pub async fn read_topic(
     }
     messages.sort_by_key(|m| (m.partition(), m.offset()));
     messages
+}
+
+/// A Tansu broker of one test's own, for tests that pause or stop it. The binary is
+/// `TEST_TANSU_BIN` (set by `scripts/test`), else `tansu` on PATH.
+pub struct PrivateBroker {
+    child: std::process::Child,
+    pub brokers: String,
+}
+
+impl PrivateBroker {
+    pub async fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let bin = std::env::var("TEST_TANSU_BIN").unwrap_or_else(|_| "tansu".into());
+        let url = format!("tcp://127.0.0.1:{port}");
+        let child = std::process::Command::new(&bin)
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+            ])
+            .args(["--storage-engine", "memory://tansu/"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
+        let brokers = format!("127.0.0.1:{port}");
+        let addr = brokers.clone();
+        eventually(Duration::from_secs(20), "the private broker", || {
+            let addr = addr.clone();
+            async move { tokio::net::TcpStream::connect(addr).await.ok().map(|_| ()) }
+        })
+        .await;
+        Self { child, brokers }
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .arg(signal)
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal} failed");
+    }
+
+    /// SIGSTOP: the broker holds its connections but answers nothing.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+}
+
+impl Drop for PrivateBroker {
+    fn drop(&mut self) {
+        self.resume();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

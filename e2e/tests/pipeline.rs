@@ -169,6 +169,35 @@ async fn events_travel_to_clickhouse_and_experiments_are_served_per_key() {
     assert_eq!(rows[2].event_name, "my_custom_event");
     assert_eq!(rows[2].experiment_id, "exp_shared");
 
+    // A client retry of the same event (same eventId) is stored twice, counted once.
+    let retry = json!({ "events": [body["events"][0].clone()] });
+    let response = http
+        .post(ingest.url("/api/v1/analytics"))
+        .header("X-public-key", "pk_e2e_a")
+        .json(&retry)
+        .send()
+        .await
+        .expect("ingest answers");
+    assert_eq!(response.status(), 202);
+    e2e::eventually(Duration::from_secs(60), "the retried row", || {
+        let ch = ch.clone();
+        async move {
+            let raw: u64 = ch
+                .query("SELECT count() FROM events")
+                .fetch_one()
+                .await
+                .ok()?;
+            (raw == 4).then_some(())
+        }
+    })
+    .await;
+    let counted: u64 = ch
+        .query("SELECT count() FROM events FINAL")
+        .fetch_one()
+        .await
+        .expect("count");
+    assert_eq!(counted, 3, "FINAL counts the retried event once");
+
     ingest.stop().await.expect("ingest stops cleanly");
     config_api.stop().await.expect("config-api stops cleanly");
     consumer.stop().await.expect("consumer stops cleanly");

@@ -13,17 +13,18 @@ use axum::http::{HeaderName, Method, header};
 use common::http::{ApiError, Readiness};
 use common::reload::{WatchOptions, load_and_watch};
 use common::snapshot::Snapshot;
-use rdkafka::producer::{FutureProducer, Producer};
+use rdkafka::producer::Producer;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
+use crate::producer::EventProducer;
 use crate::routes;
 
 /// What every request handler needs.
 #[derive(Clone)]
 pub(crate) struct AppState {
-    pub producer: FutureProducer,
+    pub producer: Arc<EventProducer>,
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     pub topic: Arc<str>,
     pub delivery_timeout: Duration,
@@ -35,11 +36,13 @@ pub struct Application {
     router: Router,
     state: AppState,
     readiness: Readiness,
-    watcher: JoinHandle<()>,
+    background: Vec<JoinHandle<()>>,
+    drain: Duration,
 }
 
 impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
+        common::telemetry::metrics_handle();
         let (snapshot, watcher) = load_and_watch(
             WatchOptions {
                 path: config.snapshot.clone(),
@@ -60,13 +63,14 @@ impl Application {
             tracing::warn!(error = %format!("{e:#}"), "Topics not ensured; publishing will tell.");
         }
         let delivery_timeout = Duration::from_millis(config.delivery_timeout_ms);
-        let producer: FutureProducer = common::kafka::client_config(&config.kafka_brokers)
+        let mut producer_config = common::kafka::client_config(&config.kafka_brokers);
+        producer_config
             .set("acks", "all")
             .set("enable.idempotence", "true")
             .set("linger.ms", config.linger_ms.to_string())
-            .set("message.timeout.ms", config.delivery_timeout_ms.to_string())
-            .create()
-            .context("cannot create Kafka producer")?;
+            .set("message.timeout.ms", config.delivery_timeout_ms.to_string());
+        let producer =
+            Arc::new(EventProducer::new(producer_config).context("cannot create Kafka producer")?);
 
         let listener = TcpListener::bind(config.listen)
             .await
@@ -80,12 +84,18 @@ impl Application {
         };
         let readiness = Readiness::default();
         let router = router(state.clone(), readiness.clone());
+        let checker = tokio::spawn(watch_broker(
+            state.producer.clone(),
+            state.topic.clone(),
+            readiness.clone(),
+        ));
         Ok(Self {
             listener,
             router,
             state,
             readiness,
-            watcher,
+            background: vec![watcher, checker],
+            drain: Duration::from_millis(config.shutdown_drain_ms),
         })
     }
 
@@ -95,23 +105,28 @@ impl Application {
             .expect("a bound listener has an address")
     }
 
-    /// Serves until `shutdown` resolves, then stops accepting, finishes the requests in
-    /// flight and flushes what the producer still holds.
+    /// Serves until `shutdown` resolves; then /readyz turns 503 for the drain period while
+    /// requests are still served, then it stops accepting, finishes the requests in flight
+    /// and flushes what the producer still holds.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         self.readiness.set(true);
         let readiness = self.readiness.clone();
+        let drain = self.drain;
         axum::serve(self.listener, self.router)
             .with_graceful_shutdown(async move {
                 shutdown.await;
                 readiness.set(false);
+                tokio::time::sleep(drain).await;
             })
             .await
             .context("HTTP server failed")?;
-        self.watcher.abort();
-        let producer = self.state.producer.clone();
+        for task in &self.background {
+            task.abort();
+        }
+        let producer = self.state.producer.get();
         let timeout = self.state.delivery_timeout;
         tokio::task::spawn_blocking(move || producer.flush(timeout))
             .await
@@ -119,6 +134,31 @@ impl Application {
             .context("producer flush did not complete")?;
         tracing::info!("Ingest stopped cleanly.");
         Ok(())
+    }
+}
+
+/// Every few seconds: is the broker reachable (readiness), and how many messages wait in
+/// the producer (a gauge).
+async fn watch_broker(producer: Arc<EventProducer>, topic: Arc<str>, readiness: Readiness) {
+    let mut ticker = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        ticker.tick().await;
+        producer.replace_if_broken(None);
+        let probe = producer.get();
+        metrics::gauge!("ingest_producer_queue_depth").set(f64::from(probe.in_flight_count()));
+        let topic = topic.clone();
+        let reachable = tokio::task::spawn_blocking(move || {
+            probe
+                .client()
+                .fetch_metadata(Some(&topic), Duration::from_secs(2))
+                .is_ok()
+        })
+        .await
+        .unwrap_or(false);
+        if !reachable {
+            tracing::warn!("Kafka is not reachable; /readyz answers 503.");
+        }
+        readiness.set_dependencies_ok(reachable);
     }
 }
 

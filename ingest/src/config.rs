@@ -44,6 +44,11 @@ pub struct Config {
     #[arg(long, env = "INGEST_MAX_BODY_BYTES", default_value_t = 1_048_576)]
     pub max_body_bytes: usize,
 
+    /// At shutdown, how long /readyz answers 503 while requests are still served, so that
+    /// load balancers stop sending traffic first, in milliseconds.
+    #[arg(long, env = "INGEST_SHUTDOWN_DRAIN_MS", default_value_t = 0)]
+    pub shutdown_drain_ms: u64,
+
     /// How long the producer waits to fill a batch, in milliseconds (librdkafka linger.ms).
     #[arg(long, env = "KAFKA_LINGER_MS", default_value_t = 5)]
     pub linger_ms: u64,

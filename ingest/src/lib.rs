@@ -3,6 +3,7 @@
 
 mod app;
 mod config;
+mod producer;
 mod routes;
 
 pub use app::Application;

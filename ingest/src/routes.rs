@@ -135,11 +135,13 @@ async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Res
     for (index, event) in events.iter().enumerate() {
         match EventMessage::from_client(event, &envelope) {
             Ok(message) => accepted.push(message),
-            Err(error) => rejected.push(json!({ "index": index, "error": error })),
+            Err(rejection) => {
+                metrics::counter!("ingest_events_rejected_total", "field" => rejection.field)
+                    .increment(1);
+                rejected.push(json!({ "index": index, "error": rejection.message }));
+            }
         }
     }
-    metrics::counter!("ingest_events_total", "result" => "rejected")
-        .increment(rejected.len() as u64);
     if accepted.is_empty() {
         let body = json!({
             "accepted": 0,
@@ -150,8 +152,7 @@ async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Res
     }
 
     publish(state, &accepted).await?;
-    metrics::counter!("ingest_events_total", "result" => "accepted")
-        .increment(accepted.len() as u64);
+    metrics::counter!("ingest_events_accepted_total").increment(accepted.len() as u64);
     let body = json!({ "accepted": accepted.len(), "rejected": rejected });
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
@@ -273,6 +274,7 @@ fn now_millis() -> i64 {
 /// count a retried event once.
 async fn publish(state: &AppState, messages: &[EventMessage]) -> Result<(), ApiError> {
     let started = Instant::now();
+    let producer = state.producer.get();
     let mut deliveries = Vec::with_capacity(messages.len());
     for message in messages {
         let payload = serde_json::to_vec(message).map_err(|e| {
@@ -281,10 +283,11 @@ async fn publish(state: &AppState, messages: &[EventMessage]) -> Result<(), ApiE
         let record = FutureRecord::to(&state.topic)
             .key(message.kafka_key())
             .payload(&payload);
-        match state.producer.send_result(record) {
+        match producer.send_result(record) {
             Ok(delivery) => deliveries.push(delivery),
             Err((e, _)) => {
                 tracing::warn!(error = %e, "Producer queue refused a message.");
+                state.producer.replace_if_broken(Some(&e));
                 metrics::counter!("ingest_delivery_errors_total", "reason" => "enqueue")
                     .increment(1);
                 return Err(unavailable("The event queue is full; retry later."));
@@ -305,6 +308,7 @@ async fn publish(state: &AppState, messages: &[EventMessage]) -> Result<(), ApiE
             Ok(Ok(_)) => {}
             Ok(Err((e, _))) => {
                 tracing::warn!(error = %e, "Delivery failed.");
+                state.producer.replace_if_broken(Some(&e));
                 metrics::counter!("ingest_delivery_errors_total", "reason" => "delivery")
                     .increment(1);
                 return Err(unavailable("Kafka did not take the events; retry later."));

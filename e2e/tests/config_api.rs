@@ -1,0 +1,343 @@
+//! The config-api over HTTP: keys, live gate, filter, test mode, caching headers, CORS,
+//! hot reload and the refusal of an invalid snapshot.
+
+use std::time::Duration;
+
+use e2e::{Running, SnapshotFile};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+const URL: &str = "/api/v1/experiments";
+
+fn at(offset: Duration, future: bool) -> String {
+    let now = OffsetDateTime::now_utc();
+    let t = if future { now + offset } else { now - offset };
+    t.format(&Rfc3339).expect("formats")
+}
+
+fn experiment(id: &str, status: &str, start: Option<String>, end: Option<String>) -> Value {
+    let mut e = json!({ "id": id, "status": status, "variants": [
+        { "id": format!("var_{id}_1"), "weight": 33.5, "control": true, "parts": { "t": "\u{e9}" } },
+        { "id": format!("var_{id}_2"), "weight": 66.5, "control": false, "parts": {} } ] });
+    if let Some(s) = start {
+        e["startAt"] = json!(s);
+    }
+    if let Some(s) = end {
+        e["endAt"] = json!(s);
+    }
+    e
+}
+
+fn document(version: u32) -> Value {
+    let hour = Duration::from_secs(3600);
+    json!({
+        "version": version,
+        "experiments": [
+            experiment("exp_live", "live", None, None),
+            experiment("exp_draft", "draft", None, None),
+            experiment("exp_paused", "paused", None, None),
+            experiment("exp_ended", "ended", None, None),
+            experiment("exp_started", "live", Some(at(hour, false)), Some(at(hour, true))),
+            experiment("exp_future", "live", Some(at(hour, true)), None),
+            experiment("exp_past", "live", None, Some(at(hour, false))),
+            experiment("exp_other", "live", None, None)
+        ],
+        "keys": [
+            { "publicKey": "pk_cfg", "experiments": [
+                "exp_past", "exp_live", "exp_draft", "exp_paused", "exp_ended", "exp_started", "exp_future"] },
+            { "publicKey": "pk_other", "experiments": ["exp_other"],
+              "allowedOrigins": ["https://other.example"] }
+        ]
+    })
+}
+
+struct Fixture {
+    file: SnapshotFile,
+    api: Running,
+    http: reqwest::Client,
+}
+
+impl Fixture {
+    async fn new() -> Self {
+        let file = SnapshotFile::new(&document(1));
+        let api = e2e::start_config_api(&file.path).await;
+        Self {
+            file,
+            api,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    fn get(&self, key: &str) -> reqwest::RequestBuilder {
+        self.http.get(self.api.url(URL)).header("X-public-key", key)
+    }
+
+    async fn ids(&self, request: reqwest::RequestBuilder) -> Vec<String> {
+        let response = request.send().await.expect("answer");
+        assert_eq!(response.status(), StatusCode::OK);
+        let body: Value = response.json().await.expect("JSON");
+        body["experiments"]
+            .as_array()
+            .expect("experiments array")
+            .iter()
+            .map(|e| e["id"].as_str().expect("id").to_owned())
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn live_gate_filter_test_mode_and_key_isolation() {
+    let f = Fixture::new().await;
+    assert_eq!(f.ids(f.get("pk_cfg")).await, ["exp_live", "exp_started"]);
+    assert_eq!(
+        f.ids(f.get("pk_cfg").header("X-service-test", "TRUE"))
+            .await,
+        [
+            "exp_past",
+            "exp_live",
+            "exp_draft",
+            "exp_paused",
+            "exp_ended",
+            "exp_started",
+            "exp_future"
+        ],
+        "test mode bypasses the gate, in the key's order"
+    );
+    assert_eq!(
+        f.ids(f.get("pk_cfg").header("X-service-test", "yes")).await,
+        ["exp_live", "exp_started"]
+    );
+    let filtered = f.get("pk_cfg").header(
+        "X-experiment-ids",
+        " exp_started , exp_other,exp_nope,, exp_draft",
+    );
+    assert_eq!(
+        f.ids(filtered).await,
+        ["exp_started"],
+        "foreign, unknown and gated ids left out"
+    );
+    assert_eq!(
+        f.ids(f.get("pk_cfg").header("X-experiment-ids", " , "))
+            .await,
+        ["exp_live", "exp_started"]
+    );
+    let other = f
+        .get("pk_other")
+        .header("X-service-test", "true")
+        .header("X-experiment-ids", "exp_live");
+    assert!(
+        f.ids(other).await.is_empty(),
+        "another key's experiment never leaks"
+    );
+    assert_eq!(f.ids(f.get("pk_other")).await, ["exp_other"]);
+
+    // The exact shape: no internal fields, numbers and text as in the snapshot.
+    let body = f
+        .get("pk_cfg")
+        .header("X-experiment-ids", "exp_live")
+        .send()
+        .await
+        .expect("answer")
+        .text()
+        .await
+        .expect("text");
+    assert_eq!(
+        body,
+        r#"{"experiments":[{"id":"exp_live","variants":[{"id":"var_exp_live_1","weight":33.5,"control":true,"parts":{"t":"é"}},{"id":"var_exp_live_2","weight":66.5,"control":false,"parts":{}}]}]}"#
+    );
+    f.api.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn key_problems_get_401_and_other_methods_405() {
+    let f = Fixture::new().await;
+    for (key, code) in [
+        (None, "missing_public_key"),
+        (Some("nope"), "invalid_public_key"),
+        (Some("pk_"), "invalid_public_key"),
+        (Some("pk_unknown"), "unknown_public_key"),
+    ] {
+        let mut request = f.http.get(f.api.url(URL));
+        if let Some(k) = key {
+            request = request.header("X-public-key", k);
+        }
+        let response = request.send().await.expect("answer");
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        let body: Value = response.json().await.expect("JSON");
+        assert_eq!(body["error"]["code"], code, "{key:?}");
+    }
+    let response = f.http.post(f.api.url(URL)).send().await.expect("answer");
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert!(
+        response.headers()["allow"]
+            .to_str()
+            .expect("text")
+            .contains("GET")
+    );
+    let response = f
+        .http
+        .head(f.api.url(URL))
+        .header("X-public-key", "pk_cfg")
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.text().await.expect("empty"), "");
+    f.api.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn etag_304_and_cache_headers() {
+    let f = Fixture::new().await;
+    let response = f.get("pk_cfg").send().await.expect("answer");
+    let h = response.headers().clone();
+    assert_eq!(h["content-type"], "application/json");
+    assert_eq!(h["cache-control"], "public, max-age=30");
+    let vary = h["vary"].to_str().expect("text").to_ascii_lowercase();
+    for name in ["x-public-key", "x-experiment-ids", "x-service-test"] {
+        assert!(vary.contains(name), "{name} not in Vary {vary}");
+    }
+    let etag = h["etag"].to_str().expect("text").to_owned();
+
+    let response = f
+        .get("pk_cfg")
+        .header("If-None-Match", &etag)
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(response.status(), StatusCode::NOT_MODIFIED);
+    assert_eq!(response.headers()["etag"], etag.as_str());
+    assert_eq!(response.text().await.expect("body"), "");
+
+    // Another key, filter or mode is another representation.
+    let test_mode = f
+        .get("pk_cfg")
+        .header("X-service-test", "true")
+        .header("If-None-Match", &etag);
+    let response = test_mode.send().await.expect("answer");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["cache-control"], "no-store");
+    assert_ne!(response.headers()["etag"], etag.as_str());
+    let filtered = f
+        .get("pk_cfg")
+        .header("X-experiment-ids", "exp_live")
+        .header("If-None-Match", &etag);
+    assert_eq!(
+        filtered.send().await.expect("answer").status(),
+        StatusCode::OK
+    );
+    f.api.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn cors_preflight_and_origin_restriction() {
+    let f = Fixture::new().await;
+    let response = f
+        .http
+        .request(reqwest::Method::OPTIONS, f.api.url(URL))
+        .header("Origin", "https://site.example")
+        .header("Access-Control-Request-Method", "GET")
+        .header(
+            "Access-Control-Request-Headers",
+            "x-public-key,x-experiment-ids,x-service-test",
+        )
+        .send()
+        .await
+        .expect("answer");
+    assert!(response.status().is_success());
+    let h = response.headers();
+    assert_eq!(h["access-control-allow-origin"], "https://site.example");
+    assert_eq!(h["access-control-max-age"], "86400");
+    let allowed = h["access-control-allow-headers"]
+        .to_str()
+        .expect("text")
+        .to_ascii_lowercase();
+    for name in [
+        "x-public-key",
+        "x-experiment-ids",
+        "x-service-test",
+        "accept",
+    ] {
+        assert!(allowed.contains(name), "{name} not in {allowed}");
+    }
+    for (key, origin, allowed) in [
+        ("pk_cfg", "https://a.example", true),
+        ("pk_other", "https://other.example", true),
+        ("pk_other", "https://evil.example", false),
+    ] {
+        let response = f
+            .get(key)
+            .header("Origin", origin)
+            .send()
+            .await
+            .expect("answer");
+        let got = response
+            .headers()
+            .get("access-control-allow-origin")
+            .cloned();
+        assert_eq!(
+            got.is_some_and(|v| v == origin),
+            allowed,
+            "{key} from {origin}"
+        );
+        assert_eq!(
+            response.status(),
+            StatusCode::OK,
+            "the data is served; the browser hides it"
+        );
+    }
+    f.api.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn hot_reload_by_rename_and_in_place_and_invalid_snapshots_are_refused() {
+    let f = Fixture::new().await;
+    assert_eq!(f.ids(f.get("pk_cfg")).await, ["exp_live", "exp_started"]);
+
+    let mut next = document(2);
+    next["experiments"][1]["status"] = json!("live"); // exp_draft goes live
+    f.file.replace(&next);
+    e2e::eventually(Duration::from_secs(2), "rename reload", || async {
+        (f.ids(f.get("pk_cfg"))
+            .await
+            .contains(&"exp_draft".to_owned()))
+        .then_some(())
+    })
+    .await;
+
+    let mut next = document(3);
+    next["keys"][0]["experiments"] = json!(["exp_paused"]);
+    next["experiments"][2]["status"] = json!("live");
+    std::fs::write(&f.file.path, next.to_string()).expect("in-place write");
+    e2e::eventually(Duration::from_secs(2), "in-place reload", || async {
+        (f.ids(f.get("pk_cfg")).await == ["exp_paused"]).then_some(())
+    })
+    .await;
+
+    // Invalid: weights off and an unknown experiment; the last good one keeps serving.
+    let mut bad = document(4);
+    bad["experiments"][0]["variants"][0]["weight"] = json!(1);
+    bad["keys"][0]["experiments"] = json!(["exp_missing"]);
+    f.file.replace(&bad);
+    std::fs::write(&f.file.path, "{ not json").expect("write");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(f.ids(f.get("pk_cfg")).await, ["exp_paused"]);
+    let metrics = f
+        .http
+        .get(f.api.url("/metrics"))
+        .send()
+        .await
+        .expect("answer")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("config_api_snapshot_reloads_total{result=\"invalid\"}")),
+        "reload failures counted:\n{metrics}"
+    );
+    f.api.stop().await.expect("clean stop");
+}

@@ -1,0 +1,209 @@
+//! The ingest never loses an acknowledged event: concurrent clients, a paused broker,
+//! a shutdown with requests in flight.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use common::event::EventMessage;
+use e2e::{PrivateBroker, SnapshotFile};
+use rdkafka::Message;
+use reqwest::StatusCode;
+use serde_json::json;
+use uuid::Uuid;
+
+fn snapshot() -> SnapshotFile {
+    SnapshotFile::new(&json!({
+        "version": 1,
+        "experiments": [{ "id": "exp_1", "status": "live", "variants": [
+            { "id": "var_1", "weight": 100, "control": true, "parts": {} }] }],
+        "keys": [{ "publicKey": "pk_durable", "experiments": ["exp_1"] }]
+    }))
+}
+
+/// A batch of five events with client-chosen ids, and those ids.
+fn batch(session: &str) -> (serde_json::Value, Vec<Uuid>) {
+    let ids: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
+    let events: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            json!({ "eventId": id.to_string(), "eventName": "impression",
+                          "experimentId": "exp_1", "sessionId": session })
+        })
+        .collect();
+    (json!({ "events": events }), ids)
+}
+
+async fn ids_in_topic(topic: &str, want: usize) -> HashSet<Uuid> {
+    e2e::read_topic(topic, want, Duration::from_secs(30))
+        .await
+        .iter()
+        .map(|m| {
+            let event: EventMessage =
+                serde_json::from_slice(m.payload().expect("payload")).expect("event message");
+            event.event_id
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_clients_every_accepted_event_is_in_kafka() {
+    let file = snapshot();
+    let topic = e2e::unique("concurrent-");
+    let ingest = e2e::start_ingest(e2e::ingest_config(&file.path, &topic, &[])).await;
+    let url = ingest.url("/api/v1/analytics");
+    let http = reqwest::Client::new();
+    let clients: Vec<_> = (0..16)
+        .map(|c| {
+            let (http, url) = (http.clone(), url.clone());
+            tokio::spawn(async move {
+                let mut accepted = Vec::new();
+                for r in 0..20 {
+                    let (body, ids) = batch(&format!("session-{c}-{}", r % 3));
+                    let response = http
+                        .post(&url)
+                        .header("X-public-key", "pk_durable")
+                        .json(&body)
+                        .send()
+                        .await
+                        .expect("answer");
+                    assert_eq!(response.status(), StatusCode::ACCEPTED);
+                    accepted.extend(ids);
+                }
+                accepted
+            })
+        })
+        .collect();
+    let mut accepted = HashSet::new();
+    for client in clients {
+        accepted.extend(client.await.expect("client task"));
+    }
+    assert_eq!(accepted.len(), 16 * 20 * 5);
+    let found = ids_in_topic(&topic, accepted.len()).await;
+    assert_eq!(found.len(), accepted.len());
+    assert!(
+        accepted.is_subset(&found),
+        "an acknowledged event is missing from Kafka"
+    );
+    ingest.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn a_paused_broker_gets_503_within_the_bound_and_readiness_follows() {
+    let broker = PrivateBroker::start().await;
+    let file = snapshot();
+    let topic = e2e::unique("paused-");
+    let config = e2e::ingest_config(
+        &file.path,
+        &topic,
+        &[
+            &format!("--kafka-brokers={}", broker.brokers),
+            "--delivery-timeout-ms=1500",
+        ],
+    );
+    let ingest = e2e::start_ingest(config).await;
+    let http = reqwest::Client::new();
+    let post = || {
+        http.post(ingest.url("/api/v1/analytics"))
+            .header("X-public-key", "pk_durable")
+            .json(&batch("paused").0)
+            .send()
+    };
+    assert_eq!(post().await.expect("answer").status(), StatusCode::ACCEPTED);
+
+    broker.pause();
+    let started = Instant::now();
+    let response = post().await.expect("answer");
+    let waited = started.elapsed();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(response.headers().contains_key("retry-after"));
+    let body: serde_json::Value = response.json().await.expect("JSON");
+    assert_eq!(body["error"]["code"], "kafka_unavailable");
+    assert!(
+        waited < Duration::from_millis(1500 + 3000),
+        "answered after {waited:?}"
+    );
+    e2e::eventually(Duration::from_secs(15), "/readyz 503", || async {
+        let status = http.get(ingest.url("/readyz")).send().await.ok()?.status();
+        (status == StatusCode::SERVICE_UNAVAILABLE).then_some(())
+    })
+    .await;
+
+    broker.resume();
+    e2e::eventually(Duration::from_secs(30), "202 after resume", || async {
+        (post().await.ok()?.status() == StatusCode::ACCEPTED).then_some(())
+    })
+    .await;
+    e2e::eventually(Duration::from_secs(15), "/readyz 200", || async {
+        let status = http.get(ingest.url("/readyz")).send().await.ok()?.status();
+        (status == StatusCode::OK).then_some(())
+    })
+    .await;
+    ingest.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_with_requests_in_flight_loses_no_acknowledged_event() {
+    let file = snapshot();
+    let topic = e2e::unique("shutdown-");
+    let config = e2e::ingest_config(&file.path, &topic, &["--shutdown-drain-ms=300"]);
+    let ingest = e2e::start_ingest(config).await;
+    let url = ingest.url("/api/v1/analytics");
+    let readyz = ingest.url("/readyz");
+    let http = reqwest::Client::new();
+    let clients: Vec<_> = (0..8)
+        .map(|c| {
+            let (http, url) = (http.clone(), url.clone());
+            tokio::spawn(async move {
+                let mut accepted = Vec::new();
+                let mut refused = 0;
+                // Until the server is gone: connection refused ends the loop.
+                for _ in 0..10_000 {
+                    let (body, ids) = batch(&format!("s-{c}"));
+                    let request = http
+                        .post(&url)
+                        .header("X-public-key", "pk_durable")
+                        .json(&body);
+                    match request.send().await {
+                        Ok(r) if r.status() == StatusCode::ACCEPTED => accepted.extend(ids),
+                        Ok(_) => refused += 1,
+                        Err(_) => break,
+                    }
+                }
+                (accepted, refused)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stopping = tokio::spawn(ingest.stop());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let status = http
+        .get(&readyz)
+        .send()
+        .await
+        .expect("still serving")
+        .status();
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not ready while draining"
+    );
+    stopping.await.expect("stop task").expect("clean stop");
+
+    let mut accepted = HashSet::new();
+    for client in clients {
+        let (ids, refused) = client.await.expect("client");
+        assert_eq!(refused, 0, "no request was refused while draining");
+        accepted.extend(ids);
+    }
+    assert!(
+        accepted.len() >= 5,
+        "some requests went through before the stop"
+    );
+    let found = ids_in_topic(&topic, accepted.len()).await;
+    assert!(
+        accepted.is_subset(&found),
+        "{} acknowledged, {} found",
+        accepted.len(),
+        found.len()
+    );
+}
