@@ -1,10 +1,12 @@
-//! Keeps a value built from the snapshot file current: the file is read at start (an
-//! invalid file is then fatal) and polled afterwards; a changed file that validates
-//! replaces the value atomically, an invalid one is logged and counted while the last
-//! good value keeps serving.
+//! Keeps a value built from the snapshot current. The snapshot comes from a file or an
+//! `http(s)://` URL; it is loaded at start (invalid and no good copy: fatal) and polled
+//! afterwards. A changed snapshot that validates replaces the value atomically; an invalid
+//! or unreachable one is logged and counted while the last good value keeps serving.
 //!
-//! Polling compares the file's bytes, so a replacement by rename and a rewrite in place
-//! are both seen, whatever the file system's timestamp granularity.
+//! A file is compared by its bytes, so a replacement by rename and a rewrite in place are
+//! both seen, whatever the file system's timestamp granularity. A URL is polled with
+//! `If-None-Match`, and its last good copy is kept on disk (written atomically), so a
+//! restart while the URL is unreachable still serves it.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,28 +21,209 @@ use crate::snapshot::Snapshot;
 /// How the watched value is made from a validated snapshot.
 pub type Build<T> = Arc<dyn Fn(Snapshot) -> T + Send + Sync>;
 
+/// Where the snapshot comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    File(PathBuf),
+    /// Polled over HTTP; `cache` holds the last good copy.
+    Url {
+        url: String,
+        cache: PathBuf,
+    },
+}
+
+impl Source {
+    /// An `http://` or `https://` address is a URL, anything else a file path.
+    pub fn parse(raw: &str, cache: PathBuf) -> Self {
+        let lower = raw.to_ascii_lowercase();
+        if lower.starts_with("http://") || lower.starts_with("https://") {
+            Self::Url {
+                url: raw.to_owned(),
+                cache,
+            }
+        } else {
+            Self::File(PathBuf::from(raw))
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Self::File(path) => path.display().to_string(),
+            Self::Url { url, .. } => url.clone(),
+        }
+    }
+}
+
+/// The snapshot settings of a service, shared by the ingest and the config-api.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SnapshotArgs {
+    /// Experiments snapshot: a file path, or an http(s):// URL polled with If-None-Match.
+    #[arg(
+        long,
+        env = "EXPERIMENTS_SNAPSHOT",
+        default_value = "deploy/experiments.json"
+    )]
+    pub snapshot: String,
+
+    /// How often the snapshot is checked for changes, in milliseconds.
+    #[arg(long, env = "SNAPSHOT_POLL_INTERVAL_MS", default_value_t = 1000)]
+    pub snapshot_poll_interval_ms: u64,
+
+    /// Where the last good copy of a URL snapshot is kept
+    /// [default: <temp dir>/<service>-snapshot.json].
+    #[arg(long, env = "SNAPSHOT_CACHE")]
+    pub snapshot_cache: Option<PathBuf>,
+}
+
+impl SnapshotArgs {
+    /// Watch options for the service whose metrics start with `metrics_prefix`.
+    pub fn watch_options(&self, metrics_prefix: &'static str) -> WatchOptions {
+        let cache = self.snapshot_cache.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("{metrics_prefix}-snapshot.json"))
+        });
+        WatchOptions {
+            source: Source::parse(&self.snapshot, cache),
+            interval: Duration::from_millis(self.snapshot_poll_interval_ms),
+            metrics_prefix,
+        }
+    }
+}
+
 /// Where the snapshot comes from and how often to look again.
 #[derive(Clone, Debug)]
 pub struct WatchOptions {
-    pub path: PathBuf,
+    pub source: Source,
     pub interval: Duration,
     /// Prefix of the metric names, the service's name (`ingest`, `config_api`).
     pub metrics_prefix: &'static str,
 }
 
-/// Loads the snapshot once and spawns the task that reloads it. Fails when the file
-/// cannot be read or is invalid, with every problem in the error.
+/// Reads the source; for a URL, remembers the `ETag` to ask with `If-None-Match`.
+struct Fetcher {
+    source: Source,
+    http: reqwest::Client,
+    etag: Option<String>,
+}
+
+impl Fetcher {
+    fn new(source: Source) -> anyhow::Result<Self> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .context("cannot create the HTTP client")?;
+        Ok(Self {
+            source,
+            http,
+            etag: None,
+        })
+    }
+
+    /// The current bytes, or `None` when the URL answered 304 Not Modified.
+    async fn fetch(&mut self) -> anyhow::Result<Option<Vec<u8>>> {
+        let url = match &self.source {
+            Source::File(path) => return read(path).await.map(Some),
+            Source::Url { url, .. } => url.clone(),
+        };
+        let mut request = self.http.get(&url);
+        if let Some(etag) = &self.etag {
+            request = request.header(reqwest::header::IF_NONE_MATCH, etag);
+        }
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("cannot fetch snapshot {url}"))?;
+        if response.status() == reqwest::StatusCode::NOT_MODIFIED {
+            return Ok(None);
+        }
+        if !response.status().is_success() {
+            anyhow::bail!("snapshot {url} answered {}", response.status());
+        }
+        let etag = response
+            .headers()
+            .get(reqwest::header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let bytes = response
+            .bytes()
+            .await
+            .with_context(|| format!("cannot read snapshot {url}"))?;
+        self.etag = etag;
+        Ok(Some(bytes.to_vec()))
+    }
+
+    /// Keeps a good copy of a URL's snapshot on disk: written beside, then renamed.
+    async fn keep_copy(&self, bytes: &[u8]) {
+        let Source::Url { cache, .. } = &self.source else {
+            return;
+        };
+        let tmp = cache.with_extension("tmp");
+        let result = async {
+            tokio::fs::write(&tmp, bytes).await?;
+            tokio::fs::rename(&tmp, cache).await
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(path = %cache.display(), error = %e, "Cannot keep a copy of the snapshot.");
+        }
+    }
+
+    /// The first snapshot: from the source, else (for a URL) from the copy on disk.
+    async fn initial(&mut self) -> anyhow::Result<(Vec<u8>, Snapshot)> {
+        let described = self.source.describe();
+        let fetched = match self.fetch().await {
+            Ok(bytes) => bytes
+                .context("304 without a request tag")
+                .and_then(|bytes| {
+                    let snapshot = Snapshot::from_json(&bytes)
+                        .with_context(|| format!("invalid snapshot {described}"))?;
+                    Ok((bytes, snapshot))
+                }),
+            Err(e) => Err(e),
+        };
+        let error = match fetched {
+            Ok((bytes, snapshot)) => {
+                self.keep_copy(&bytes).await;
+                return Ok((bytes, snapshot));
+            }
+            Err(e) => e,
+        };
+        let Source::Url { cache, .. } = &self.source else {
+            return Err(error);
+        };
+        tracing::warn!(error = %format!("{error:#}"), copy = %cache.display(),
+            "Snapshot URL unusable at start; serving the last good copy.");
+        let bytes = read(cache)
+            .await
+            .map_err(|e| error.context(format!("and no usable copy: {e:#}")))?;
+        let snapshot = Snapshot::from_json(&bytes)
+            .with_context(|| format!("invalid snapshot copy {}", cache.display()))?;
+        // Forget the tag so that the next poll fetches the URL's current content.
+        self.etag = None;
+        Ok((bytes, snapshot))
+    }
+}
+
+/// Loads the snapshot once and spawns the task that reloads it. Fails when no valid
+/// snapshot can be had, with every problem in the error.
 pub async fn load_and_watch<T: Send + Sync + 'static>(
     options: WatchOptions,
     build: Build<T>,
 ) -> anyhow::Result<(Arc<ArcSwap<T>>, JoinHandle<()>)> {
-    let bytes = read(&options.path).await?;
-    let snapshot = Snapshot::from_json(&bytes)
-        .with_context(|| format!("invalid snapshot {}", options.path.display()))?;
-    tracing::info!(path = %options.path.display(), version = %snapshot.version, "Snapshot loaded.");
-    record_loaded(options.metrics_prefix, &snapshot);
+    let mut fetcher = Fetcher::new(options.source.clone())?;
+    let (bytes, snapshot) = fetcher.initial().await?;
+    tracing::info!(source = %options.source.describe(), version = %snapshot.version,
+        "Snapshot loaded.");
+    record_loaded(options.metrics_prefix, None, &snapshot);
+    let version = snapshot.version.clone();
     let current = Arc::new(ArcSwap::from_pointee(build(snapshot)));
-    let task = tokio::spawn(watch(options, bytes, build, current.clone()));
+    let task = tokio::spawn(watch(
+        options,
+        fetcher,
+        bytes,
+        version,
+        build,
+        current.clone(),
+    ));
     Ok((current, task))
 }
 
@@ -50,32 +233,41 @@ async fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
         .with_context(|| format!("cannot read snapshot {}", path.display()))
 }
 
-fn record_loaded(prefix: &str, snapshot: &Snapshot) {
+fn record_loaded(prefix: &str, previous: Option<&str>, snapshot: &Snapshot) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs_f64();
     metrics::gauge!(format!("{prefix}_snapshot_loaded_timestamp_seconds")).set(now);
+    if let Some(previous) = previous {
+        metrics::gauge!(format!("{prefix}_snapshot_info"), "version" => previous.to_owned())
+            .set(0.0);
+    }
     metrics::gauge!(format!("{prefix}_snapshot_info"), "version" => snapshot.version.clone())
         .set(1.0);
 }
 
 async fn watch<T: Send + Sync + 'static>(
     options: WatchOptions,
+    mut fetcher: Fetcher,
     mut last: Vec<u8>,
+    mut version: String,
     build: Build<T>,
     current: Arc<ArcSwap<T>>,
 ) {
     let reloads = format!("{}_snapshot_reloads_total", options.metrics_prefix);
     let mut ticker = tokio::time::interval(options.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
     loop {
         ticker.tick().await;
-        let bytes = match read(&options.path).await {
-            Ok(bytes) => bytes,
+        let bytes = match fetcher.fetch().await {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => continue,
             Err(e) => {
-                // A rename in progress or a deleted file: keep serving, look again later.
-                tracing::debug!(error = %format!("{e:#}"), "Snapshot unreadable.");
+                // A rename in progress, a deleted file, an upstream down: keep serving.
+                tracing::debug!(error = %format!("{e:#}"), "Snapshot unreachable.");
+                metrics::counter!(reloads.clone(), "result" => "unreachable").increment(1);
                 continue;
             }
         };
@@ -86,11 +278,13 @@ async fn watch<T: Send + Sync + 'static>(
             Ok(snapshot) => {
                 tracing::info!(version = %snapshot.version, "Snapshot reloaded.");
                 metrics::counter!(reloads.clone(), "result" => "ok").increment(1);
-                record_loaded(options.metrics_prefix, &snapshot);
+                record_loaded(options.metrics_prefix, Some(&version), &snapshot);
+                version = snapshot.version.clone();
+                fetcher.keep_copy(&bytes).await;
                 current.store(Arc::new(build(snapshot)));
             }
             Err(e) => {
-                tracing::warn!(path = %options.path.display(), problems = ?e.problems,
+                tracing::warn!(source = %options.source.describe(), problems = ?e.problems,
                     "Snapshot rejected; the last good one keeps serving.");
                 metrics::counter!(reloads.clone(), "result" => "invalid").increment(1);
             }
@@ -129,7 +323,7 @@ mod tests {
         let path = dir.path().join("snapshot.json");
         std::fs::write(&path, snapshot_json(1)).expect("write");
         let options = WatchOptions {
-            path: path.clone(),
+            source: Source::File(path.clone()),
             interval: Duration::from_millis(20),
             metrics_prefix: "test",
         };
@@ -157,6 +351,22 @@ mod tests {
         task.abort();
     }
 
+    #[test]
+    fn sources_parse() {
+        let cache = PathBuf::from("/tmp/c.json");
+        assert_eq!(
+            Source::parse("deploy/x.json", cache.clone()),
+            Source::File("deploy/x.json".into())
+        );
+        assert_eq!(
+            Source::parse("HTTPS://cfg.example/x.json", cache.clone()),
+            Source::Url {
+                url: "HTTPS://cfg.example/x.json".into(),
+                cache
+            }
+        );
+    }
+
     #[tokio::test]
     async fn invalid_at_start_is_an_error_naming_the_problems() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -164,7 +374,7 @@ mod tests {
         std::fs::write(&path, r#"{"version":1,"experiments":[],"keys":[{"publicKey":"pk_a","experiments":["exp_x"]}]}"#)
             .expect("write");
         let options = WatchOptions {
-            path,
+            source: Source::File(path),
             interval: Duration::from_secs(1),
             metrics_prefix: "test",
         };

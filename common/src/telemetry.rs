@@ -20,6 +20,15 @@ pub fn init_logging() {
     let _ = result;
 }
 
+/// Logging for tests: captured by the test harness, shown for failing tests only.
+pub fn init_test_logging() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
+
 /// The recorder, installed on first use; services of one process share it.
 pub fn metrics_handle() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();

@@ -3,14 +3,13 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use arc_swap::ArcSwap;
 use axum::Router;
 use axum::http::{HeaderName, Method, header};
 use common::http::{ApiError, Readiness};
-use common::reload::{WatchOptions, load_and_watch};
+use common::reload::load_and_watch;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -35,11 +34,7 @@ impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         common::telemetry::metrics_handle();
         let (prepared, watcher) = load_and_watch(
-            WatchOptions {
-                path: config.snapshot.clone(),
-                interval: Duration::from_millis(config.snapshot_poll_interval_ms),
-                metrics_prefix: "config_api",
-            },
+            config.snapshot.watch_options("config_api"),
             Arc::new(Prepared::new),
         )
         .await?;

@@ -102,7 +102,7 @@ pub fn ingest_config(snapshot: &Path, topic: &str, extra: &[&str]) -> ingest::Co
 }
 
 pub async fn start_ingest(config: ingest::Config) -> Running {
-    common::telemetry::init_logging();
+    common::telemetry::init_test_logging();
     let app = ingest::Application::build(config)
         .await
         .expect("ingest builds");
@@ -117,13 +117,17 @@ pub async fn start_ingest(config: ingest::Config) -> Running {
 }
 
 pub async fn start_config_api(snapshot: &Path) -> Running {
-    common::telemetry::init_logging();
-    let config = config_api::Config::parse_from([
+    start_config_api_with(config_api::Config::parse_from([
         "config-api".to_owned(),
         "--listen=127.0.0.1:0".into(),
         format!("--snapshot={}", snapshot.display()),
         "--snapshot-poll-interval-ms=100".into(),
-    ]);
+    ]))
+    .await
+}
+
+pub async fn start_config_api_with(config: config_api::Config) -> Running {
+    common::telemetry::init_test_logging();
     let app = config_api::Application::build(config)
         .await
         .expect("config-api builds");
@@ -173,7 +177,7 @@ pub fn consumer_config(names: &ConsumerNames, extra: &[&str]) -> consumer::Confi
 }
 
 pub async fn start_consumer(config: consumer::Config) -> Running {
-    common::telemetry::init_logging();
+    common::telemetry::init_test_logging();
     let app = consumer::Application::build(config)
         .await
         .expect("consumer builds");

@@ -341,3 +341,159 @@ async fn hot_reload_by_rename_and_in_place_and_invalid_snapshots_are_refused() {
     );
     f.api.stop().await.expect("clean stop");
 }
+
+/// An upstream serving a snapshot with an ETag; counts the 304s it answered.
+struct Upstream {
+    addr: std::net::SocketAddr,
+    state: std::sync::Arc<std::sync::Mutex<(String, u32)>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Upstream {
+    async fn start(document: &Value) -> Self {
+        use axum::http::{HeaderMap, StatusCode as S, header};
+        let state = std::sync::Arc::new(std::sync::Mutex::new((document.to_string(), 0u32)));
+        let shared = state.clone();
+        let app = axum::Router::new().route(
+            "/snapshot.json",
+            axum::routing::get(move |headers: HeaderMap| {
+                let shared = shared.clone();
+                async move {
+                    let mut guard = shared.lock().expect("lock");
+                    let etag = format!("\"{}\"", guard.0.len());
+                    let matches = headers
+                        .get(header::IF_NONE_MATCH)
+                        .is_some_and(|v| v.as_bytes() == etag.as_bytes());
+                    if matches {
+                        guard.1 += 1;
+                        (S::NOT_MODIFIED, [(header::ETAG, etag)], String::new())
+                    } else {
+                        (S::OK, [(header::ETAG, etag)], guard.0.clone())
+                    }
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await
+                .expect("upstream serves");
+        });
+        Self {
+            addr,
+            state,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    fn set(&self, document: &Value) {
+        self.state.lock().expect("lock").0 = document.to_string();
+    }
+
+    fn not_modified_count(&self) -> u32 {
+        self.state.lock().expect("lock").1
+    }
+
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+async fn start_config_api_from(url: &str, cache: &std::path::Path) -> Running {
+    use clap::Parser;
+    let config = config_api::Config::parse_from([
+        "config-api".to_owned(),
+        "--listen=127.0.0.1:0".into(),
+        format!("--snapshot={url}"),
+        format!("--snapshot-cache={}", cache.display()),
+        "--snapshot-poll-interval-ms=100".into(),
+    ]);
+    e2e::start_config_api_with(config).await
+}
+
+#[tokio::test]
+async fn url_source_polls_with_etag_and_serves_its_disk_copy_when_upstream_is_down() {
+    let upstream = Upstream::start(&document(1)).await;
+    let url = format!("http://{}/snapshot.json", upstream.addr);
+    let dir = tempfile::tempdir().expect("temporary folder");
+    let cache = dir.path().join("copy.json");
+    let http = reqwest::Client::new();
+    let ids = |api: &Running| {
+        let request = http.get(api.url(URL)).header("X-public-key", "pk_cfg");
+        async move {
+            let body: Value = request
+                .send()
+                .await
+                .expect("answer")
+                .json()
+                .await
+                .expect("JSON");
+            body["experiments"]
+                .as_array()
+                .expect("array")
+                .iter()
+                .map(|e| e["id"].as_str().expect("id").to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+
+    let api = start_config_api_from(&url, &cache).await;
+    assert_eq!(ids(&api).await, ["exp_live", "exp_started"]);
+    e2e::eventually(Duration::from_secs(5), "a conditional poll", || async {
+        (upstream.not_modified_count() > 0).then_some(())
+    })
+    .await;
+
+    let mut next = document(2);
+    next["experiments"][1]["status"] = json!("live");
+    upstream.set(&next);
+    e2e::eventually(
+        Duration::from_secs(2),
+        "the URL's change served",
+        || async {
+            ids(&api)
+                .await
+                .contains(&"exp_draft".to_owned())
+                .then_some(())
+        },
+    )
+    .await;
+    api.stop().await.expect("clean stop");
+
+    // Upstream gone: a restart serves the last good copy.
+    upstream.stop().await;
+    let api = start_config_api_from(&url, &cache).await;
+    assert_eq!(ids(&api).await, ["exp_live", "exp_draft", "exp_started"]);
+    api.stop().await.expect("clean stop");
+
+    // No upstream and no copy: the service refuses to start.
+    let config = {
+        use clap::Parser;
+        config_api::Config::parse_from([
+            "config-api".to_owned(),
+            "--listen=127.0.0.1:0".into(),
+            format!("--snapshot={url}"),
+            format!(
+                "--snapshot-cache={}",
+                dir.path().join("none.json").display()
+            ),
+        ])
+    };
+    let err = config_api::Application::build(config)
+        .await
+        .err()
+        .expect("no snapshot, no start");
+    assert!(format!("{err:#}").contains("no usable copy"), "{err:#}");
+}

@@ -25,7 +25,7 @@ fn snapshot() -> SnapshotFile {
 }
 
 struct Fixture {
-    _snapshot: SnapshotFile,
+    snapshot: SnapshotFile,
     topic: String,
     ingest: Running,
     http: reqwest::Client,
@@ -37,7 +37,7 @@ impl Fixture {
         let topic = e2e::unique("ingest-");
         let ingest = e2e::start_ingest(e2e::ingest_config(&snapshot.path, &topic, &[])).await;
         Self {
-            _snapshot: snapshot,
+            snapshot,
             topic,
             ingest,
             http: reqwest::Client::new(),
@@ -472,5 +472,38 @@ async fn cors_preflight_and_key_origin_restriction() {
         (StatusCode::FORBIDDEN, "origin_not_allowed".to_owned())
     );
     assert_eq!(f.messages_short_of(3).await.len(), 2);
+    f.ingest.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn keys_follow_the_snapshot_file() {
+    let f = Fixture::new().await;
+    let post = |key: &'static str| {
+        f.post()
+            .header("X-public-key", key)
+            .json(&json!({ "events": [event("s", "impression")] }))
+            .send()
+    };
+    let (status, code) = error_code(post("pk_new").await.expect("answer")).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::UNAUTHORIZED, "unknown_public_key")
+    );
+    f.snapshot.replace(&json!({
+        "version": 2,
+        "experiments": [{ "id": "exp_1", "status": "live", "variants": [
+            { "id": "var_1", "weight": 100, "control": true, "parts": {} }] }],
+        "keys": [{ "publicKey": "pk_new", "experiments": ["exp_1"] }]
+    }));
+    e2e::eventually(Duration::from_secs(2), "the new key accepted", || async {
+        (post("pk_new").await.ok()?.status() == StatusCode::ACCEPTED).then_some(())
+    })
+    .await;
+    let response = post("pk_ingest").await.expect("answer");
+    assert_eq!(
+        response.status(),
+        StatusCode::UNAUTHORIZED,
+        "a removed key is refused"
+    );
     f.ingest.stop().await.expect("clean stop");
 }

@@ -11,7 +11,7 @@ use arc_swap::ArcSwap;
 use axum::Router;
 use axum::http::{HeaderName, Method, header};
 use common::http::{ApiError, Readiness};
-use common::reload::{WatchOptions, load_and_watch};
+use common::reload::load_and_watch;
 use common::snapshot::Snapshot;
 use rdkafka::producer::Producer;
 use tokio::net::TcpListener;
@@ -44,11 +44,7 @@ impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         common::telemetry::metrics_handle();
         let (snapshot, watcher) = load_and_watch(
-            WatchOptions {
-                path: config.snapshot.clone(),
-                interval: Duration::from_millis(config.snapshot_poll_interval_ms),
-                metrics_prefix: "ingest",
-            },
+            config.snapshot.watch_options("ingest"),
             Arc::new(|s: Snapshot| s),
         )
         .await?;

@@ -1,7 +1,6 @@
 //! Settings, each a flag and an environment variable.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 /// The analytics ingest: HTTP → Kafka.
 #[derive(clap::Parser, Clone, Debug)]
@@ -23,17 +22,8 @@ pub struct Config {
     #[arg(long, env = "KAFKA_TOPIC_PARTITIONS", default_value_t = 3)]
     pub topic_partitions: i32,
 
-    /// Experiments snapshot file (its `keys` say which public keys are accepted).
-    #[arg(
-        long,
-        env = "EXPERIMENTS_SNAPSHOT",
-        default_value = "deploy/experiments.json"
-    )]
-    pub snapshot: PathBuf,
-
-    /// How often the snapshot file is checked for changes, in milliseconds.
-    #[arg(long, env = "SNAPSHOT_POLL_INTERVAL_MS", default_value_t = 1000)]
-    pub snapshot_poll_interval_ms: u64,
+    #[command(flatten)]
+    pub snapshot: common::reload::SnapshotArgs,
 
     /// Longest wait for Kafka to acknowledge a request's events before answering 503,
     /// in milliseconds.
