@@ -109,12 +109,15 @@ pub struct SnapshotError {
 
 impl fmt::Display for SnapshotError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} problem(s): {}",
-            self.problems.len(),
-            self.problems.join("; ")
-        )
+        write!(f, "{} problem(s):", self.problems.len())?;
+        for problem in &self.problems {
+            write!(
+                f,
+                "
+  - {problem}"
+            )?;
+        }
+        Ok(())
     }
 }
 
