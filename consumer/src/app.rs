@@ -1,9 +1,12 @@
 //! The consume loop: collect a batch (max rows, bytes or wait), set poison messages aside
 //! in the dead-letter topic, insert the rows, then commit the offsets the batch covers.
-//! While an insert is being retried nothing more is read, so memory stays bounded.
+//! While an insert is being retried nothing more is read, so memory stays bounded. Rows
+//! that ClickHouse refuses are bisected until the refused ones are found and set aside.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -11,9 +14,10 @@ use axum::Router;
 use clickhouse::Client;
 use common::event::{EventMessage, MESSAGE_VERSION};
 use common::http::Readiness;
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::consumer::{CommitMode, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientContext, Statistics};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -21,39 +25,68 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::schema;
-use crate::sink::{EventRow, Sink};
+use crate::sink::{EventRow, Outcome, Sink};
 
 pub struct Application {
     listener: TcpListener,
     worker: Worker,
 }
 
+/// Counts of one consumer, for tests and diagnostics (metrics are process-wide).
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub rows_inserted: AtomicU64,
+    pub dead_letters: AtomicU64,
+}
+
+/// Publishes librdkafka's per-partition consumer lag as a gauge.
+struct LagContext;
+
+impl ClientContext for LagContext {
+    fn stats(&self, statistics: Statistics) {
+        for (topic, t) in statistics.topics {
+            for (partition, p) in t.partitions {
+                if partition >= 0 && p.consumer_lag >= 0 {
+                    metrics::gauge!("consumer_lag_messages", "topic" => topic.clone(),
+                        "partition" => partition.to_string())
+                    .set(p.consumer_lag as f64);
+                }
+            }
+        }
+    }
+}
+
+impl ConsumerContext for LagContext {}
+
 /// The consuming half, apart from the HTTP listener.
 struct Worker {
     readiness: Readiness,
-    consumer: StreamConsumer,
+    consumer: StreamConsumer<LagContext>,
     dlq: FutureProducer,
     sink: Sink,
     config: Config,
+    stats: Arc<Stats>,
 }
 
-/// What one batch holds: rows to insert, dead letters to publish first, and the next
-/// offset to commit per partition.
-#[derive(Default)]
-struct Batch {
-    rows: Vec<EventRow>,
-    dead: Vec<DeadLetter>,
-    bytes: usize,
-    next_offsets: HashMap<(String, i32), i64>,
-}
-
-struct DeadLetter {
+/// Where a message came from, kept until its batch is stored so that it can be set
+/// aside with its original bytes.
+struct Origin {
     payload: Vec<u8>,
     key: Option<Vec<u8>>,
-    reason: String,
     topic: String,
     partition: i32,
     offset: i64,
+}
+
+/// What one batch holds: rows (with their origins) to insert, dead letters to publish
+/// first, and the next offset to commit per partition.
+#[derive(Default)]
+struct Batch {
+    rows: Vec<EventRow>,
+    origins: Vec<Origin>,
+    dead: Vec<(Origin, String)>,
+    bytes: usize,
+    next_offsets: HashMap<(String, i32), i64>,
 }
 
 impl Batch {
@@ -68,16 +101,19 @@ impl Batch {
             (message.topic().to_owned(), message.partition()),
             message.offset() + 1,
         );
+        let origin = Origin {
+            payload: payload.to_vec(),
+            key: message.key().map(<[u8]>::to_vec),
+            topic: message.topic().to_owned(),
+            partition: message.partition(),
+            offset: message.offset(),
+        };
         match decode(payload) {
-            Ok(event) => self.rows.push(EventRow::from(event)),
-            Err(reason) => self.dead.push(DeadLetter {
-                payload: payload.to_vec(),
-                key: message.key().map(<[u8]>::to_vec),
-                reason,
-                topic: message.topic().to_owned(),
-                partition: message.partition(),
-                offset: message.offset(),
-            }),
+            Ok(event) => {
+                self.rows.push(EventRow::from(event));
+                self.origins.push(origin);
+            }
+            Err(reason) => self.dead.push((origin, reason)),
         }
     }
 }
@@ -113,13 +149,15 @@ impl Application {
         {
             tracing::warn!(error = %format!("{e:#}"), "Topics not ensured.");
         }
-        let consumer: StreamConsumer = common::kafka::client_config(&config.kafka_brokers)
-            .set("group.id", &config.group_id)
-            .set("enable.auto.commit", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("enable.partition.eof", "false")
-            .create()
-            .context("cannot create Kafka consumer")?;
+        let consumer: StreamConsumer<LagContext> =
+            common::kafka::client_config(&config.kafka_brokers)
+                .set("group.id", &config.group_id)
+                .set("enable.auto.commit", "false")
+                .set("auto.offset.reset", "earliest")
+                .set("enable.partition.eof", "false")
+                .set("statistics.interval.ms", "5000")
+                .create_with_context(LagContext)
+                .context("cannot create Kafka consumer")?;
         consumer
             .subscribe(&[&config.topic])
             .with_context(|| format!("cannot subscribe to {}", config.topic))?;
@@ -143,8 +181,14 @@ impl Application {
                 dlq,
                 sink,
                 config,
+                stats: Arc::default(),
             },
         })
+    }
+
+    /// This consumer's counts.
+    pub fn stats(&self) -> Arc<Stats> {
+        self.worker.stats.clone()
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -237,13 +281,37 @@ impl Worker {
 
     /// Dead letters, then rows, then the commit. Returns `false` if shutdown came first.
     async fn flush(&self, batch: Batch, stop: &mut watch::Receiver<bool>) -> bool {
-        for letter in &batch.dead {
-            if !self.publish_dead_letter(letter, stop).await {
+        for (origin, reason) in &batch.dead {
+            if !self.publish_dead_letter(origin, reason, stop).await {
                 return false;
             }
         }
-        if !self.sink.insert(&batch.rows, stop).await {
-            return false;
+        // Refused rows are found by halving: a refused single row is set aside.
+        let mut pending = Vec::new();
+        pending.push(0..batch.rows.len());
+        while let Some(range) = pending.pop() {
+            match self.sink.insert(&batch.rows[range.clone()], stop).await {
+                Outcome::Inserted => {
+                    self.stats
+                        .rows_inserted
+                        .fetch_add(range.len() as u64, Ordering::Relaxed);
+                }
+                Outcome::Stopped => return false,
+                Outcome::Rejected(reason) if range.len() == 1 => {
+                    let reason = format!("refused by ClickHouse: {reason}");
+                    if !self
+                        .publish_dead_letter(&batch.origins[range.start], &reason, stop)
+                        .await
+                    {
+                        return false;
+                    }
+                }
+                Outcome::Rejected(_) => {
+                    let middle = range.start + range.len() / 2;
+                    pending.push(middle..range.end);
+                    pending.push(range.start..middle);
+                }
+            }
         }
         let mut offsets = TopicPartitionList::new();
         for ((topic, partition), next) in &batch.next_offsets {
@@ -267,7 +335,8 @@ impl Worker {
 
     async fn publish_dead_letter(
         &self,
-        letter: &DeadLetter,
+        letter: &Origin,
+        reason: &str,
         stop: &mut watch::Receiver<bool>,
     ) -> bool {
         let partition = letter.partition.to_string();
@@ -275,7 +344,7 @@ impl Worker {
         let headers = OwnedHeaders::new()
             .insert(Header {
                 key: "dlq.reason",
-                value: Some(letter.reason.as_str()),
+                value: Some(reason),
             })
             .insert(Header {
                 key: "dlq.source.topic",
@@ -300,7 +369,8 @@ impl Worker {
             match self.dlq.send(record, Duration::from_secs(5)).await {
                 Ok(_) => {
                     metrics::counter!("consumer_dead_letters_total").increment(1);
-                    tracing::warn!(reason = %letter.reason, topic = %letter.topic,
+                    self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%reason, topic = %letter.topic,
                         partition = letter.partition, offset = letter.offset,
                         "Message set aside in the dead-letter topic.");
                     return true;

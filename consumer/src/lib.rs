@@ -7,6 +7,6 @@ mod config;
 pub mod schema;
 mod sink;
 
-pub use app::Application;
+pub use app::{Application, Stats};
 pub use config::Config;
 pub use sink::EventRow;

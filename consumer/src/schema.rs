@@ -44,10 +44,11 @@ struct Migration {
 }
 
 /// Append only: a released migration never changes, a new one gets the next version.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "events table",
-    statements: &[r"
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "events table",
+        statements: &[r"
 CREATE TABLE IF NOT EXISTS {db}.events (
     event_id      UUID,
     received_at   DateTime('UTC'),
@@ -74,7 +75,28 @@ CREATE TABLE IF NOT EXISTS {db}.events (
 ENGINE = ReplacingMergeTree()
 PARTITION BY toYYYYMM(received_at)
 ORDER BY (public_key, experiment_id, toDate(received_at), event_id)"],
-}];
+    },
+    Migration {
+        version: 2,
+        description: "experiment_daily view",
+        // A plain view over FINAL: exact (each event once, test traffic left out) and
+        // cheap thanks to the sorting key; a materialized view would count redeliveries.
+        statements: &[r"
+CREATE VIEW IF NOT EXISTS {db}.experiment_daily AS
+SELECT
+    public_key,
+    experiment_id,
+    variant_id,
+    toDate(received_at) AS day,
+    countIf(event_name = 'impression') AS impressions,
+    countIf(conversion = 1 OR event_name = 'conversion') AS conversions,
+    uniqExact(session_id) AS sessions,
+    count() AS events
+FROM {db}.events FINAL
+WHERE test = 0
+GROUP BY public_key, experiment_id, variant_id, day"],
+    },
+];
 
 /// Creates the database and applies the migrations not yet recorded. Running it again,
 /// or from several consumers at once, changes nothing.

@@ -1,5 +1,7 @@
-//! Rows of `events` and their insertion: one RowBinary INSERT per batch, retried with
-//! capped exponential backoff until ClickHouse acknowledges it or shutdown is asked for.
+//! Rows of `events` and their insertion: one RowBinary INSERT per batch. Failures that may
+//! pass (network, timeouts, server overload, schema being fixed) are retried with capped
+//! exponential backoff until ClickHouse acknowledges or shutdown is asked for; a refusal
+//! of the data itself is returned to the caller, which sets the rows aside.
 
 use std::time::{Duration, Instant};
 
@@ -66,6 +68,42 @@ impl From<EventMessage> for EventRow {
     }
 }
 
+/// How an insert ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Inserted,
+    /// ClickHouse refused the data itself; retrying the same rows cannot succeed.
+    Rejected(String),
+    /// Shutdown came before ClickHouse acknowledged: nothing may be committed.
+    Stopped,
+}
+
+/// ClickHouse error codes that blame the inserted data, not the server or the schema:
+/// CANNOT_PARSE_TEXT, CANNOT_PARSE_QUOTED_STRING, CANNOT_PARSE_INPUT_ASSERTION_FAILED,
+/// CANNOT_PARSE_DATE, CANNOT_PARSE_DATETIME, TYPE_MISMATCH, ARGUMENT_OUT_OF_BOUND,
+/// CANNOT_CONVERT_TYPE, CANNOT_PARSE_NUMBER, INCORRECT_DATA, TOO_LARGE_STRING_SIZE.
+const DATA_ERROR_CODES: &[u32] = &[6, 26, 27, 38, 41, 53, 69, 70, 72, 117, 131];
+
+/// Whether an insert error blames the rows (permanent) rather than the moment.
+pub(crate) fn is_permanent(error: &clickhouse::error::Error) -> bool {
+    use clickhouse::error::Error;
+    match error {
+        Error::BadResponse(text) => {
+            exception_code(text).is_some_and(|c| DATA_ERROR_CODES.contains(&c))
+        }
+        // Our rows could not even be encoded.
+        Error::Custom(_) | Error::SequenceMustHaveLength | Error::InvalidUtf8Encoding(_) => true,
+        _ => false,
+    }
+}
+
+/// The number after `Code: ` in a ClickHouse exception text.
+fn exception_code(text: &str) -> Option<u32> {
+    let rest = &text[text.find("Code: ")? + "Code: ".len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
 pub(crate) struct Sink {
     pub client: Client,
     pub insert_timeout: Duration,
@@ -87,12 +125,10 @@ impl Sink {
         insert.end().await
     }
 
-    /// Inserts `rows`, retrying until it succeeds. Returns `false` when shutdown was asked
-    /// for before it succeeded: the rows are then not stored and their offsets must not
-    /// be committed.
-    pub async fn insert(&self, rows: &[EventRow], shutdown: &mut watch::Receiver<bool>) -> bool {
+    /// Inserts `rows`, retrying what may pass until it does.
+    pub async fn insert(&self, rows: &[EventRow], shutdown: &mut watch::Receiver<bool>) -> Outcome {
         if rows.is_empty() {
-            return true;
+            return Outcome::Inserted;
         }
         let mut backoff = FIRST_BACKOFF;
         loop {
@@ -103,7 +139,11 @@ impl Sink {
                         .record(started.elapsed().as_secs_f64());
                     metrics::histogram!("consumer_batch_rows").record(rows.len() as f64);
                     metrics::counter!("consumer_rows_inserted_total").increment(rows.len() as u64);
-                    return true;
+                    return Outcome::Inserted;
+                }
+                Err(e) if is_permanent(&e) => {
+                    tracing::warn!(error = %e, rows = rows.len(), "ClickHouse refused the rows.");
+                    return Outcome::Rejected(e.to_string());
                 }
                 Err(e) => {
                     metrics::counter!("consumer_insert_retries_total").increment(1);
@@ -113,9 +153,35 @@ impl Sink {
             }
             tokio::select! {
                 () = tokio::time::sleep(backoff) => {}
-                () = crate::app::stopped(shutdown) => return false,
+                () = crate::app::stopped(shutdown) => return Outcome::Stopped,
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clickhouse::error::Error;
+
+    #[test]
+    fn data_errors_are_permanent_and_the_rest_retryable() {
+        let bad = |text: &str| Error::BadResponse(text.to_owned());
+        assert!(is_permanent(&bad(
+            "Code: 27, e.displayText() = DB::Exception: Cannot parse input"
+        )));
+        assert!(is_permanent(&bad("Code: 53. DB::Exception: Type mismatch")));
+        assert!(!is_permanent(&bad(
+            "Code: 60, e.displayText() = DB::Exception: Table doesn't exist"
+        )));
+        assert!(!is_permanent(&bad(
+            "Code: 241. DB::Exception: Memory limit exceeded"
+        )));
+        assert!(!is_permanent(&bad("502 Bad Gateway")));
+        assert!(!is_permanent(&Error::TimedOut));
+        assert!(is_permanent(&Error::Custom("cannot serialize".into())));
+        assert_eq!(exception_code("Code: 123456"), Some(123_456));
+        assert_eq!(exception_code("no code"), None);
     }
 }

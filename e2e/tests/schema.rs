@@ -18,7 +18,7 @@ async fn migrations_create_the_schema_once_and_rerun_as_a_no_op() {
         .fetch_all()
         .await
         .expect("migrations recorded");
-    assert_eq!(versions, [1], "each migration recorded once");
+    assert_eq!(versions, [1, 2], "each migration recorded once");
 
     let columns: Vec<String> = client
         .query(
@@ -97,5 +97,60 @@ async fn a_redelivered_event_counts_once_with_final() {
         .await
         .expect("count");
     assert_eq!((raw, fin), (2, 1));
+    e2e::drop_database(&database).await;
+}
+
+#[tokio::test]
+async fn experiment_daily_counts_each_event_once_without_test_traffic() {
+    let database = unique("test_");
+    let client = e2e::clickhouse(&database);
+    consumer::schema::migrate(&client, &database)
+        .await
+        .expect("migrates");
+    let envelope = common::event::Envelope {
+        received_at: 1_763_700_000_000,
+        public_key: "pk_x".into(),
+        user_agent: String::new(),
+    };
+    let row = |event: serde_json::Value| {
+        consumer::EventRow::from(
+            common::event::EventMessage::from_client(&event, &envelope).expect("valid"),
+        )
+    };
+    let base = |name: &str, session: &str| {
+        serde_json::json!({ "eventName": name, "experimentId": "exp_1", "sessionId": session,
+                            "variantId": "var_a" })
+    };
+    let impression = row(base("impression", "s1"));
+    let mut with_conversion = base("click", "s2");
+    with_conversion["conversion"] = serde_json::json!(true);
+    let mut test_event = base("impression", "s3");
+    test_event["test"] = serde_json::json!(true);
+    let rows = [
+        impression.clone(),
+        impression, // delivered twice
+        row(base("impression", "s2")),
+        row(with_conversion),
+        row(base("conversion", "s1")),
+        row(test_event),
+    ];
+    let mut insert = client
+        .insert::<consumer::EventRow>("events")
+        .await
+        .expect("insert");
+    for r in &rows {
+        insert.write(r).await.expect("row");
+    }
+    insert.end().await.expect("insert ends");
+
+    let got: Vec<(String, String, u64, u64, u64, u64)> = client
+        .query(
+            "SELECT experiment_id, variant_id, impressions, conversions, sessions, events \
+             FROM experiment_daily",
+        )
+        .fetch_all()
+        .await
+        .expect("view answers");
+    assert_eq!(got, [("exp_1".to_owned(), "var_a".to_owned(), 2, 2, 2, 4)]);
     e2e::drop_database(&database).await;
 }
