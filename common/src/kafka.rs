@@ -14,12 +14,16 @@ pub const EVENTS_TOPIC: &str = "analytics-events";
 pub const DEAD_LETTER_TOPIC: &str = "analytics-events-dlq";
 
 /// A client configuration for `brokers` with the settings every client here shares.
+/// `KAFKA_DEBUG` (librdkafka debug contexts, e.g. `cgrp,consumer`) turns on its debug log.
 pub fn client_config(brokers: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", brokers)
         .set("client.id", env!("CARGO_PKG_NAME"))
         .set("log_level", "4");
+    if let Ok(contexts) = std::env::var("KAFKA_DEBUG") {
+        config.set("debug", contexts).set("log_level", "7");
+    }
     config
 }
 

@@ -156,6 +156,10 @@ impl Application {
                 .set("auto.offset.reset", "earliest")
                 .set("enable.partition.eof", "false")
                 .set("statistics.interval.ms", "5000")
+                .set(
+                    "session.timeout.ms",
+                    config.kafka_session_timeout_ms.to_string(),
+                )
                 .create_with_context(LagContext)
                 .context("cannot create Kafka consumer")?;
         consumer

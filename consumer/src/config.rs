@@ -30,6 +30,17 @@ pub struct Config {
     #[arg(long, env = "KAFKA_GROUP_ID", default_value = "analytics-consumer")]
     pub group_id: String,
 
+    /// How long the group waits for a silent consumer before giving its partitions to
+    /// the others, in milliseconds (librdkafka session.timeout.ms).
+    #[arg(long, env = "KAFKA_SESSION_TIMEOUT_MS", default_value_t = 45_000)]
+    pub kafka_session_timeout_ms: u64,
+
+    /// Longest pause between two reads before the group counts this consumer as stuck,
+    /// and how long a rebalance waits for the members to rejoin, in milliseconds
+    /// (librdkafka max.poll.interval.ms).
+    #[arg(long, env = "KAFKA_MAX_POLL_INTERVAL_MS", default_value_t = 300_000)]
+    pub kafka_max_poll_interval_ms: u64,
+
     /// ClickHouse HTTP interface.
     #[arg(long, env = "CLICKHOUSE_URL", default_value = "http://127.0.0.1:8123")]
     pub clickhouse_url: String,

@@ -4,9 +4,11 @@
 
 mod app;
 mod config;
+mod replay;
 pub mod schema;
 mod sink;
 
 pub use app::{Application, Stats};
 pub use config::Config;
+pub use replay::{ReplayConfig, replay};
 pub use sink::EventRow;

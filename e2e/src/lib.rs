@@ -192,10 +192,39 @@ pub async fn start_consumer(config: consumer::Config) -> Running {
 }
 
 pub fn clickhouse(database: &str) -> clickhouse::Client {
+    clickhouse_at(&clickhouse_url(), database)
+}
+
+pub fn clickhouse_at(url: &str, database: &str) -> clickhouse::Client {
     clickhouse::Client::default()
-        .with_url(clickhouse_url())
+        .with_url(url)
         .with_database(database)
         .with_validation(false)
+}
+
+/// `(rows, rows counted once with FINAL)` of `events`, once `FINAL` counts `want`.
+pub async fn wait_for_events(
+    client: &clickhouse::Client,
+    want: u64,
+    timeout: Duration,
+) -> (u64, u64) {
+    eventually(timeout, &format!("{want} events in ClickHouse"), || async {
+        let once: u64 = client
+            .query("SELECT count() FROM events FINAL")
+            .fetch_one()
+            .await
+            .ok()?;
+        if once < want {
+            return None;
+        }
+        let raw: u64 = client
+            .query("SELECT count() FROM events")
+            .fetch_one()
+            .await
+            .ok()?;
+        Some((raw, once))
+    })
+    .await
 }
 
 /// Calls `probe` every 200 ms until it returns `Some`, for at most `timeout`.
@@ -274,10 +303,7 @@ pub struct PrivateBroker {
 
 impl PrivateBroker {
     pub async fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = free_port();
         let bin = std::env::var("TEST_TANSU_BIN").unwrap_or_else(|_| "tansu".into());
         let url = format!("tcp://127.0.0.1:{port}");
         let child = std::process::Command::new(&bin)
@@ -303,22 +329,13 @@ impl PrivateBroker {
         Self { child, brokers }
     }
 
-    fn signal(&self, signal: &str) {
-        let status = std::process::Command::new("kill")
-            .arg(signal)
-            .arg(self.child.id().to_string())
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill {signal} failed");
-    }
-
     /// SIGSTOP: the broker holds its connections but answers nothing.
     pub fn pause(&self) {
-        self.signal("-STOP");
+        send_signal(self.child.id(), "-STOP");
     }
 
     pub fn resume(&self) {
-        self.signal("-CONT");
+        send_signal(self.child.id(), "-CONT");
     }
 }
 
@@ -328,4 +345,210 @@ impl Drop for PrivateBroker {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Publishes one message and waits for the broker's acknowledgement.
+pub async fn produce(brokers: &str, topic: &str, key: Option<&[u8]>, payload: &[u8]) {
+    produce_all(brokers, topic, &[(key, payload)]).await;
+}
+
+/// Publishes `(key, payload)` messages in order and waits for every acknowledgement.
+/// One message per record batch: Tansu 0.6 serves nothing to a fetch that starts inside
+/// a batch, so a consumer resuming from an offset committed mid-batch would stall there.
+pub async fn produce_all(brokers: &str, topic: &str, messages: &[(Option<&[u8]>, &[u8])]) {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let producer: FutureProducer = common::kafka::client_config(brokers)
+        .set("acks", "all")
+        .set("batch.num.messages", "1")
+        .set("message.timeout.ms", "30000")
+        .create()
+        .expect("test producer");
+    let mut deliveries = Vec::with_capacity(messages.len());
+    for (key, payload) in messages {
+        let mut record = FutureRecord::to(topic).payload(*payload);
+        if let Some(key) = key {
+            record = record.key(*key);
+        }
+        deliveries.push(
+            producer
+                .send_result(record)
+                .map_err(|(e, _)| e)
+                .expect("enqueued"),
+        );
+    }
+    for delivery in deliveries {
+        delivery
+            .await
+            .expect("producer alive")
+            .map_err(|(e, _)| e)
+            .expect("message acknowledged");
+    }
+}
+
+/// A v1 event message, as the ingest writes it.
+pub fn event_message(public_key: &str, session: &str, name: &str) -> common::event::EventMessage {
+    let envelope = common::event::Envelope {
+        received_at: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis() as i64,
+        public_key: public_key.into(),
+        user_agent: "test".into(),
+    };
+    common::event::EventMessage::from_client(
+        &serde_json::json!({ "eventName": name, "experimentId": "exp_1", "sessionId": session }),
+        &envelope,
+    )
+    .expect("valid event")
+}
+
+/// Path of a binary of the workspace, built by `cargo test --workspace` beside the tests.
+pub fn workspace_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} not built: run cargo test --workspace",
+        path.display()
+    );
+    path
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn send_signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(signal)
+        .arg(pid.to_string())
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill {signal} {pid} failed");
+}
+
+/// A ClickHouse server of one test's own (run as the `clickhouse` user, from the
+/// project's config template), for tests that pause or stop it.
+pub struct PrivateClickHouse {
+    dir: tempfile::TempDir,
+    http_port: u16,
+    child: Option<std::process::Child>,
+}
+
+impl PrivateClickHouse {
+    pub async fn start() -> Self {
+        let dir = tempfile::tempdir().expect("temporary folder");
+        let http_port = free_port();
+        let tcp_port = free_port();
+        let template = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/clickhouse");
+        let config = std::fs::read_to_string(template.join("config.xml"))
+            .expect("config template")
+            .replace("@DIR@", &dir.path().display().to_string())
+            .replace("@HTTP_PORT@", &http_port.to_string())
+            .replace("@TCP_PORT@", &tcp_port.to_string());
+        std::fs::write(dir.path().join("config.xml"), config).expect("config written");
+        std::fs::copy(template.join("users.xml"), dir.path().join("users.xml")).expect("users");
+        for sub in ["data", "tmp", "user_files", "format_schemas", "log"] {
+            std::fs::create_dir_all(dir.path().join(sub)).expect("folder");
+        }
+        let status = std::process::Command::new("chown")
+            .args(["-R", "clickhouse:clickhouse"])
+            .arg(dir.path())
+            .status()
+            .expect("chown runs");
+        assert!(status.success(), "chown failed");
+        let mut server = Self {
+            dir,
+            http_port,
+            child: None,
+        };
+        server.start_again().await;
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http_port)
+    }
+
+    /// Starts the server (again) on the same data.
+    pub async fn start_again(&mut self) {
+        let child = std::process::Command::new("setpriv")
+            .args([
+                "--reuid",
+                "clickhouse",
+                "--regid",
+                "clickhouse",
+                "--init-groups",
+                "--",
+            ])
+            .arg(clickhouse_server_path())
+            .arg(format!(
+                "--config-file={}",
+                self.dir.path().join("config.xml").display()
+            ))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("clickhouse-server starts");
+        self.child = Some(child);
+        let ping = format!("{}/ping", self.url());
+        eventually(Duration::from_secs(60), "the private ClickHouse", || {
+            let ping = ping.clone();
+            async move {
+                reqwest::get(&ping)
+                    .await
+                    .ok()?
+                    .status()
+                    .is_success()
+                    .then_some(())
+            }
+        })
+        .await;
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// SIGSTOP: connections stay open, nothing answers.
+    pub fn pause(&self) {
+        send_signal(self.pid(), "-STOP");
+    }
+
+    pub fn resume(&self) {
+        send_signal(self.pid(), "-CONT");
+    }
+
+    /// SIGTERM and wait: the port closes.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            send_signal(child.id(), "-CONT");
+            send_signal(child.id(), "-TERM");
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for PrivateClickHouse {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn clickhouse_server_path() -> PathBuf {
+    ["/usr/sbin/clickhouse-server", "/usr/bin/clickhouse-server"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("clickhouse-server"))
 }

@@ -1,0 +1,293 @@
+//! The consumer against the real broker and ClickHouse: duplicates, poison messages and
+//! their replay, a shared group, ClickHouse outages, and a SIGKILL mid-stream.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use e2e::{ConsumerNames, PrivateClickHouse};
+use rdkafka::Message;
+use rdkafka::message::Headers;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+async fn produce_events(topic: &str, events: &[common::event::EventMessage]) {
+    let payloads: Vec<Vec<u8>> = events
+        .iter()
+        .map(|e| serde_json::to_vec(e).expect("serialized"))
+        .collect();
+    let messages: Vec<(Option<&[u8]>, &[u8])> = events
+        .iter()
+        .zip(&payloads)
+        .map(|(e, p)| (Some(e.session_id.as_bytes()), p.as_slice()))
+        .collect();
+    e2e::produce_all(&e2e::kafka_brokers(), topic, &messages).await;
+}
+
+fn events(n: usize, tag: &str) -> Vec<common::event::EventMessage> {
+    (0..n)
+        .map(|i| e2e::event_message("pk_c", &format!("{tag}-{}", i % 17), "impression"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_message_delivered_twice_counts_once() {
+    let names = ConsumerNames::unique();
+    let consumer = e2e::start_consumer(e2e::consumer_config(&names, &[])).await;
+    let event = e2e::event_message("pk_c", "twice", "click");
+    produce_events(&names.topic, &[event.clone(), event]).await;
+    let ch = e2e::clickhouse(&names.database);
+    let (raw, once) = e2e::eventually(WAIT, "both deliveries stored", || async {
+        let raw: u64 = ch
+            .query("SELECT count() FROM events")
+            .fetch_one()
+            .await
+            .ok()?;
+        let once: u64 = ch
+            .query("SELECT count() FROM events FINAL")
+            .fetch_one()
+            .await
+            .ok()?;
+        (raw == 2).then_some((raw, once))
+    })
+    .await;
+    assert_eq!((raw, once), (2, 1));
+    consumer.stop().await.expect("clean stop");
+    e2e::drop_database(&names.database).await;
+}
+
+#[tokio::test]
+async fn poison_messages_are_set_aside_with_their_reason_and_can_be_replayed() {
+    let names = ConsumerNames::unique();
+    let app = consumer::Application::build(e2e::consumer_config(&names, &[]))
+        .await
+        .expect("builds");
+    let stats = app.stats();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(app.run_until(async move {
+        let _ = stopped.await;
+    }));
+
+    let mut future =
+        serde_json::to_value(e2e::event_message("pk_c", "v2", "impression")).expect("value");
+    future["v"] = serde_json::json!(2);
+    let future = future.to_string();
+    let brokers = e2e::kafka_brokers();
+    e2e::produce(&brokers, &names.topic, Some(b"k1"), b"not json at all").await;
+    e2e::produce(&brokers, &names.topic, None, future.as_bytes()).await;
+    let good = events(3, "good");
+    produce_events(&names.topic, &good).await;
+
+    let ch = e2e::clickhouse(&names.database);
+    e2e::wait_for_events(&ch, 3, WAIT).await;
+    let letters = e2e::read_topic(&names.dlq_topic, 2, Duration::from_secs(30)).await;
+    assert_eq!(letters.len(), 2);
+    let header = |m: &rdkafka::message::OwnedMessage, key: &str| -> String {
+        let headers = m.headers().expect("headers");
+        let h = headers
+            .iter()
+            .find(|h| h.key == key)
+            .expect("header present");
+        String::from_utf8(h.value.expect("value").to_vec()).expect("text")
+    };
+    let mut payloads: Vec<Vec<u8>> = Vec::new();
+    for letter in &letters {
+        assert_eq!(header(letter, "dlq.source.topic"), names.topic);
+        header(letter, "dlq.source.partition")
+            .parse::<i32>()
+            .expect("partition");
+        header(letter, "dlq.source.offset")
+            .parse::<i64>()
+            .expect("offset");
+        let reason = header(letter, "dlq.reason");
+        let payload = letter.payload().expect("payload").to_vec();
+        if payload == b"not json at all" {
+            assert!(reason.starts_with("not an event message"), "{reason}");
+            assert_eq!(letter.key(), Some(&b"k1"[..]), "original key kept");
+        } else {
+            assert_eq!(payload, future.as_bytes(), "original bytes kept");
+            assert_eq!(reason, "unsupported message version 2");
+        }
+        payloads.push(payload);
+    }
+    assert_eq!(
+        stats
+            .dead_letters
+            .load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+
+    // The replay command publishes them again, once.
+    let target = e2e::unique("replayed-");
+    common::kafka::ensure_topics(&brokers, &[&target], 1)
+        .await
+        .expect("topic");
+    let config = consumer::ReplayConfig {
+        kafka_brokers: brokers.clone(),
+        dlq_topic: names.dlq_topic.clone(),
+        topic: target.clone(),
+        group_id: e2e::unique("replay-"),
+    };
+    assert_eq!(consumer::replay(&config).await.expect("replays"), 2);
+    assert_eq!(
+        consumer::replay(&config).await.expect("replays"),
+        0,
+        "nothing twice"
+    );
+    let replayed = e2e::read_topic(&target, 3, Duration::from_secs(5)).await;
+    let mut again: Vec<Vec<u8>> = replayed
+        .iter()
+        .map(|m| m.payload().expect("payload").to_vec())
+        .collect();
+    again.sort();
+    payloads.sort();
+    assert_eq!(again, payloads);
+
+    let _ = stop.send(());
+    task.await.expect("task").expect("clean stop");
+    e2e::drop_database(&names.database).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_consumers_of_one_group_share_the_partitions() {
+    let names = ConsumerNames::unique();
+    let extra = ["--topic-partitions=4", "--kafka-session-timeout-ms=6000"];
+    let first = consumer::Application::build(e2e::consumer_config(&names, &extra))
+        .await
+        .expect("builds");
+    let second = consumer::Application::build(e2e::consumer_config(&names, &extra))
+        .await
+        .expect("builds");
+    let (a, b) = (first.stats(), second.stats());
+    let (stop_a, stopped_a) = tokio::sync::oneshot::channel::<()>();
+    let (stop_b, stopped_b) = tokio::sync::oneshot::channel::<()>();
+    let task_a = tokio::spawn(first.run_until(async move {
+        let _ = stopped_a.await;
+    }));
+    let task_b = tokio::spawn(second.run_until(async move {
+        let _ = stopped_b.await;
+    }));
+
+    // Small bursts until both consumers have stored rows (a rebalance gives the second
+    // one its partitions), then everything is checked.
+    let ch = e2e::clickhouse(&names.database);
+    let load = std::sync::atomic::Ordering::Relaxed;
+    let mut produced = 0u64;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while a.rows_inserted.load(load) == 0 || b.rows_inserted.load(load) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "both consumers never stored rows"
+        );
+        produce_events(&names.topic, &events(20, &format!("shared-{produced}"))).await;
+        produced += 20;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (raw, once) = e2e::wait_for_events(&ch, produced, WAIT).await;
+    assert_eq!(once, produced);
+    assert!(raw >= produced);
+
+    let _ = stop_a.send(());
+    let _ = stop_b.send(());
+    task_a.await.expect("task").expect("clean stop");
+    task_b.await.expect("task").expect("clean stop");
+    e2e::drop_database(&names.database).await;
+}
+
+#[tokio::test]
+async fn clickhouse_paused_then_stopped_every_event_lands_once() {
+    let mut server = PrivateClickHouse::start().await;
+    let names = ConsumerNames::unique();
+    let url = format!("--clickhouse-url={}", server.url());
+    let consumer = e2e::start_consumer(e2e::consumer_config(
+        &names,
+        &[&url, "--insert-timeout-ms=1000"],
+    ))
+    .await;
+    let ch = e2e::clickhouse_at(&server.url(), &names.database);
+    let mut all = events(50, "before");
+    produce_events(&names.topic, &all).await;
+    e2e::wait_for_events(&ch, 50, WAIT).await;
+
+    server.pause();
+    let paused = events(50, "paused");
+    produce_events(&names.topic, &paused).await;
+    all.extend(paused);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    server.resume();
+    e2e::wait_for_events(&ch, 100, WAIT).await;
+
+    server.stop();
+    let stopped = events(50, "stopped");
+    produce_events(&names.topic, &stopped).await;
+    all.extend(stopped);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    server.start_again().await;
+    let (_, once) = e2e::wait_for_events(&ch, 150, WAIT).await;
+    assert_eq!(once, 150, "every event once");
+    let ids: Vec<String> = ch
+        .query("SELECT toString(event_id) FROM events FINAL")
+        .fetch_all()
+        .await
+        .expect("ids");
+    let want: HashSet<String> = all.iter().map(|e| e.event_id.to_string()).collect();
+    assert_eq!(ids.into_iter().collect::<HashSet<_>>(), want);
+    consumer.stop().await.expect("clean stop");
+}
+
+#[tokio::test]
+async fn a_consumer_killed_mid_stream_loses_nothing_after_restart() {
+    let names = ConsumerNames::unique();
+    let binary = e2e::workspace_binary("consumer");
+    let spawn = || {
+        std::process::Command::new(&binary)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(["--kafka-brokers", &e2e::kafka_brokers()])
+            .args(["--topic", &names.topic, "--dlq-topic", &names.dlq_topic])
+            .args(["--group-id", &names.group])
+            .args(["--clickhouse-url", &e2e::clickhouse_url()])
+            .args(["--clickhouse-database", &names.database])
+            .args(["--batch-max-rows", "50", "--batch-max-wait-ms", "100"])
+            .args(["--kafka-session-timeout-ms", "6000"])
+            .args(["--kafka-max-poll-interval-ms", "10000"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("consumer starts")
+    };
+    // The backlog is written first, so that the kill falls in the middle of it.
+    common::kafka::ensure_topics(&e2e::kafka_brokers(), &[&names.topic, &names.dlq_topic], 3)
+        .await
+        .expect("topics");
+    let all = events(2000, "kill");
+    produce_events(&names.topic, &all).await;
+
+    let mut child = spawn();
+    let ch = e2e::clickhouse(&names.database);
+    let stored_at_kill = e2e::eventually(WAIT, "some rows stored", || async {
+        let raw: u64 = ch
+            .query("SELECT count() FROM events")
+            .fetch_one()
+            .await
+            .ok()?;
+        (raw > 0).then_some(raw)
+    })
+    .await;
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+
+    let mut child = spawn();
+    let (_, once) = e2e::wait_for_events(&ch, 2000, WAIT).await;
+    child.kill().expect("stopped");
+    child.wait().expect("reaped");
+    assert_eq!(
+        once, 2000,
+        "every event once ({stored_at_kill} rows were stored at the kill)"
+    );
+    let distinct: u64 = ch
+        .query("SELECT uniqExact(event_id) FROM events")
+        .fetch_one()
+        .await
+        .expect("count");
+    assert_eq!(distinct, 2000);
+    e2e::drop_database(&names.database).await;
+}
