@@ -53,6 +53,19 @@ fn document(version: u32) -> Value {
     })
 }
 
+/// The ids of the experiments a 200 answer lists.
+async fn experiment_ids(request: reqwest::RequestBuilder) -> Vec<String> {
+    let response = request.send().await.expect("answer");
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: Value = response.json().await.expect("JSON");
+    body["experiments"]
+        .as_array()
+        .expect("experiments array")
+        .iter()
+        .map(|e| e["id"].as_str().expect("id").to_owned())
+        .collect()
+}
+
 struct Fixture {
     file: SnapshotFile,
     api: Running,
@@ -75,15 +88,7 @@ impl Fixture {
     }
 
     async fn ids(&self, request: reqwest::RequestBuilder) -> Vec<String> {
-        let response = request.send().await.expect("answer");
-        assert_eq!(response.status(), StatusCode::OK);
-        let body: Value = response.json().await.expect("JSON");
-        body["experiments"]
-            .as_array()
-            .expect("experiments array")
-            .iter()
-            .map(|e| e["id"].as_str().expect("id").to_owned())
-            .collect()
+        experiment_ids(request).await
     }
 }
 
@@ -176,6 +181,14 @@ async fn key_problems_get_401_and_other_methods_405() {
             .expect("text")
             .contains("GET")
     );
+    let response = f
+        .http
+        .request(reqwest::Method::OPTIONS, f.api.url(URL))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(response.status(), StatusCode::NO_CONTENT, "plain OPTIONS");
+    assert_eq!(response.headers()["allow"], "GET, HEAD, OPTIONS");
     let response = f
         .http
         .head(f.api.url(URL))
@@ -430,24 +443,8 @@ async fn url_source_polls_with_etag_and_serves_its_disk_copy_when_upstream_is_do
     let dir = tempfile::tempdir().expect("temporary folder");
     let cache = dir.path().join("copy.json");
     let http = reqwest::Client::new();
-    let ids = |api: &Running| {
-        let request = http.get(api.url(URL)).header("X-public-key", "pk_cfg");
-        async move {
-            let body: Value = request
-                .send()
-                .await
-                .expect("answer")
-                .json()
-                .await
-                .expect("JSON");
-            body["experiments"]
-                .as_array()
-                .expect("array")
-                .iter()
-                .map(|e| e["id"].as_str().expect("id").to_owned())
-                .collect::<Vec<_>>()
-        }
-    };
+    let ids =
+        |api: &Running| experiment_ids(http.get(api.url(URL)).header("X-public-key", "pk_cfg"));
 
     let api = start_config_api_from(&url, &cache).await;
     assert_eq!(ids(&api).await, ["exp_live", "exp_started"]);

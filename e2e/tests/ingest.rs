@@ -440,23 +440,14 @@ async fn cors_preflight_and_key_origin_restriction() {
             .json(&body)
             .send()
     };
-    let response = send("pk_ingest", "https://any.example")
-        .await
-        .expect("answer");
-    assert_eq!(response.status(), StatusCode::ACCEPTED);
-    assert_eq!(
-        response.headers()["access-control-allow-origin"],
-        "https://any.example"
-    );
-
-    let response = send("pk_strict", "https://shop.example")
-        .await
-        .expect("answer");
-    assert_eq!(response.status(), StatusCode::ACCEPTED);
-    assert_eq!(
-        response.headers()["access-control-allow-origin"],
-        "https://shop.example"
-    );
+    for (key, origin) in [
+        ("pk_ingest", "https://any.example"),
+        ("pk_strict", "https://shop.example"),
+    ] {
+        let response = send(key, origin).await.expect("answer");
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        assert_eq!(response.headers()["access-control-allow-origin"], origin);
+    }
 
     let response = send("pk_strict", "https://evil.example")
         .await

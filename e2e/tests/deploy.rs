@@ -1,0 +1,238 @@
+//! The deployment files read as a reviewer would: they parse, every long-running service
+//! has a health check, images are pinned, no environment variable is one the binaries do
+//! not read, the nginx fronts pass `nginx -t`, Deployments have probes and resources, and
+//! the Ingress routes both API paths.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use clap::CommandFactory;
+use serde::Deserialize;
+use serde_yaml::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Every YAML document of a file, merge keys (`<<`) applied.
+fn documents(path: &str) -> Vec<Value> {
+    let text = read(path);
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| {
+            let mut value = Value::deserialize(doc).unwrap_or_else(|e| panic!("{path}: {e}"));
+            value
+                .apply_merge()
+                .unwrap_or_else(|e| panic!("{path}: {e}"));
+            value
+        })
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// The environment variables a binary reads: its declared settings, plus logging.
+fn settings_of(binary: &str) -> BTreeSet<String> {
+    let command = match binary {
+        "ingest" => ingest::Config::command(),
+        "consumer" => consumer::Config::command(),
+        "config-api" => config_api::Config::command(),
+        "dlq-replay" => consumer::ReplayConfig::command(),
+        other => panic!("unknown binary {other}"),
+    };
+    command
+        .get_arguments()
+        .filter_map(|a| a.get_env())
+        .map(|e| e.to_string_lossy().into_owned())
+        .chain(["RUST_LOG", "LOG_FORMAT", "KAFKA_DEBUG"].map(String::from))
+        .collect()
+}
+
+fn str_of<'a>(v: &'a Value, what: &str) -> &'a str {
+    v.as_str()
+        .unwrap_or_else(|| panic!("{what} is not a string: {v:?}"))
+}
+
+#[test]
+fn compose_services_are_healthchecked_pinned_and_configured_with_real_settings() {
+    let docs = documents("docker-compose.yml");
+    let services = docs[0]["services"].as_mapping().expect("services");
+    let mut ours = 0;
+    for (name, service) in services {
+        let name = str_of(name, "service name");
+        assert!(
+            service["healthcheck"]["test"].is_sequence(),
+            "service {name} has no healthcheck"
+        );
+        let image = str_of(&service["image"], "image");
+        if service.get("build").is_some() {
+            ours += 1;
+            let binary = str_of(&service["command"][0], "command");
+            let known = settings_of(binary);
+            let env = service["environment"].as_mapping().expect("environment");
+            for key in env.keys() {
+                let key = str_of(key, "variable");
+                assert!(known.contains(key), "{name}: {key} is not read by {binary}");
+            }
+        } else {
+            let (_, tag) = image
+                .rsplit_once(':')
+                .unwrap_or_else(|| panic!("{image} has no tag"));
+            assert!(
+                tag != "latest" && !tag.is_empty(),
+                "{name}: {image} is not pinned"
+            );
+            assert!(tag.contains('.'), "{name}: {image} names no version");
+        }
+        if let Some(deps) = service.get("depends_on") {
+            for (dep, condition) in deps.as_mapping().expect("depends_on map") {
+                assert_eq!(
+                    str_of(&condition["condition"], "condition"),
+                    "service_healthy",
+                    "{name} waits for {dep:?} without a health condition"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        ours, 3,
+        "ingest, consumer and config-api are built from the Dockerfile"
+    );
+}
+
+fn nginx_check(name: &str, conf: &str) {
+    let dir = tempfile::tempdir().expect("folder");
+    let path = dir.path().join(name);
+    std::fs::write(&path, conf).expect("conf written");
+    let output = std::process::Command::new("nginx")
+        .arg("-t")
+        .arg("-p")
+        .arg(dir.path())
+        .arg("-c")
+        .arg(&path)
+        .output()
+        .expect("nginx runs (scripts/test installs it)");
+    assert!(
+        output.status.success(),
+        "nginx -t refused {name}:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn both_nginx_fronts_pass_nginx_t() {
+    let routes = repo().join("deploy/nginx/routes.conf");
+    let routes = routes.display().to_string();
+    // docker-compose's front, its service names mapped to loopback.
+    let server = read("deploy/nginx/compose.conf")
+        .replace("ingest:8081", "127.0.0.1:8081")
+        .replace("config-api:8082", "127.0.0.1:8082")
+        .replace("/etc/nginx/routes.conf", &routes);
+    let dir = tempfile::tempdir().expect("folder");
+    let compose = format!(
+        "pid {0}/nginx.pid;\nerror_log {0}/error.log;\nevents {{}}\nhttp {{\n{server}\n}}\n",
+        dir.path().display()
+    );
+    nginx_check("compose.conf", &compose);
+    // scripts/up's front (which creates its temp folder first, as scripts/up does).
+    std::fs::create_dir_all(dir.path().join("tmp")).expect("folder");
+    let local = read("deploy/nginx/local.conf.in")
+        .replace("@NGINX_DIR@", &dir.path().display().to_string())
+        .replace("@ROUTES@", &routes);
+    nginx_check("local.conf", &local);
+}
+
+/// ConfigMaps of deploy/k8s by name: their keys.
+fn config_maps(docs: &[Value]) -> BTreeMap<String, Vec<String>> {
+    docs.iter()
+        .filter(|d| d["kind"] == "ConfigMap")
+        .map(|d| {
+            let keys = d["data"]
+                .as_mapping()
+                .map(|m| m.keys().map(|k| str_of(k, "key").to_owned()).collect())
+                .unwrap_or_default();
+            (str_of(&d["metadata"]["name"], "name").to_owned(), keys)
+        })
+        .collect()
+}
+
+#[test]
+fn kubernetes_manifests_have_probes_resources_real_settings_and_both_paths() {
+    let kustomization = documents("deploy/k8s/kustomization.yaml");
+    let files: Vec<String> = kustomization[0]["resources"]
+        .as_sequence()
+        .expect("resources")
+        .iter()
+        .map(|r| format!("deploy/k8s/{}", str_of(r, "resource")))
+        .collect();
+    let docs: Vec<Value> = files.iter().flat_map(|f| documents(f)).collect();
+    let maps = config_maps(&docs);
+
+    let mut deployments = BTreeSet::new();
+    for d in docs.iter().filter(|d| d["kind"] == "Deployment") {
+        let name = str_of(&d["metadata"]["name"], "name").to_owned();
+        let containers = d["spec"]["template"]["spec"]["containers"]
+            .as_sequence()
+            .expect("containers");
+        for c in containers {
+            for probe in ["readinessProbe", "livenessProbe"] {
+                assert!(
+                    c[probe]["httpGet"]["path"].is_string(),
+                    "{name}: no {probe}"
+                );
+            }
+            for kind in ["requests", "limits"] {
+                let r = &c["resources"][kind];
+                assert!(
+                    r["cpu"].as_str().is_some() && r["memory"].as_str().is_some(),
+                    "{name}: no {kind}"
+                );
+            }
+            let binary = str_of(&c["args"][0], "args");
+            let known = settings_of(binary);
+            let mut names: Vec<String> = c["env"]
+                .as_sequence()
+                .map(|env| {
+                    env.iter()
+                        .map(|e| str_of(&e["name"], "env name").to_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            for source in c["envFrom"].as_sequence().into_iter().flatten() {
+                let map = str_of(&source["configMapRef"]["name"], "configMapRef");
+                names.extend(
+                    maps.get(map)
+                        .unwrap_or_else(|| panic!("{name}: no ConfigMap {map}"))
+                        .clone(),
+                );
+            }
+            for var in names {
+                assert!(
+                    known.contains(&var),
+                    "{name}: {var} is not read by {binary}"
+                );
+            }
+        }
+        deployments.insert(name);
+    }
+    assert_eq!(
+        deployments,
+        BTreeSet::from(["config-api".into(), "consumer".into(), "ingest".into()])
+    );
+
+    let paths: BTreeSet<String> = docs
+        .iter()
+        .filter(|d| d["kind"] == "Ingress")
+        .flat_map(|d| d["spec"]["rules"].as_sequence().expect("rules").clone())
+        .flat_map(|rule| rule["http"]["paths"].as_sequence().expect("paths").clone())
+        .map(|p| str_of(&p["path"], "path").to_owned())
+        .collect();
+    for path in ["/api/v1/analytics", "/api/v1/experiments"] {
+        assert!(paths.contains(path), "the Ingress misses {path}");
+    }
+    for kind in ["HorizontalPodAutoscaler", "PodDisruptionBudget", "Service"] {
+        assert!(docs.iter().any(|d| d["kind"] == kind), "no {kind}");
+    }
+}
