@@ -402,7 +402,8 @@ pub fn event_message(public_key: &str, session: &str, name: &str) -> common::eve
     .expect("valid event")
 }
 
-/// Path of a binary of the workspace, built by `cargo test --workspace` beside the tests.
+/// Path of a binary of the workspace, built beside the tests by `cargo build --bins`
+/// (`scripts/test` does it first).
 pub fn workspace_binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
     let dir = exe
