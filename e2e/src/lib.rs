@@ -402,6 +402,24 @@ pub fn event_message(public_key: &str, session: &str, name: &str) -> common::eve
     .expect("valid event")
 }
 
+/// A process started by a test, killed (SIGKILL) and reaped at the latest when dropped,
+/// so that a failing test leaves nothing running.
+pub struct ChildProcess(pub std::process::Child);
+
+impl ChildProcess {
+    /// SIGKILL, then wait for the exit.
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// Path of a binary of the workspace, built beside the tests by `cargo build --bins`
 /// (`scripts/test` does it first).
 pub fn workspace_binary(name: &str) -> PathBuf {
