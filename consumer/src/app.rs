@@ -173,14 +173,16 @@ impl Application {
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let readiness = Readiness::default();
         let sink = Sink {
             client,
             insert_timeout: Duration::from_millis(config.insert_timeout_ms),
+            readiness: readiness.clone(),
         };
         Ok(Self {
             listener,
             worker: Worker {
-                readiness: Readiness::default(),
+                readiness,
                 consumer,
                 dlq,
                 sink,

@@ -212,9 +212,19 @@ async fn clickhouse_paused_then_stopped_every_event_lands_once() {
     let paused = events(50, "paused");
     produce_events(&names.topic, &paused).await;
     all.extend(paused);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let readyz = consumer.url("/readyz");
+    e2e::eventually(WAIT, "/readyz 503 while inserts fail", || async {
+        let status = reqwest::get(&readyz).await.ok()?.status();
+        (status == reqwest::StatusCode::SERVICE_UNAVAILABLE).then_some(())
+    })
+    .await;
     server.resume();
     e2e::wait_for_events(&ch, 100, WAIT).await;
+    e2e::eventually(WAIT, "/readyz 200 again", || async {
+        let status = reqwest::get(&readyz).await.ok()?.status();
+        status.is_success().then_some(())
+    })
+    .await;
 
     server.stop();
     let stopped = events(50, "stopped");
