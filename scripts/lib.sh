@@ -85,6 +85,13 @@ http_ok() { curl -fsS --max-time 2 "$1"; }
 tcp_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 port_free() { ! tcp_open "$1"; }
 
+# free_port_from PORT: PORT if nothing listens there, else the next free one above it.
+free_port_from() {
+  local port=$1
+  while ! port_free "$port"; do port=$((port + 1)); done
+  echo "$port"
+}
+
 # start_clickhouse DIR HTTP_PORT TCP_PORT: a server of its own, data and logs in DIR.
 start_clickhouse() {
   local dir=$1 http_port=$2 tcp_port=$3
