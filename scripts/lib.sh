@@ -21,6 +21,8 @@ ensure_packages() {
   command -v clickhouse-server >/dev/null || missing+=(clickhouse-server clickhouse-client)
   command -v nginx >/dev/null || missing+=(nginx-light)
   command -v curl >/dev/null || missing+=(curl)
+  # docker-compose (v1) only to check the compose file statically: no engine runs here.
+  command -v docker-compose >/dev/null || missing+=(docker-compose)
   if [ ${#missing[@]} -gt 0 ]; then
     log "Installing ${missing[*]} (apt-get)"
     apt-get update -qq >/dev/null

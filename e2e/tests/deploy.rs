@@ -102,6 +102,24 @@ fn compose_services_are_healthchecked_pinned_and_configured_with_real_settings()
     );
 }
 
+#[test]
+fn compose_file_passes_docker_compose_config() {
+    // docker-compose validates the file against its schema without a Docker engine.
+    let output = std::process::Command::new("docker-compose")
+        .arg("--project-directory")
+        .arg(repo())
+        .arg("-f")
+        .arg(repo().join("docker-compose.yml"))
+        .args(["config", "-q"])
+        .output()
+        .expect("docker-compose runs (scripts/test installs it)");
+    assert!(
+        output.status.success(),
+        "docker-compose config refused the file:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 fn nginx_check(name: &str, conf: &str) {
     let dir = tempfile::tempdir().expect("folder");
     let path = dir.path().join(name);
