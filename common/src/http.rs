@@ -150,6 +150,17 @@ pub async fn shutdown_signal() {
     tracing::info!("Shutdown signal received.");
 }
 
+/// Names the allowed methods on every answer of a route, those of OPTIONS requests too
+/// (the CORS layer answers them before any handler).
+pub fn allow_layer(
+    methods: &'static str,
+) -> tower_http::set_header::SetResponseHeaderLayer<HeaderValue> {
+    tower_http::set_header::SetResponseHeaderLayer::if_not_present(
+        header::ALLOW,
+        HeaderValue::from_static(methods),
+    )
+}
+
 /// A value served from the snapshot that can tell which origins a key accepts.
 pub trait KeyOrigins: Send + Sync + 'static {
     fn snapshot(&self) -> &crate::snapshot::Snapshot;

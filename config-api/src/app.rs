@@ -59,7 +59,7 @@ impl Application {
         let router = Router::new()
             .merge(routes::experiments_router())
             .layer(cors)
-            .layer(routes::allow_header())
+            .layer(common::http::allow_layer(routes::ALLOW))
             .with_state(state)
             .merge(common::http::ops_router(readiness.clone()))
             .fallback(|| async { ApiError::not_found() });

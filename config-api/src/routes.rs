@@ -15,22 +15,13 @@ use crate::app::AppState;
 use crate::prepared::Selection;
 
 pub(crate) const EXPERIMENTS_PATH: &str = "/api/v1/experiments";
-const ALLOW: &str = "GET, HEAD, OPTIONS";
+pub(crate) const ALLOW: &str = "GET, HEAD, OPTIONS";
 const VARY: &str = "X-public-key, X-experiment-ids, X-service-test";
 
-/// The route; every answer names the allowed methods, the OPTIONS ones too (the CORS
-/// layer answers every OPTIONS request).
 pub(crate) fn experiments_router() -> Router<AppState> {
     Router::new().route(
         EXPERIMENTS_PATH,
         get(experiments).fallback(|| async { ApiError::method_not_allowed() }),
-    )
-}
-
-pub(crate) fn allow_header() -> tower_http::set_header::SetResponseHeaderLayer<HeaderValue> {
-    tower_http::set_header::SetResponseHeaderLayer::if_not_present(
-        header::ALLOW,
-        HeaderValue::from_static(ALLOW),
     )
 }
 

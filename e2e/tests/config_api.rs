@@ -86,19 +86,17 @@ impl Fixture {
     fn get(&self, key: &str) -> reqwest::RequestBuilder {
         self.http.get(self.api.url(URL)).header("X-public-key", key)
     }
-
-    async fn ids(&self, request: reqwest::RequestBuilder) -> Vec<String> {
-        experiment_ids(request).await
-    }
 }
 
 #[tokio::test]
 async fn live_gate_filter_test_mode_and_key_isolation() {
     let f = Fixture::new().await;
-    assert_eq!(f.ids(f.get("pk_cfg")).await, ["exp_live", "exp_started"]);
     assert_eq!(
-        f.ids(f.get("pk_cfg").header("X-service-test", "TRUE"))
-            .await,
+        experiment_ids(f.get("pk_cfg")).await,
+        ["exp_live", "exp_started"]
+    );
+    assert_eq!(
+        experiment_ids(f.get("pk_cfg").header("X-service-test", "TRUE")).await,
         [
             "exp_past",
             "exp_live",
@@ -111,7 +109,7 @@ async fn live_gate_filter_test_mode_and_key_isolation() {
         "test mode bypasses the gate, in the key's order"
     );
     assert_eq!(
-        f.ids(f.get("pk_cfg").header("X-service-test", "yes")).await,
+        experiment_ids(f.get("pk_cfg").header("X-service-test", "yes")).await,
         ["exp_live", "exp_started"]
     );
     let filtered = f.get("pk_cfg").header(
@@ -119,13 +117,12 @@ async fn live_gate_filter_test_mode_and_key_isolation() {
         " exp_started , exp_other,exp_nope,, exp_draft",
     );
     assert_eq!(
-        f.ids(filtered).await,
+        experiment_ids(filtered).await,
         ["exp_started"],
         "foreign, unknown and gated ids left out"
     );
     assert_eq!(
-        f.ids(f.get("pk_cfg").header("X-experiment-ids", " , "))
-            .await,
+        experiment_ids(f.get("pk_cfg").header("X-experiment-ids", " , ")).await,
         ["exp_live", "exp_started"]
     );
     let other = f
@@ -133,10 +130,10 @@ async fn live_gate_filter_test_mode_and_key_isolation() {
         .header("X-service-test", "true")
         .header("X-experiment-ids", "exp_live");
     assert!(
-        f.ids(other).await.is_empty(),
+        experiment_ids(other).await.is_empty(),
         "another key's experiment never leaks"
     );
-    assert_eq!(f.ids(f.get("pk_other")).await, ["exp_other"]);
+    assert_eq!(experiment_ids(f.get("pk_other")).await, ["exp_other"]);
 
     // The exact shape: no internal fields, numbers and text as in the snapshot.
     let body = f
@@ -307,13 +304,16 @@ async fn cors_preflight_and_origin_restriction() {
 #[tokio::test]
 async fn hot_reload_by_rename_and_in_place_and_invalid_snapshots_are_refused() {
     let f = Fixture::new().await;
-    assert_eq!(f.ids(f.get("pk_cfg")).await, ["exp_live", "exp_started"]);
+    assert_eq!(
+        experiment_ids(f.get("pk_cfg")).await,
+        ["exp_live", "exp_started"]
+    );
 
     let mut next = document(2);
     next["experiments"][1]["status"] = json!("live"); // exp_draft goes live
     f.file.replace(&next);
     e2e::eventually(Duration::from_secs(2), "rename reload", || async {
-        (f.ids(f.get("pk_cfg"))
+        (experiment_ids(f.get("pk_cfg"))
             .await
             .contains(&"exp_draft".to_owned()))
         .then_some(())
@@ -325,7 +325,7 @@ async fn hot_reload_by_rename_and_in_place_and_invalid_snapshots_are_refused() {
     next["experiments"][2]["status"] = json!("live");
     std::fs::write(&f.file.path, next.to_string()).expect("in-place write");
     e2e::eventually(Duration::from_secs(2), "in-place reload", || async {
-        (f.ids(f.get("pk_cfg")).await == ["exp_paused"]).then_some(())
+        (experiment_ids(f.get("pk_cfg")).await == ["exp_paused"]).then_some(())
     })
     .await;
 
@@ -336,7 +336,7 @@ async fn hot_reload_by_rename_and_in_place_and_invalid_snapshots_are_refused() {
     f.file.replace(&bad);
     std::fs::write(&f.file.path, "{ not json").expect("write");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(f.ids(f.get("pk_cfg")).await, ["exp_paused"]);
+    assert_eq!(experiment_ids(f.get("pk_cfg")).await, ["exp_paused"]);
     let metrics = f
         .http
         .get(f.api.url("/metrics"))

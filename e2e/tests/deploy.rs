@@ -105,17 +105,24 @@ fn compose_services_are_healthchecked_pinned_and_configured_with_real_settings()
 #[test]
 fn compose_file_passes_docker_compose_config() {
     // docker-compose validates the file against its schema without a Docker engine.
-    let output = std::process::Command::new("docker-compose")
+    let mut command = std::process::Command::new("docker-compose");
+    command
         .arg("--project-directory")
         .arg(repo())
         .arg("-f")
         .arg(repo().join("docker-compose.yml"))
-        .args(["config", "-q"])
+        .args(["config", "-q"]);
+    assert_accepts(command, "docker-compose config", "docker-compose.yml");
+}
+
+/// Runs a checker (installed by scripts/test) and fails with its complaint.
+fn assert_accepts(mut command: std::process::Command, checker: &str, what: &str) {
+    let output = command
         .output()
-        .expect("docker-compose runs (scripts/test installs it)");
+        .unwrap_or_else(|e| panic!("{checker} does not run (scripts/test installs it): {e}"));
     assert!(
         output.status.success(),
-        "docker-compose config refused the file:\n{}",
+        "{checker} refused {what}:\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
 }
@@ -124,19 +131,14 @@ fn nginx_check(name: &str, conf: &str) {
     let dir = tempfile::tempdir().expect("folder");
     let path = dir.path().join(name);
     std::fs::write(&path, conf).expect("conf written");
-    let output = std::process::Command::new("nginx")
+    let mut command = std::process::Command::new("nginx");
+    command
         .arg("-t")
         .arg("-p")
         .arg(dir.path())
         .arg("-c")
-        .arg(&path)
-        .output()
-        .expect("nginx runs (scripts/test installs it)");
-    assert!(
-        output.status.success(),
-        "nginx -t refused {name}:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .arg(&path);
+    assert_accepts(command, "nginx -t", name);
 }
 
 #[test]

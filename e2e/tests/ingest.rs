@@ -48,6 +48,11 @@ impl Fixture {
         self.http.post(self.ingest.url(URL))
     }
 
+    /// A POST with the test key in `X-public-key`.
+    fn post_keyed(&self) -> reqwest::RequestBuilder {
+        self.post().header("X-public-key", "pk_ingest")
+    }
+
     async fn messages(&self, want: usize) -> Vec<rdkafka::message::OwnedMessage> {
         e2e::read_topic(&self.topic, want, Duration::from_secs(20)).await
     }
@@ -90,8 +95,7 @@ async fn standard_form_publishes_one_message_per_event_keyed_by_session() {
         event("s-1", "impression"), event("s-2", "impression"), event("s-1", "click")
     ]});
     let response = f
-        .post()
-        .header("X-public-key", "pk_ingest")
+        .post_keyed()
         .header("User-Agent", "Mozilla/5.0 test")
         .json(&body)
         .send()
@@ -151,8 +155,7 @@ async fn page_unload_form_is_accepted_with_every_beacon_content_type() {
     }
     // The same key in both places is fine.
     let response = f
-        .post()
-        .header("X-public-key", "pk_ingest")
+        .post_keyed()
         .json(&json!({ "pkey": "pk_ingest", "events": [event("beacon", "bounce")] }))
         .send()
         .await
@@ -217,8 +220,7 @@ async fn key_problems_are_refused_with_their_codes() {
 async fn partial_batches_keep_the_valid_events() {
     let f = Fixture::new().await;
     let response = f
-        .post()
-        .header("X-public-key", "pk_ingest")
+        .post_keyed()
         .json(&json!({ "events": [
             event("s", "impression"),
             { "eventName": "click", "experimentId": "exp_1", "sessionId": "s", "scrollDepth": 101 },
@@ -244,8 +246,7 @@ async fn partial_batches_keep_the_valid_events() {
     );
 
     let response = f
-        .post()
-        .header("X-public-key", "pk_ingest")
+        .post_keyed()
         .json(&json!({ "events": [{ "eventName": "x" }] }))
         .send()
         .await
@@ -279,8 +280,7 @@ async fn malformed_bodies_get_400_never_a_crash() {
     ];
     for (body, code) in cases {
         let response = f
-            .post()
-            .header("X-public-key", "pk_ingest")
+            .post_keyed()
             .header("Content-Type", "application/json")
             .body(body.to_owned())
             .send()
@@ -294,8 +294,7 @@ async fn malformed_bodies_get_400_never_a_crash() {
         );
     }
     let response = f
-        .post()
-        .header("X-public-key", "pk_ingest")
+        .post_keyed()
         .header("Content-Type", "application/x-www-form-urlencoded")
         .body("events=1")
         .send()
@@ -333,8 +332,7 @@ async fn size_limit_holds_with_and_without_length_and_after_gzip() {
 
     // With a Content-Length.
     let response = f
-        .post()
-        .header("X-public-key", "pk_ingest")
+        .post_keyed()
         .body(oversized.clone())
         .send()
         .await
@@ -354,8 +352,7 @@ async fn size_limit_holds_with_and_without_length_and_after_gzip() {
         .map(|c| Ok(c.to_vec()))
         .collect();
     let response = f
-        .post()
-        .header("X-public-key", "pk_ingest")
+        .post_keyed()
         .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
         .send()
         .await
@@ -365,8 +362,7 @@ async fn size_limit_holds_with_and_without_length_and_after_gzip() {
     // Gzip: a small valid body is accepted; a bomb is refused.
     let small = json!({ "events": [event("gz", "impression")] }).to_string();
     let response = f
-        .post()
-        .header("X-public-key", "pk_ingest")
+        .post_keyed()
         .header("Content-Encoding", "gzip")
         .body(gzip(small.as_bytes()))
         .send()
@@ -376,8 +372,7 @@ async fn size_limit_holds_with_and_without_length_and_after_gzip() {
     let bomb = gzip(&vec![b' '; 50 * 1024 * 1024]);
     assert!(bomb.len() < 100 * 1024, "the bomb is small on the wire");
     let response = f
-        .post()
-        .header("X-public-key", "pk_ingest")
+        .post_keyed()
         .header("Content-Encoding", "gzip")
         .body(bomb)
         .send()
@@ -393,13 +388,7 @@ async fn size_limit_holds_with_and_without_length_and_after_gzip() {
 
     // Just under the limit passes.
     let fits = json!({ "events": [event("s", "impression")], "padding": "x".repeat(1_048_000) });
-    let response = f
-        .post()
-        .header("X-public-key", "pk_ingest")
-        .json(&fits)
-        .send()
-        .await
-        .expect("answer");
+    let response = f.post_keyed().json(&fits).send().await.expect("answer");
     assert_eq!(response.status(), StatusCode::ACCEPTED);
     f.ingest.stop().await.expect("clean stop");
 }

@@ -171,6 +171,7 @@ fn router(state: AppState, readiness: Readiness) -> Router {
     Router::new()
         .merge(routes::analytics_router())
         .layer(cors)
+        .layer(common::http::allow_layer(routes::ALLOW))
         .with_state(state)
         .merge(common::http::ops_router(readiness))
         .fallback(|| async { ApiError::not_found() })

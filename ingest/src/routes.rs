@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use crate::app::AppState;
 
 pub(crate) const ANALYTICS_PATH: &str = "/api/v1/analytics";
+pub(crate) const ALLOW: &str = "POST, OPTIONS";
 
 pub(crate) fn analytics_router() -> Router<AppState> {
     Router::new().route(
