@@ -13,6 +13,7 @@ use axum::http::{HeaderName, Method, header};
 use common::http::{ApiError, Readiness};
 use common::reload::load_and_watch;
 use common::snapshot::Snapshot;
+use rdkafka::ClientConfig;
 use rdkafka::producer::Producer;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -59,12 +60,11 @@ impl Application {
             tracing::warn!(error = %format!("{e:#}"), "Topics not ensured; publishing will tell.");
         }
         let delivery_timeout = Duration::from_millis(config.delivery_timeout_ms);
-        let mut producer_config = common::kafka::client_config(&config.kafka_brokers);
-        producer_config
-            .set("acks", "all")
-            .set("enable.idempotence", "true")
-            .set("linger.ms", config.linger_ms.to_string())
-            .set("message.timeout.ms", config.delivery_timeout_ms.to_string());
+        let producer_config = producer_config(
+            &config.kafka_brokers,
+            config.linger_ms,
+            config.delivery_timeout_ms,
+        );
         let producer =
             Arc::new(EventProducer::new(producer_config).context("cannot create Kafka producer")?);
 
@@ -175,4 +175,17 @@ fn router(state: AppState, readiness: Readiness) -> Router {
         .with_state(state)
         .merge(common::http::ops_router(readiness))
         .fallback(|| async { ApiError::not_found() })
+}
+
+/// The producer settings of the ingest: every event acknowledged by all in-sync replicas,
+/// idempotent (no duplicates from librdkafka's own retries). Public so that the benchmark's
+/// reference producer runs with exactly the same durability.
+pub fn producer_config(brokers: &str, linger_ms: u64, delivery_timeout_ms: u64) -> ClientConfig {
+    let mut config = common::kafka::client_config(brokers);
+    config
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("linger.ms", linger_ms.to_string())
+        .set("message.timeout.ms", delivery_timeout_ms.to_string());
+    config
 }

@@ -6,5 +6,5 @@ mod config;
 mod producer;
 mod routes;
 
-pub use app::Application;
+pub use app::{Application, producer_config};
 pub use config::Config;

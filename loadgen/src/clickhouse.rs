@@ -1,0 +1,174 @@
+//! ClickHouse side of the benchmarks: the reference insert (`INSERT … FORMAT JSONEachRow`
+//! over HTTP into a table of the consumer's own schema), row counting while the consumer
+//! drains a backlog, and verification that a run's accepted events all landed.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use consumer::EventRow;
+use reqwest::Client;
+
+/// A ClickHouse HTTP endpoint.
+#[derive(Clone)]
+pub struct ClickHouse {
+    url: String,
+    http: Client,
+}
+
+impl ClickHouse {
+    pub fn new(url: &str) -> Self {
+        Self {
+            url: url.trim_end_matches('/').to_owned(),
+            http: Client::new(),
+        }
+    }
+
+    /// Runs `query` and returns the answer's text.
+    pub async fn query(&self, query: &str) -> anyhow::Result<String> {
+        self.send(query, self.http.post(&self.url).body(query.to_owned()))
+            .await
+    }
+
+    /// Runs an `INSERT` with `data` as its rows.
+    pub async fn insert(&self, query: &str, data: Vec<u8>) -> anyhow::Result<String> {
+        let request = self.http.post(&self.url).query(&[("query", query)]);
+        self.send(query, request.body(data)).await
+    }
+
+    async fn send(&self, query: &str, request: reqwest::RequestBuilder) -> anyhow::Result<String> {
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("ClickHouse at {} did not answer", self.url))?;
+        let status = response.status();
+        let text = response.text().await?;
+        anyhow::ensure!(
+            status.is_success(),
+            "ClickHouse refused {query:.80}: {text}"
+        );
+        Ok(text)
+    }
+
+    pub async fn count(&self, query: &str) -> anyhow::Result<u64> {
+        let text = self.query(query).await?;
+        text.trim()
+            .parse()
+            .with_context(|| format!("not a count: {text:?}"))
+    }
+
+    /// A fresh `database` with the consumer's schema.
+    pub async fn recreate(&self, database: &str) -> anyhow::Result<()> {
+        self.query(&format!("DROP DATABASE IF EXISTS {database}"))
+            .await?;
+        // Validation asks the server for a setting that ClickHouse 18.16 lacks.
+        let client = ::clickhouse::Client::default()
+            .with_url(&self.url)
+            .with_validation(false);
+        consumer::schema::migrate(&client, database).await
+    }
+}
+
+/// Inserts `rows` into `database.events`, `batch` rows per `INSERT … FORMAT JSONEachRow`,
+/// one insert at a time as the consumer does. The bodies are encoded before the clock
+/// starts: the figure is ClickHouse's own cost. Returns the time the inserts took.
+pub async fn reference_insert(
+    clickhouse: &ClickHouse,
+    database: &str,
+    rows: &[EventRow],
+    batch: usize,
+) -> anyhow::Result<Duration> {
+    let bodies = rows
+        .chunks(batch.max(1))
+        .map(|chunk| {
+            let mut body = Vec::with_capacity(chunk.len() * 512);
+            for row in chunk {
+                serde_json::to_writer(&mut body, row)?;
+                body.push(b'\n');
+            }
+            Ok(body)
+        })
+        .collect::<Result<Vec<_>, serde_json::Error>>()?;
+    let query = format!("INSERT INTO {database}.events FORMAT JSONEachRow");
+    let started = Instant::now();
+    for body in bodies {
+        clickhouse.insert(&query, body).await?;
+    }
+    Ok(started.elapsed())
+}
+
+/// How fast rows arrived while another process inserted them.
+pub struct Drain {
+    /// Rows per second from the first row seen until `target` rows were there.
+    pub rate: f64,
+    pub rows: u64,
+}
+
+/// Polls the row count of `table` until it reaches `target` or `timeout` passes. The
+/// rate is measured from the first count above zero, so start-up (migrations, joining
+/// the consumer group) is left out, and the first batch is too.
+pub async fn wait_rows(
+    clickhouse: &ClickHouse,
+    table: &str,
+    target: u64,
+    timeout: Duration,
+) -> anyhow::Result<Drain> {
+    let deadline = Instant::now() + timeout;
+    let query = format!("SELECT count() FROM {table}");
+    let mut first: Option<(Instant, u64)> = None;
+    loop {
+        let rows = clickhouse.count(&query).await.unwrap_or(0);
+        let now = Instant::now();
+        if rows > 0 && first.is_none() {
+            first = Some((now, rows));
+        }
+        if rows >= target {
+            let (t0, n0) = first.unwrap_or((now, rows));
+            let secs = (now - t0).as_secs_f64();
+            let rate = if secs > 0.0 {
+                (rows - n0) as f64 / secs
+            } else {
+                f64::INFINITY
+            };
+            return Ok(Drain { rate, rows });
+        }
+        anyhow::ensure!(
+            now < deadline,
+            "{table} holds {rows} of {target} rows after {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until the events of sessions starting with `run` number `expected` (distinct
+/// event ids), and fails if they do not within `timeout` or if there are more.
+pub async fn verify_landed(
+    clickhouse: &ClickHouse,
+    database: &str,
+    run: &str,
+    expected: u64,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        run.bytes().all(|b| b.is_ascii_alphanumeric()),
+        "run id must be letters and digits"
+    );
+    let query = format!(
+        "SELECT uniqExact(event_id) FROM {database}.events WHERE session_id LIKE '{run}-%'"
+    );
+    let deadline = Instant::now() + timeout;
+    loop {
+        let landed = clickhouse.count(&query).await?;
+        anyhow::ensure!(
+            landed <= expected,
+            "{landed} events of run {run} in ClickHouse, more than the {expected} accepted"
+        );
+        if landed == expected {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {landed} of the {expected} accepted events of run {run} reached ClickHouse within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

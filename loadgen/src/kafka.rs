@@ -1,0 +1,163 @@
+//! The raw producer: publishes enriched event messages, exactly as the ingest writes them
+//! and with the ingest's producer settings, as fast as librdkafka takes them. It measures
+//! the broker-and-client ceiling that the ingest is compared with, and it fills the
+//! backlog that the consumer benchmark drains. The raw consumer reads that backlog back.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use common::event::EventMessage;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::DeliveryResult;
+use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Message};
+
+use crate::traffic::Traffic;
+
+#[derive(Default)]
+struct Deliveries {
+    ok: AtomicU64,
+    failed: AtomicU64,
+}
+
+struct Counter(Arc<Deliveries>);
+
+impl ClientContext for Counter {}
+
+impl ProducerContext for Counter {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        let slot = if result.is_ok() {
+            &self.0.ok
+        } else {
+            &self.0.failed
+        };
+        slot.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+pub struct ProduceOutcome {
+    pub delivered: u64,
+    pub failed: u64,
+    pub elapsed: Duration,
+}
+
+/// The Kafka key and JSON payload of `count` messages, generated before the clock starts.
+pub fn messages(traffic: &mut Traffic, count: u64) -> Vec<(String, Vec<u8>)> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default();
+    let mut out = Vec::with_capacity(count as usize);
+    while (out.len() as u64) < count {
+        for message in traffic.next_messages(now) {
+            let payload = serde_json::to_vec(&message).unwrap_or_default();
+            out.push((message.session_id, payload));
+        }
+    }
+    out.truncate(count as usize);
+    out
+}
+
+/// Sends every message and waits until each is acknowledged or failed.
+pub fn produce(
+    brokers: &str,
+    topic: &str,
+    linger_ms: u64,
+    messages: &[(String, Vec<u8>)],
+) -> anyhow::Result<ProduceOutcome> {
+    let deliveries = Arc::new(Deliveries::default());
+    let producer: ThreadedProducer<Counter> = ingest::producer_config(brokers, linger_ms, 30_000)
+        .create_with_context(Counter(Arc::clone(&deliveries)))
+        .context("cannot create the Kafka producer")?;
+    let started = Instant::now();
+    for (key, payload) in messages {
+        let mut record = BaseRecord::to(topic).key(key).payload(payload);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err((e, _)) => return Err(e).context("the producer refused a message"),
+            }
+        }
+    }
+    producer
+        .flush(Duration::from_secs(120))
+        .context("not every message was acknowledged within 120 s")?;
+    Ok(ProduceOutcome {
+        delivered: deliveries.ok.load(Ordering::Relaxed),
+        failed: deliveries.failed.load(Ordering::Relaxed),
+        elapsed: started.elapsed(),
+    })
+}
+
+/// Reads `count` messages of `topic` from the start with a fresh group and the consumer
+/// service's fetch settings, decoding each as an event message: how fast the broker
+/// hands a backlog out, the ceiling of the consumer service. Returns the time from the
+/// first message to the last.
+pub fn consume(
+    brokers: &str,
+    topic: &str,
+    group: &str,
+    count: u64,
+    properties: &[String],
+) -> anyhow::Result<Duration> {
+    let mut config = common::kafka::client_config(brokers);
+    config
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest");
+    for property in properties {
+        let (name, value) = property
+            .split_once('=')
+            .context("a property is name=value")?;
+        config.set(name, value);
+    }
+    let consumer: BaseConsumer = config
+        .create()
+        .context("cannot create the Kafka consumer")?;
+    consumer.subscribe(&[topic])?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut first = None;
+    let mut seen = 0;
+    while seen < count {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "read {seen} of {count} messages in 600 s"
+        );
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(message)) => {
+                first.get_or_insert_with(Instant::now);
+                let payload = message.payload().unwrap_or_default();
+                serde_json::from_slice::<EventMessage>(payload)
+                    .context("a message is not an event message")?;
+                seen += 1;
+            }
+            Some(Err(e)) => anyhow::bail!("consume error: {e}"),
+            None => {}
+        }
+    }
+    Ok(first.map(|t| t.elapsed()).unwrap_or_default())
+}
+
+/// The number of messages `topic` holds (high minus low watermark, over its partitions).
+pub fn held(brokers: &str, topic: &str) -> anyhow::Result<u64> {
+    let client: BaseConsumer = common::kafka::client_config(brokers).create()?;
+    let timeout = Duration::from_secs(10);
+    let metadata = client.fetch_metadata(Some(topic), timeout)?;
+    let mut total = 0;
+    for t in metadata.topics() {
+        for p in t.partitions() {
+            let (low, high) = client.fetch_watermarks(topic, p.id(), timeout)?;
+            total += u64::try_from(high - low).unwrap_or(0);
+        }
+    }
+    Ok(total)
+}

@@ -1,0 +1,170 @@
+//! The HTTP load loop: one keep-alive HTTP/1.1 connection per worker. Closed loop (the
+//! next request leaves when the answer to the last one arrived) or open loop (requests are
+//! due at a fixed rate, and a request's latency counts from when it was due, so a server
+//! that falls behind is charged for the wait it causes).
+//!
+//! A request counts once its whole response has arrived; only requests answered within the
+//! measured window (after the warm-up, before the end) count.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use crate::stats::Tally;
+
+/// How a worker builds its requests and judges the answers.
+pub trait Workload: Send + 'static {
+    /// The next request; the runner adds `Host`.
+    fn request(&mut self) -> Request<Full<Bytes>>;
+    /// The number of events (or other units) a 2xx answer stands for.
+    fn units(&mut self, status: StatusCode, body: &[u8]) -> u64;
+}
+
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    pub addr: SocketAddr,
+    pub connections: usize,
+    pub warmup: Duration,
+    pub duration: Duration,
+    /// Requests per second for an open loop; `None` runs closed loop at full speed.
+    pub rate: Option<f64>,
+}
+
+/// Runs the load and returns the merged tally of all workers.
+pub async fn run<W: Workload>(
+    options: &LoadOptions,
+    mut make: impl FnMut(usize) -> W,
+) -> anyhow::Result<Tally> {
+    anyhow::ensure!(options.connections > 0, "at least one connection is needed");
+    let start = Instant::now();
+    let window = (
+        start + options.warmup,
+        start + options.warmup + options.duration,
+    );
+    let tickets = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::with_capacity(options.connections);
+    for index in 0..options.connections {
+        let worker = Worker {
+            addr: options.addr,
+            host: options.addr.to_string(),
+            rate: options.rate,
+            start,
+            window,
+            tickets: Arc::clone(&tickets),
+        };
+        workers.push(tokio::spawn(worker.run(make(index))));
+    }
+    let mut total = Tally::new(options.duration);
+    for worker in workers {
+        total.merge(&worker.await.context("load worker panicked")??);
+    }
+    Ok(total)
+}
+
+struct Worker {
+    addr: SocketAddr,
+    host: String,
+    rate: Option<f64>,
+    start: Instant,
+    window: (Instant, Instant),
+    tickets: Arc<AtomicU64>,
+}
+
+impl Worker {
+    async fn run<W: Workload>(self, mut workload: W) -> anyhow::Result<Tally> {
+        let mut tally = Tally::new(self.window.1 - self.window.0);
+        let mut sender: Option<SendRequest<Full<Bytes>>> = None;
+        loop {
+            let due = match self.rate {
+                Some(rate) => {
+                    let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
+                    let due = self.start + Duration::from_secs_f64(ticket as f64 / rate);
+                    if due >= self.window.1 {
+                        break;
+                    }
+                    tokio::time::sleep_until(due.into()).await;
+                    due
+                }
+                None => Instant::now(),
+            };
+            if due >= self.window.1 {
+                break;
+            }
+            let mut live = match sender.take() {
+                Some(s) if !s.is_closed() => s,
+                _ => match self.connect().await {
+                    Ok(s) => s,
+                    Err(_) => {
+                        tally.transport_error(due >= self.window.0);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let mut request = workload.request();
+            request.headers_mut().insert(
+                hyper::header::HOST,
+                self.host.parse().context("host header")?,
+            );
+            let answer = async {
+                let response = live.send_request(request).await?;
+                let status = response.status();
+                let body = response.into_body().collect().await?.to_bytes();
+                Ok::<_, hyper::Error>((status, body))
+            }
+            .await;
+            let done = Instant::now();
+            let counted = due >= self.window.0 && done <= self.window.1;
+            match answer {
+                Ok((status, body)) => {
+                    sender = Some(live);
+                    let units = workload.units(status, &body);
+                    tally.answer(status, units, done - due, counted);
+                }
+                Err(_) => tally.transport_error(counted),
+            }
+        }
+        Ok(tally)
+    }
+
+    async fn connect(&self) -> anyhow::Result<SendRequest<Full<Bytes>>> {
+        let stream = TcpStream::connect(self.addr).await?;
+        stream.set_nodelay(true)?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .context("HTTP handshake")?;
+        tokio::spawn(connection);
+        Ok(sender)
+    }
+}
+
+/// A GET of one URL path with fixed headers; a 200 counts one unit.
+pub struct Get {
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Workload for Get {
+    fn request(&mut self) -> Request<Full<Bytes>> {
+        let mut builder = Request::get(&self.path);
+        for (name, value) in &self.headers {
+            builder = builder.header(name, value);
+        }
+        builder
+            .body(Full::new(Bytes::new()))
+            .unwrap_or_else(|_| Request::new(Full::new(Bytes::new())))
+    }
+
+    fn units(&mut self, status: StatusCode, _body: &[u8]) -> u64 {
+        u64::from(status == StatusCode::OK)
+    }
+}

@@ -1,0 +1,474 @@
+//! `loadgen`: the benchmark's load generator and reference tools. Every measuring command
+//! prints one JSON line (a `Figure`) on stdout and a readable summary on stderr;
+//! `loadgen report FILE` turns the collected lines into the comparison table.
+
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+mod clickhouse;
+mod kafka;
+mod load;
+mod report;
+mod stats;
+mod traffic;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use bytes::Bytes;
+use clap::{Args, Parser, Subcommand};
+use http_body_util::Full;
+use hyper::{Request, StatusCode, Uri, header};
+
+use crate::clickhouse::ClickHouse;
+use crate::load::{Get, LoadOptions, Workload};
+use crate::stats::{Figure, Tally};
+use crate::traffic::{Sites, Traffic};
+
+#[derive(Parser)]
+#[command(about = "Load generator and reference tools for scripts/bench")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Browser-like analytics traffic against the ingest: sessions sending batches of five
+    /// events, then a page-unload beacon. Units: accepted events.
+    Ingest(IngestArgs),
+    /// GETs of one URL with fixed headers. Units: 200 answers.
+    Get(GetArgs),
+    /// Publishes enriched event messages with the ingest's producer settings as fast as
+    /// librdkafka takes them (generated before the clock starts). Units: acknowledged events.
+    Produce(ProduceArgs),
+    /// Reads N event messages from the start of a topic with a fresh consumer group
+    /// (librdkafka, decoding each). Units: messages.
+    Consume(ConsumeArgs),
+    /// Inserts event rows into a fresh database of the consumer's schema with
+    /// `INSERT … FORMAT JSONEachRow`, one batch at a time. Units: rows.
+    ClickhouseInsert(InsertArgs),
+    /// Waits until a table holds N rows and reports the rate at which they arrived.
+    WaitRows(WaitArgs),
+    /// Peak resident memory (VmHWM) of a process.
+    Rss(RssArgs),
+    /// Prints the comparison table of the JSON lines in FILE.
+    Report { file: PathBuf },
+}
+
+#[derive(Args)]
+struct Label {
+    /// Which comparison the figure belongs to.
+    #[arg(long)]
+    bench: String,
+    /// What was measured (ours or the reference).
+    #[arg(long)]
+    subject: String,
+}
+
+#[derive(Args)]
+struct LoadArgs {
+    /// Concurrent keep-alive connections, one request in flight on each.
+    #[arg(long, default_value_t = 64)]
+    connections: usize,
+    /// Seconds of load before the measured window.
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Seconds measured.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Open loop at this many requests per second; closed loop at full speed without it.
+    #[arg(long)]
+    rate: Option<f64>,
+}
+
+#[derive(Args)]
+struct IngestArgs {
+    #[command(flatten)]
+    label: Label,
+    #[command(flatten)]
+    load: LoadArgs,
+    /// Base URL of the ingest (or of the front).
+    #[arg(long, default_value = "http://127.0.0.1:8081")]
+    url: String,
+    /// The snapshot whose keys, experiments and variants the traffic uses.
+    #[arg(long, default_value = "deploy/experiments.json")]
+    snapshot: PathBuf,
+    /// Run id, the prefix of every session id (letters and digits); random by default.
+    #[arg(long)]
+    run: Option<String>,
+    /// After the load, wait until every accepted event is in this ClickHouse.
+    #[arg(long)]
+    verify_clickhouse: Option<String>,
+    #[arg(long, default_value = "analytics")]
+    database: String,
+    /// Seconds to wait for the accepted events to land.
+    #[arg(long, default_value_t = 120)]
+    verify_timeout: u64,
+}
+
+#[derive(Args)]
+struct GetArgs {
+    #[command(flatten)]
+    label: Label,
+    #[command(flatten)]
+    load: LoadArgs,
+    #[arg(long)]
+    url: String,
+    /// A request header, `Name: value`; repeatable.
+    #[arg(short = 'H', long = "header")]
+    headers: Vec<String>,
+}
+
+#[derive(Args)]
+struct ProduceArgs {
+    #[command(flatten)]
+    label: Label,
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    brokers: String,
+    #[arg(long)]
+    topic: String,
+    /// Partitions of the topic when it has to be created.
+    #[arg(long, default_value_t = 3)]
+    partitions: i32,
+    #[arg(long, default_value_t = 200_000)]
+    events: u64,
+    /// librdkafka linger.ms, as the ingest's KAFKA_LINGER_MS.
+    #[arg(long, default_value_t = 5)]
+    linger_ms: u64,
+    #[arg(long, default_value = "deploy/experiments.json")]
+    snapshot: PathBuf,
+    #[arg(long, default_value = "produce")]
+    run: String,
+    /// Send only what the topic lacks to hold `events` messages (a backlog kept between
+    /// benchmark runs).
+    #[arg(long)]
+    top_up: bool,
+}
+
+#[derive(Args)]
+struct ConsumeArgs {
+    #[command(flatten)]
+    label: Label,
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    brokers: String,
+    #[arg(long)]
+    topic: String,
+    /// Consumer group, new for each read of the whole backlog.
+    #[arg(long)]
+    group: String,
+    #[arg(long)]
+    events: u64,
+    /// A librdkafka property, `name=value`, over the defaults; repeatable.
+    #[arg(short = 'X')]
+    properties: Vec<String>,
+}
+
+#[derive(Args)]
+struct InsertArgs {
+    #[command(flatten)]
+    label: Label,
+    #[arg(long, default_value = "http://127.0.0.1:8123")]
+    clickhouse: String,
+    /// Dropped and created anew with the consumer's schema.
+    #[arg(long)]
+    database: String,
+    #[arg(long, default_value_t = 1_000_000)]
+    rows: u64,
+    /// Rows per INSERT, as the consumer's BATCH_MAX_ROWS.
+    #[arg(long, default_value_t = 100_000)]
+    batch: usize,
+    #[arg(long, default_value = "deploy/experiments.json")]
+    snapshot: PathBuf,
+    #[arg(long, default_value = "insert")]
+    run: String,
+}
+
+#[derive(Args)]
+struct WaitArgs {
+    #[command(flatten)]
+    label: Label,
+    #[arg(long, default_value = "http://127.0.0.1:8123")]
+    clickhouse: String,
+    /// `database.table`.
+    #[arg(long)]
+    table: String,
+    #[arg(long)]
+    rows: u64,
+    #[arg(long, default_value_t = 900)]
+    timeout: u64,
+    /// The inserting process, for its peak RSS.
+    #[arg(long)]
+    pid: Option<u32>,
+}
+
+#[derive(Args)]
+struct RssArgs {
+    #[command(flatten)]
+    label: Label,
+    #[arg(long)]
+    pid: u32,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let figure = match Cli::parse().command {
+        Command::Ingest(args) => ingest(args).await?,
+        Command::Get(args) => get(args).await?,
+        Command::Produce(args) => produce(args).await?,
+        Command::Consume(args) => {
+            let elapsed = tokio::task::spawn_blocking(move || {
+                kafka::consume(
+                    &args.brokers,
+                    &args.topic,
+                    &args.group,
+                    args.events,
+                    &args.properties,
+                )
+            })
+            .await??;
+            Figure {
+                bench: args.label.bench,
+                subject: args.label.subject,
+                unit: "messages".into(),
+                rate: args.events as f64 / elapsed.as_secs_f64().max(1e-9),
+                requests: args.events,
+                ..Figure::default()
+            }
+        }
+        Command::ClickhouseInsert(args) => insert(args).await?,
+        Command::WaitRows(args) => wait_rows(args).await?,
+        Command::Rss(args) => Figure {
+            bench: args.label.bench,
+            subject: args.label.subject,
+            unit: "KiB".into(),
+            rss_kib: Some(peak_rss_kib(args.pid)?),
+            ..Figure::default()
+        },
+        Command::Report { file } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let figures = text
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(serde_json::from_str)
+                .collect::<Result<Vec<Figure>, _>>()
+                .context("not a file of figures")?;
+            print!("{}", report::render(&figures));
+            return Ok(());
+        }
+    };
+    eprintln!("{}", figure.summary());
+    println!("{}", serde_json::to_string(&figure)?);
+    Ok(())
+}
+
+/// The socket address and path of an `http://` URL.
+async fn target(url: &str) -> anyhow::Result<(SocketAddr, String)> {
+    let uri: Uri = url.parse().with_context(|| format!("not a URL: {url}"))?;
+    anyhow::ensure!(uri.scheme_str() == Some("http"), "only http:// URLs: {url}");
+    let host = uri.host().context("URL without host")?;
+    let port = uri.port_u16().unwrap_or(80);
+    let addr = tokio::net::lookup_host((host, port))
+        .await?
+        .next()
+        .with_context(|| format!("{host} has no address"))?;
+    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    Ok((addr, path))
+}
+
+fn options(load: &LoadArgs, addr: SocketAddr) -> LoadOptions {
+    LoadOptions {
+        addr,
+        connections: load.connections,
+        warmup: Duration::from_secs_f64(load.warmup),
+        duration: Duration::from_secs_f64(load.duration),
+        rate: load.rate,
+    }
+}
+
+/// One browser after another on a connection; a 2xx counts the events it accepted.
+struct Browser {
+    traffic: Traffic,
+    path: String,
+}
+
+impl Workload for Browser {
+    fn request(&mut self) -> Request<Full<Bytes>> {
+        let batch = self.traffic.next_batch();
+        let mut builder = Request::post(&self.path).header(header::USER_AGENT, batch.user_agent);
+        builder = if batch.beacon {
+            // navigator.sendBeacon with a string: text/plain, no custom headers.
+            builder.header(header::CONTENT_TYPE, "text/plain;charset=UTF-8")
+        } else {
+            builder
+                .header(header::CONTENT_TYPE, "application/json")
+                .header(header::ACCEPT, "application/json")
+                .header("x-public-key", &batch.key)
+        };
+        builder
+            .body(Full::new(Bytes::from(batch.body())))
+            .unwrap_or_else(|_| Request::new(Full::new(Bytes::new())))
+    }
+
+    fn units(&mut self, status: StatusCode, body: &[u8]) -> u64 {
+        if !status.is_success() {
+            return 0;
+        }
+        serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| v["accepted"].as_u64())
+            .unwrap_or(0)
+    }
+}
+
+async fn ingest(args: IngestArgs) -> anyhow::Result<Figure> {
+    let (addr, _) = target(&args.url).await?;
+    let sites = Arc::new(Sites::from_file(&args.snapshot)?);
+    let run = args
+        .run
+        .unwrap_or_else(|| format!("lg{:08x}", rand::random::<u32>()));
+    let tally = load::run(&options(&args.load, addr), |worker| Browser {
+        traffic: Traffic::new(Arc::clone(&sites), &run, worker as u64),
+        path: format!("{}/api/v1/analytics", args.url.trim_end_matches('/'))
+            .parse::<Uri>()
+            .map(|u| u.path().to_owned())
+            .unwrap_or_else(|_| "/api/v1/analytics".into()),
+    })
+    .await?;
+    if let Some(url) = &args.verify_clickhouse {
+        let accepted = tally.units_all();
+        eprintln!("run {run}: waiting for {accepted} accepted events in ClickHouse");
+        let timeout = Duration::from_secs(args.verify_timeout);
+        clickhouse::verify_landed(
+            &ClickHouse::new(url),
+            &args.database,
+            &run,
+            accepted,
+            timeout,
+        )
+        .await?;
+        eprintln!("run {run}: all {accepted} accepted events are in ClickHouse");
+    }
+    Ok(labelled(&tally, &args.label, "events"))
+}
+
+fn labelled(tally: &Tally, label: &Label, unit: &str) -> Figure {
+    tally.figure(&label.bench, &label.subject, unit)
+}
+
+async fn get(args: GetArgs) -> anyhow::Result<Figure> {
+    let (addr, path) = target(&args.url).await?;
+    let headers = args
+        .headers
+        .iter()
+        .map(|h| {
+            let (name, value) = h.split_once(':').context("a header is `Name: value`")?;
+            Ok((name.trim().to_owned(), value.trim().to_owned()))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let tally = load::run(&options(&args.load, addr), |_| Get {
+        path: path.clone(),
+        headers: headers.clone(),
+    })
+    .await?;
+    Ok(labelled(&tally, &args.label, "requests"))
+}
+
+async fn produce(args: ProduceArgs) -> anyhow::Result<Figure> {
+    common::kafka::ensure_topics(&args.brokers, &[&args.topic], args.partitions).await?;
+    let sites = Arc::new(Sites::from_file(&args.snapshot)?);
+    let count = if args.top_up {
+        let (brokers, topic) = (args.brokers.clone(), args.topic.clone());
+        let held = tokio::task::spawn_blocking(move || kafka::held(&brokers, &topic)).await??;
+        eprintln!("{} holds {held} messages", args.topic);
+        args.events.saturating_sub(held)
+    } else {
+        args.events
+    };
+    let messages = kafka::messages(&mut Traffic::new(sites, &args.run, 1), count);
+    let outcome = tokio::task::spawn_blocking(move || {
+        kafka::produce(&args.brokers, &args.topic, args.linger_ms, &messages)
+    })
+    .await??;
+    anyhow::ensure!(
+        outcome.failed == 0,
+        "{} of {count} messages failed",
+        outcome.failed
+    );
+    Ok(Figure {
+        bench: args.label.bench,
+        subject: args.label.subject,
+        unit: "events".into(),
+        rate: outcome.delivered as f64 / outcome.elapsed.as_secs_f64().max(1e-9),
+        requests: outcome.delivered,
+        ..Figure::default()
+    })
+}
+
+async fn insert(args: InsertArgs) -> anyhow::Result<Figure> {
+    let sites = Arc::new(Sites::from_file(&args.snapshot)?);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as i64;
+    let mut traffic = Traffic::new(sites, &args.run, 1);
+    let mut rows = Vec::with_capacity(args.rows as usize);
+    while (rows.len() as u64) < args.rows {
+        rows.extend(
+            traffic
+                .next_messages(now)
+                .into_iter()
+                .map(consumer::EventRow::from),
+        );
+    }
+    rows.truncate(args.rows as usize);
+    let clickhouse = ClickHouse::new(&args.clickhouse);
+    clickhouse.recreate(&args.database).await?;
+    let elapsed =
+        clickhouse::reference_insert(&clickhouse, &args.database, &rows, args.batch).await?;
+    let stored = clickhouse
+        .count(&format!("SELECT count() FROM {}.events", args.database))
+        .await?;
+    anyhow::ensure!(stored == args.rows, "{stored} rows stored of {}", args.rows);
+    Ok(Figure {
+        bench: args.label.bench,
+        subject: args.label.subject,
+        unit: "rows".into(),
+        rate: args.rows as f64 / elapsed.as_secs_f64(),
+        requests: args.rows.div_ceil(args.batch as u64),
+        ..Figure::default()
+    })
+}
+
+async fn wait_rows(args: WaitArgs) -> anyhow::Result<Figure> {
+    let clickhouse = ClickHouse::new(&args.clickhouse);
+    let drain = clickhouse::wait_rows(
+        &clickhouse,
+        &args.table,
+        args.rows,
+        Duration::from_secs(args.timeout),
+    )
+    .await?;
+    Ok(Figure {
+        bench: args.label.bench,
+        subject: args.label.subject,
+        unit: "rows".into(),
+        rate: drain.rate,
+        requests: drain.rows,
+        rss_kib: args.pid.map(peak_rss_kib).transpose()?,
+        ..Figure::default()
+    })
+}
+
+/// VmHWM of /proc/PID/status: the most resident memory the process ever had.
+fn peak_rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("no process {pid}"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmHWM line")
+}
