@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use arc_swap::ArcSwap;
 use axum::Router;
-use axum::http::{HeaderName, Method, header};
+use axum::http::{HeaderName, HeaderValue, Method, header};
 use common::http::{ApiError, Readiness};
 use common::reload::load_and_watch;
 use tokio::net::TcpListener;
@@ -20,7 +20,8 @@ use crate::routes;
 #[derive(Clone)]
 pub(crate) struct AppState {
     pub prepared: Arc<ArcSwap<Prepared>>,
-    pub cache_max_age: u32,
+    /// `Cache-Control` of answers outside test mode.
+    pub cache_control: HeaderValue,
 }
 
 pub struct Application {
@@ -43,7 +44,11 @@ impl Application {
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         let state = AppState {
             prepared,
-            cache_max_age: config.cache_max_age,
+            cache_control: HeaderValue::try_from(format!(
+                "public, max-age={}",
+                config.cache_max_age
+            ))
+            .context("Cache-Control value")?,
         };
         let readiness = Readiness::default();
         let cors = common::http::cors_layer(

@@ -1,7 +1,5 @@
 //! `GET /api/v1/experiments`.
 
-use std::hash::{DefaultHasher, Hasher};
-
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -40,7 +38,7 @@ async fn experiments(State(state): State<AppState>, headers: HeaderMap) -> Respo
         }
     };
     metrics::counter!("config_api_requests_total", "route" => EXPERIMENTS_PATH,
-        "status" => response.status().as_str().to_owned())
+        "status" => common::http::status_label(response.status()))
     .increment(1);
     response
 }
@@ -83,14 +81,8 @@ fn answer(state: &AppState, headers: &HeaderMap) -> Result<Response, ApiError> {
     };
     let body = prepared.render(entry, &selection);
 
-    let mut hasher = DefaultHasher::new();
-    hasher.write(&body);
-    let etag = format!("\"{:016x}\"", hasher.finish());
-    let cache_control = if test_mode {
-        "no-store".to_owned()
-    } else {
-        format!("public, max-age={}", state.cache_max_age)
-    };
+    // xxh3: stable across builds and Rust versions, so every replica gives one body one tag.
+    let etag = format!("\"{:016x}\"", xxhash_rust::xxh3::xxh3_64(&body));
     let fresh = headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
@@ -101,14 +93,17 @@ fn answer(state: &AppState, headers: &HeaderMap) -> Result<Response, ApiError> {
         ([(header::CONTENT_TYPE, "application/json")], body).into_response()
     };
     let h = response.headers_mut();
-    h.insert(header::CACHE_CONTROL, header_value(&cache_control));
+    let cache_control = if test_mode {
+        HeaderValue::from_static("no-store")
+    } else {
+        state.cache_control.clone()
+    };
+    h.insert(header::CACHE_CONTROL, cache_control);
     h.insert(header::VARY, HeaderValue::from_static(VARY));
-    h.insert(header::ETAG, header_value(&etag));
+    if let Ok(etag) = HeaderValue::try_from(etag) {
+        h.insert(header::ETAG, etag);
+    }
     Ok(response)
-}
-
-fn header_value(s: &str) -> HeaderValue {
-    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 /// `If-None-Match` uses weak comparison: `*`, or any listed tag equal ignoring `W/`.

@@ -1,5 +1,10 @@
 use clap::Parser;
 
+/// mimalloc: glibc malloc showed up in the profiles, with its arena lock contended
+/// between the runtime's threads (see BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     common::telemetry::init_logging();

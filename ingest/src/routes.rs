@@ -68,7 +68,7 @@ async fn analytics(State(state): State<AppState>, headers: HeaderMap, body: Body
         Err(e) => e.into_response(),
     };
     metrics::counter!("ingest_requests_total", "route" => ANALYTICS_PATH,
-        "status" => response.status().as_str().to_owned())
+        "status" => common::http::status_label(response.status()))
     .increment(1);
     response
 }
