@@ -14,7 +14,8 @@ pub const EVENTS_TOPIC: &str = "analytics-events";
 pub const DEAD_LETTER_TOPIC: &str = "analytics-events-dlq";
 
 /// A client configuration for `brokers` with the settings every client here shares.
-/// `KAFKA_DEBUG` (librdkafka debug contexts, e.g. `cgrp,consumer`) turns on its debug log.
+/// `KAFKA_DEBUG` (librdkafka debug contexts, e.g. `cgrp,consumer`) turns on its debug log;
+/// `KAFKA_PROPERTIES` adds any librdkafka properties (see [`apply_properties`]).
 pub fn client_config(brokers: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
@@ -24,7 +25,35 @@ pub fn client_config(brokers: &str) -> ClientConfig {
     if let Ok(contexts) = std::env::var("KAFKA_DEBUG") {
         config.set("debug", contexts).set("log_level", "7");
     }
+    apply_properties(&mut config);
     config
+}
+
+/// Sets the librdkafka properties of `KAFKA_PROPERTIES`, `name=value` pairs separated by
+/// `;` (say, `security.protocol=SASL_SSL;sasl.mechanism=PLAIN;linger.ms=10`), over what
+/// the code set. Call it last when setting properties after [`client_config`], so that
+/// the operator's word wins. An unknown name makes the client's creation fail.
+pub fn apply_properties(config: &mut ClientConfig) {
+    let Ok(raw) = std::env::var("KAFKA_PROPERTIES") else {
+        return;
+    };
+    for (name, value) in parse_properties(&raw) {
+        config.set(name, value);
+    }
+}
+
+fn parse_properties(raw: &str) -> Vec<(&str, &str)> {
+    raw.split(';')
+        .map(str::trim)
+        .filter(|pair| !pair.is_empty())
+        .filter_map(|pair| match pair.split_once('=') {
+            Some((name, value)) => Some((name.trim(), value.trim())),
+            None => {
+                tracing::warn!(%pair, "KAFKA_PROPERTIES entry without '=' ignored.");
+                None
+            }
+        })
+        .collect()
 }
 
 /// Creates the topics that do not exist yet; an existing topic is left as it is.
@@ -49,4 +78,21 @@ pub async fn ensure_topics(brokers: &str, topics: &[&str], partitions: i32) -> a
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn properties_are_name_value_pairs_separated_by_semicolons() {
+        assert_eq!(
+            parse_properties(" linger.ms=10 ; debug=cgrp,fetch;;broken; sasl.password=a=b "),
+            vec![
+                ("linger.ms", "10"),
+                ("debug", "cgrp,fetch"),
+                ("sasl.password", "a=b")
+            ]
+        );
+    }
 }
