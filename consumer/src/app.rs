@@ -160,6 +160,10 @@ impl Application {
                     "session.timeout.ms",
                     config.kafka_session_timeout_ms.to_string(),
                 )
+                .set(
+                    "max.poll.interval.ms",
+                    config.kafka_max_poll_interval_ms.to_string(),
+                )
                 .create_with_context(LagContext)
                 .context("cannot create Kafka consumer")?;
         consumer

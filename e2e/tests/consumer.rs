@@ -300,3 +300,23 @@ async fn a_consumer_killed_mid_stream_loses_nothing_after_restart() {
     assert_eq!(distinct, 2000);
     e2e::drop_database(&names.database).await;
 }
+
+#[tokio::test]
+async fn the_poll_interval_reaches_the_kafka_client() {
+    // librdkafka refuses a max.poll.interval.ms below session.timeout.ms: the refusal
+    // shows the setting is passed on, not just parsed.
+    let names = ConsumerNames::unique();
+    let config = e2e::consumer_config(
+        &names,
+        &[
+            "--kafka-session-timeout-ms=10000",
+            "--kafka-max-poll-interval-ms=6000",
+        ],
+    );
+    let error = match consumer::Application::build(config).await {
+        Ok(_) => panic!("a poll interval below the session timeout was accepted"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(error.contains("max.poll.interval.ms"), "{error}");
+    e2e::drop_database(&names.database).await;
+}

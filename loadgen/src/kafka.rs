@@ -13,7 +13,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::{ClientContext, Message};
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 
 use crate::traffic::Traffic;
 
@@ -160,4 +160,43 @@ pub fn held(brokers: &str, topic: &str) -> anyhow::Result<u64> {
         }
     }
     Ok(total)
+}
+
+/// Waits until `group` has committed, on every partition of `topic`, the offset after the
+/// last message: the consumer has stored everything, and a measurement that starts now
+/// does not share the machine with the tail of the previous one.
+pub fn settle(brokers: &str, topic: &str, group: &str, timeout: Duration) -> anyhow::Result<()> {
+    let client: BaseConsumer = common::kafka::client_config(brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let deadline = Instant::now() + timeout;
+    let wait = Duration::from_secs(10);
+    loop {
+        let metadata = client.fetch_metadata(Some(topic), wait)?;
+        let mut partitions = TopicPartitionList::new();
+        for t in metadata.topics() {
+            for p in t.partitions() {
+                partitions.add_partition(topic, p.id());
+            }
+        }
+        let committed = client.committed_offsets(partitions, wait)?;
+        let mut behind = 0;
+        for element in committed.elements() {
+            let (_, high) = client.fetch_watermarks(topic, element.partition(), wait)?;
+            let done = match element.offset() {
+                Offset::Offset(o) => o,
+                _ => 0,
+            };
+            behind += (high - done).max(0);
+        }
+        if behind == 0 {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "group {group} is still {behind} messages behind on {topic} after {timeout:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }

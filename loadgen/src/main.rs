@@ -10,7 +10,9 @@ mod load;
 mod report;
 mod stats;
 mod traffic;
+mod watch;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,6 +28,7 @@ use crate::clickhouse::ClickHouse;
 use crate::load::{Get, LoadOptions, Workload};
 use crate::stats::{Figure, Tally};
 use crate::traffic::{Sites, Traffic};
+use crate::watch::Watch;
 
 #[derive(Parser)]
 #[command(about = "Load generator and reference tools for scripts/bench")]
@@ -52,6 +55,18 @@ enum Command {
     ClickhouseInsert(InsertArgs),
     /// Waits until a table holds N rows and reports the rate at which they arrived.
     WaitRows(WaitArgs),
+    /// Waits until a consumer group has committed everything a topic holds.
+    Settle {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        brokers: String,
+        #[arg(long, default_value = common::kafka::EVENTS_TOPIC)]
+        topic: String,
+        #[arg(long, default_value = "analytics-consumer")]
+        group: String,
+        /// Seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
     /// Peak resident memory (VmHWM) of a process.
     Rss(RssArgs),
     /// Prints the comparison table of the JSON lines in FILE.
@@ -66,6 +81,53 @@ struct Label {
     /// What was measured (ours or the reference).
     #[arg(long)]
     subject: String,
+    /// A process whose CPU use during the measurement to report, `name=pid` (`self` for
+    /// this one); repeatable.
+    #[arg(long = "watch")]
+    watch: Vec<String>,
+}
+
+impl Label {
+    fn watch(&self) -> anyhow::Result<Watch> {
+        Watch::parse(&self.watch)
+    }
+
+    /// A figure of `count` units done at `rate` per second.
+    fn figure(&self, unit: &str, rate: f64, count: u64, cpu: BTreeMap<String, f64>) -> Figure {
+        Figure {
+            bench: self.bench.clone(),
+            subject: self.subject.clone(),
+            unit: unit.to_owned(),
+            rate,
+            requests: count,
+            cpu_percent: cpu,
+            ..Figure::default()
+        }
+    }
+}
+
+/// A load with the CPU of the watched processes over its measured window.
+async fn run_load<W: Workload>(
+    label: &Label,
+    load: &LoadArgs,
+    addr: SocketAddr,
+    make: impl FnMut(usize) -> W,
+) -> anyhow::Result<(Tally, BTreeMap<String, f64>)> {
+    let options = options(load, addr);
+    let cpu = watch::window(label.watch()?, options.warmup, options.duration);
+    let tally = load::run(&options, make).await?;
+    Ok((tally, cpu.await?))
+}
+
+/// Runs `work` and reports the CPU the watched processes used meanwhile.
+async fn watched<T>(
+    label: &Label,
+    work: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<(T, BTreeMap<String, f64>)> {
+    let watch = label.watch()?;
+    let before = watch.sample();
+    let value = work.await?;
+    Ok((value, watch.usage(&before, &watch.sample())))
 }
 
 #[derive(Args)]
@@ -219,34 +281,38 @@ async fn main() -> anyhow::Result<()> {
         Command::Get(args) => get(args).await?,
         Command::Produce(args) => produce(args).await?,
         Command::Consume(args) => {
-            let elapsed = tokio::task::spawn_blocking(move || {
-                kafka::consume(
-                    &args.brokers,
-                    &args.topic,
-                    &args.group,
-                    args.events,
-                    &args.properties,
-                )
-            })
-            .await??;
-            Figure {
-                bench: args.label.bench,
-                subject: args.label.subject,
-                unit: "messages".into(),
-                rate: args.events as f64 / elapsed.as_secs_f64().max(1e-9),
-                requests: args.events,
-                ..Figure::default()
-            }
+            let ConsumeArgs {
+                label,
+                brokers,
+                topic,
+                group,
+                events,
+                properties,
+            } = args;
+            let read = tokio::task::spawn_blocking(move || {
+                kafka::consume(&brokers, &topic, &group, events, &properties)
+            });
+            let (elapsed, cpu) = watched(&label, async { read.await? }).await?;
+            let rate = events as f64 / elapsed.as_secs_f64().max(1e-9);
+            label.figure("messages", rate, events, cpu)
         }
         Command::ClickhouseInsert(args) => insert(args).await?,
         Command::WaitRows(args) => wait_rows(args).await?,
         Command::Rss(args) => Figure {
-            bench: args.label.bench,
-            subject: args.label.subject,
-            unit: "KiB".into(),
             rss_kib: Some(peak_rss_kib(args.pid)?),
-            ..Figure::default()
+            ..args.label.figure("KiB", 0.0, 0, BTreeMap::new())
         },
+        Command::Settle {
+            brokers,
+            topic,
+            group,
+            timeout,
+        } => {
+            let timeout = Duration::from_secs(timeout);
+            tokio::task::spawn_blocking(move || kafka::settle(&brokers, &topic, &group, timeout))
+                .await??;
+            return Ok(());
+        }
         Command::Report { file } => {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
@@ -330,7 +396,7 @@ async fn ingest(args: IngestArgs) -> anyhow::Result<Figure> {
     let run = args
         .run
         .unwrap_or_else(|| format!("lg{:08x}", rand::random::<u32>()));
-    let tally = load::run(&options(&args.load, addr), |worker| Browser {
+    let (tally, cpu) = run_load(&args.label, &args.load, addr, |worker| Browser {
         traffic: Traffic::new(Arc::clone(&sites), &run, worker as u64),
         path: format!("{}/api/v1/analytics", args.url.trim_end_matches('/'))
             .parse::<Uri>()
@@ -352,11 +418,14 @@ async fn ingest(args: IngestArgs) -> anyhow::Result<Figure> {
         .await?;
         eprintln!("run {run}: all {accepted} accepted events are in ClickHouse");
     }
-    Ok(labelled(&tally, &args.label, "events"))
+    Ok(labelled(&tally, &args.label, "events", cpu))
 }
 
-fn labelled(tally: &Tally, label: &Label, unit: &str) -> Figure {
-    tally.figure(&label.bench, &label.subject, unit)
+fn labelled(tally: &Tally, label: &Label, unit: &str, cpu: BTreeMap<String, f64>) -> Figure {
+    Figure {
+        cpu_percent: cpu,
+        ..tally.figure(&label.bench, &label.subject, unit)
+    }
 }
 
 async fn get(args: GetArgs) -> anyhow::Result<Figure> {
@@ -369,12 +438,12 @@ async fn get(args: GetArgs) -> anyhow::Result<Figure> {
             Ok((name.trim().to_owned(), value.trim().to_owned()))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let tally = load::run(&options(&args.load, addr), |_| Get {
+    let (tally, cpu) = run_load(&args.label, &args.load, addr, |_| Get {
         path: path.clone(),
         headers: headers.clone(),
     })
     .await?;
-    Ok(labelled(&tally, &args.label, "requests"))
+    Ok(labelled(&tally, &args.label, "requests", cpu))
 }
 
 async fn produce(args: ProduceArgs) -> anyhow::Result<Figure> {
@@ -389,23 +458,18 @@ async fn produce(args: ProduceArgs) -> anyhow::Result<Figure> {
         args.events
     };
     let messages = kafka::messages(&mut Traffic::new(sites, &args.run, 1), count);
-    let outcome = tokio::task::spawn_blocking(move || {
-        kafka::produce(&args.brokers, &args.topic, args.linger_ms, &messages)
-    })
-    .await??;
+    let (brokers, topic) = (args.brokers.clone(), args.topic.clone());
+    let send = tokio::task::spawn_blocking(move || {
+        kafka::produce(&brokers, &topic, args.linger_ms, &messages)
+    });
+    let (outcome, cpu) = watched(&args.label, async { send.await? }).await?;
     anyhow::ensure!(
         outcome.failed == 0,
         "{} of {count} messages failed",
         outcome.failed
     );
-    Ok(Figure {
-        bench: args.label.bench,
-        subject: args.label.subject,
-        unit: "events".into(),
-        rate: outcome.delivered as f64 / outcome.elapsed.as_secs_f64().max(1e-9),
-        requests: outcome.delivered,
-        ..Figure::default()
-    })
+    let rate = outcome.delivered as f64 / outcome.elapsed.as_secs_f64().max(1e-9);
+    Ok(args.label.figure("events", rate, outcome.delivered, cpu))
 }
 
 async fn insert(args: InsertArgs) -> anyhow::Result<Figure> {
@@ -426,39 +490,30 @@ async fn insert(args: InsertArgs) -> anyhow::Result<Figure> {
     rows.truncate(args.rows as usize);
     let clickhouse = ClickHouse::new(&args.clickhouse);
     clickhouse.recreate(&args.database).await?;
-    let elapsed =
-        clickhouse::reference_insert(&clickhouse, &args.database, &rows, args.batch).await?;
+    let (elapsed, cpu) = watched(
+        &args.label,
+        clickhouse::reference_insert(&clickhouse, &args.database, &rows, args.batch),
+    )
+    .await?;
     let stored = clickhouse
         .count(&format!("SELECT count() FROM {}.events", args.database))
         .await?;
     anyhow::ensure!(stored == args.rows, "{stored} rows stored of {}", args.rows);
-    Ok(Figure {
-        bench: args.label.bench,
-        subject: args.label.subject,
-        unit: "rows".into(),
-        rate: args.rows as f64 / elapsed.as_secs_f64(),
-        requests: args.rows.div_ceil(args.batch as u64),
-        ..Figure::default()
-    })
+    let rate = args.rows as f64 / elapsed.as_secs_f64().max(1e-9);
+    Ok(args.label.figure("rows", rate, args.rows, cpu))
 }
 
 async fn wait_rows(args: WaitArgs) -> anyhow::Result<Figure> {
     let clickhouse = ClickHouse::new(&args.clickhouse);
-    let drain = clickhouse::wait_rows(
-        &clickhouse,
-        &args.table,
-        args.rows,
-        Duration::from_secs(args.timeout),
+    let timeout = Duration::from_secs(args.timeout);
+    let (drain, cpu) = watched(
+        &args.label,
+        clickhouse::wait_rows(&clickhouse, &args.table, args.rows, timeout),
     )
     .await?;
     Ok(Figure {
-        bench: args.label.bench,
-        subject: args.label.subject,
-        unit: "rows".into(),
-        rate: drain.rate,
-        requests: drain.rows,
         rss_kib: args.pid.map(peak_rss_kib).transpose()?,
-        ..Figure::default()
+        ..args.label.figure("rows", drain.rate, drain.rows, cpu)
     })
 }
 

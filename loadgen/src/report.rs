@@ -1,6 +1,7 @@
 //! The table of `scripts/bench`: each figure next to its reference from the same run, the
 //! median over the alternated rounds, the ratio and the target.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::stats::Figure;
@@ -114,6 +115,7 @@ pub fn render(figures: &[Figure]) -> String {
             let _ = writeln!(out, "| {} ({}) | {mib:.1} |", f.subject, f.bench);
         }
     }
+    out.push_str(&cpu_table(figures));
     let failures: u64 = figures
         .iter()
         .map(|f| f.failures.values().sum::<u64>() + f.transport_errors)
@@ -123,6 +125,33 @@ pub fn render(figures: &[Figure]) -> String {
             out,
             "\n{failures} request(s) failed during the measured windows; see the rounds' lines."
         );
+    }
+    out
+}
+
+/// Median CPU of each watched process during each kind of measurement.
+fn cpu_table(figures: &[Figure]) -> String {
+    let mut by_measure: BTreeMap<(&str, &str), BTreeMap<&str, Vec<f64>>> = BTreeMap::new();
+    for f in figures {
+        for (process, pct) in &f.cpu_percent {
+            by_measure
+                .entry((&f.bench, &f.subject))
+                .or_default()
+                .entry(process)
+                .or_default()
+                .push(*pct);
+        }
+    }
+    if by_measure.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\n| during | CPU, % of one core (median of rounds) |\n|---|---|\n");
+    for ((bench, subject), processes) in by_measure {
+        let cells: Vec<String> = processes
+            .into_iter()
+            .map(|(process, values)| format!("{process} {}", show(median(values), 0)))
+            .collect();
+        let _ = writeln!(out, "| {bench} {subject} | {} |", cells.join(", "));
     }
     out
 }
@@ -154,7 +183,10 @@ mod tests {
             figure("ingest", "ingest", 60.0, Some(4000)),
             figure("ingest", "librdkafka-producer", 100.0, None),
             figure("ingest", "ingest", 90.0, Some(3000)),
-            figure("consumer", "consumer", 70.0, None),
+            Figure {
+                cpu_percent: BTreeMap::from([("tansu".into(), 90.0), ("consumer".into(), 20.0)]),
+                ..figure("consumer", "consumer", 70.0, None)
+            },
             figure("consumer", "clickhouse-jsoneachrow", 100.0, None),
             Figure {
                 rss_kib: Some(2048),
@@ -171,5 +203,9 @@ mod tests {
         assert!(consumer.contains("| 0.70 | ≥ 0.8 | NO |"), "{consumer}");
         assert!(!table.contains("| config-api"), "no figures, no line");
         assert!(table.contains("| ingest (rss) | 2.0 |"), "{table}");
+        assert!(
+            table.contains("| consumer consumer | consumer 20, tansu 90 |"),
+            "{table}"
+        );
     }
 }

@@ -100,6 +100,7 @@ impl Tally {
             failures: self.failures(),
             transport_errors: self.transport_errors,
             rss_kib: None,
+            cpu_percent: BTreeMap::new(),
         }
     }
 }
@@ -127,6 +128,9 @@ pub struct Figure {
     /// Peak resident memory of the measured process, when known.
     #[serde(default)]
     pub rss_kib: Option<u64>,
+    /// CPU used by the watched processes during the measurement, percent of one core.
+    #[serde(default)]
+    pub cpu_percent: BTreeMap<String, f64>,
 }
 
 impl Figure {
@@ -135,8 +139,13 @@ impl Figure {
         let ms =
             |us: Option<u64>| us.map_or("-".to_owned(), |us| format!("{:.2}", us as f64 / 1e3));
         let failures: u64 = self.failures.values().sum();
+        let cpu: Vec<String> = self
+            .cpu_percent
+            .iter()
+            .map(|(name, pct)| format!("{name} {pct:.0}%"))
+            .collect();
         format!(
-            "{}/{}: {:.0} {}/s over {} requests; latency ms p50 {} p99 {} max {}; non-2xx {} {:?}; transport errors {}",
+            "{}/{}: {:.0} {}/s over {} requests; latency ms p50 {} p99 {} max {}; non-2xx {} {:?}; transport errors {}; CPU {}",
             self.bench,
             self.subject,
             self.rate,
@@ -147,7 +156,8 @@ impl Figure {
             ms(self.max_us),
             failures,
             self.failures,
-            self.transport_errors
+            self.transport_errors,
+            cpu.join(", ")
         )
     }
 }

@@ -1,0 +1,107 @@
+//! CPU time of the processes around a measurement (`--watch name=pid`): what each used
+//! during the measured window, in percent of one core. It shows what a figure is bound by:
+//! a process near 100% of a core is the limit.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use anyhow::Context;
+
+/// Processes to watch, by name.
+#[derive(Clone, Debug, Default)]
+pub struct Watch {
+    processes: Vec<(String, u32)>,
+}
+
+/// CPU seconds of each process at one moment.
+pub struct Sample {
+    at: Instant,
+    seconds: Vec<Option<f64>>,
+}
+
+impl Watch {
+    /// Parses `name=pid` arguments; `self` stands for this process.
+    pub fn parse(args: &[String]) -> anyhow::Result<Self> {
+        let processes = args
+            .iter()
+            .map(|arg| {
+                let (name, pid) = arg.split_once('=').context("--watch takes name=pid")?;
+                let pid = if pid == "self" {
+                    std::process::id()
+                } else {
+                    pid.parse().with_context(|| format!("not a pid: {pid}"))?
+                };
+                Ok((name.to_owned(), pid))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Self { processes })
+    }
+
+    pub fn sample(&self) -> Sample {
+        Sample {
+            at: Instant::now(),
+            seconds: self
+                .processes
+                .iter()
+                .map(|(_, pid)| cpu_seconds(*pid))
+                .collect(),
+        }
+    }
+
+    /// Percent of one core each process used between two samples.
+    pub fn usage(&self, from: &Sample, to: &Sample) -> BTreeMap<String, f64> {
+        let wall = (to.at - from.at).as_secs_f64().max(1e-9);
+        self.processes
+            .iter()
+            .zip(from.seconds.iter().zip(&to.seconds))
+            .filter_map(|((name, _), (a, b))| {
+                Some((name.clone(), (b.as_ref()? - a.as_ref()?) / wall * 100.0))
+            })
+            .collect()
+    }
+}
+
+/// User plus system CPU seconds of a process, all its threads, from /proc/PID/stat.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces: the fields start after its closing parenthesis.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // utime and stime are the 14th and 15th fields, the 12th and 13th after the name.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // Linux reports them in USER_HZ, 100 per second on every architecture it runs on.
+    Some(ticks as f64 / 100.0)
+}
+
+/// Samples `watch` from `delay` after now for `length`: the measured window of a load.
+pub fn window(
+    watch: Watch,
+    delay: std::time::Duration,
+    length: std::time::Duration,
+) -> tokio::task::JoinHandle<BTreeMap<String, f64>> {
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        let from = watch.sample();
+        tokio::time::sleep(length).await;
+        watch.usage(&from, &watch.sample())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measures_its_own_cpu_while_it_spins() {
+        let watch = Watch::parse(&["me=self".to_owned()]).unwrap();
+        let before = watch.sample();
+        let start = Instant::now();
+        let mut x = 0u64;
+        while start.elapsed().as_millis() < 300 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let usage = watch.usage(&before, &watch.sample());
+        assert!(usage["me"] > 5.0, "{usage:?}");
+        assert!(Watch::parse(&["x".to_owned()]).is_err());
+    }
+}
