@@ -4,6 +4,8 @@
 //! Validation turns a client's JSON object into an [`EventMessage`] or one sentence saying
 //! what is wrong; an `EventMessage` is therefore always within the documented limits.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
@@ -116,7 +118,26 @@ impl EventMessage {
         let Value::Object(obj) = value else {
             return Err(Rejection::new("event", "an event must be a JSON object"));
         };
-        let f = Fields(obj);
+        Self::validate(&Fields(obj), envelope)
+    }
+
+    /// [`EventMessage::from_client`] of one event's JSON text. The common case, an object
+    /// whose fields have the right types, is read straight into typed fields; anything
+    /// else goes through [`Value`], which names the field at fault. Same answers either way.
+    pub fn from_client_json(json: &str, envelope: &Envelope) -> Result<Self, Rejection> {
+        // serde would also fill a struct from an array, by position: objects only.
+        if json.trim_start().starts_with('{')
+            && let Ok(typed) = serde_json::from_str::<Typed<'_>>(json)
+        {
+            return Self::validate(&Fields(typed), envelope);
+        }
+        match serde_json::from_str::<Value>(json) {
+            Ok(value) => Self::from_client(&value, envelope),
+            Err(_) => Err(Rejection::new("event", "an event must be a JSON object")),
+        }
+    }
+
+    fn validate<S: Source>(f: &Fields<S>, envelope: &Envelope) -> Result<Self, Rejection> {
         let event_id = match f.opt_str("eventId", MAX_ID_CHARS, Text::Id)? {
             None => Uuid::now_v7(),
             Some(raw) => match Uuid::parse_str(raw) {
@@ -199,15 +220,144 @@ enum Text {
     Free,
 }
 
-struct Fields<'a>(&'a Map<String, Value>);
+/// Where an event's fields come from: a [`Value`] object, or [`Typed`] fields. A source
+/// only checks JSON types; [`Fields`] adds the contract's rules.
+trait Source {
+    /// `None` when absent or `null` (JavaScript clients send `undefined` fields so).
+    fn text(&self, name: &'static str) -> Result<Option<&str>, Rejection>;
+    fn number(&self, name: &'static str) -> Result<Option<f64>, Rejection>;
+    fn flag(&self, name: &'static str) -> Result<Option<bool>, Rejection>;
+}
 
-impl<'a> Fields<'a> {
-    /// `null` counts as absent, the way JavaScript clients send `undefined` fields.
-    fn get(&self, name: &str) -> Option<&'a Value> {
-        self.0.get(name).filter(|v| !v.is_null())
+impl Source for &Map<String, Value> {
+    fn text(&self, name: &'static str) -> Result<Option<&str>, Rejection> {
+        match self.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(_) => Err(Rejection::new(
+                name,
+                format!("field {name} must be a string"),
+            )),
+        }
     }
 
-    fn req_str(&self, name: &'static str, max: usize) -> Result<&'a str, Rejection> {
+    fn number(&self, name: &'static str) -> Result<Option<f64>, Rejection> {
+        match self.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) => match n.as_f64() {
+                Some(x) if x.is_finite() => Ok(Some(x)),
+                _ => Err(Rejection::new(
+                    name,
+                    format!("field {name} must be a finite number"),
+                )),
+            },
+            Some(_) => Err(Rejection::new(
+                name,
+                format!("field {name} must be a number"),
+            )),
+        }
+    }
+
+    fn flag(&self, name: &'static str) -> Result<Option<bool>, Rejection> {
+        match self.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(Rejection::new(
+                name,
+                format!("field {name} must be a boolean"),
+            )),
+        }
+    }
+}
+
+/// An event's fields, typed by serde straight from the request's bytes, borrowing the
+/// strings that need no unescaping. Reading it fails on a wrong type or a repeated
+/// field; the [`Value`] path then gives the answer.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Typed<'a> {
+    #[serde(borrow, default)]
+    event_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    event_name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    experiment_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    session_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    variant_id: Option<Cow<'a, str>>,
+    #[serde(default)]
+    conversion: Option<bool>,
+    #[serde(default)]
+    load_time: Option<f64>,
+    #[serde(default)]
+    scroll_depth: Option<f64>,
+    #[serde(default)]
+    time_on_page: Option<f64>,
+    #[serde(borrow, default)]
+    click_target: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pathname: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    referrer: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "utm_source")]
+    utm_source: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "utm_medium")]
+    utm_medium: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "utm_campaign")]
+    utm_campaign: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "utm_term")]
+    utm_term: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "utm_content")]
+    utm_content: Option<Cow<'a, str>>,
+    #[serde(default)]
+    test: Option<bool>,
+}
+
+impl Source for Typed<'_> {
+    fn text(&self, name: &'static str) -> Result<Option<&str>, Rejection> {
+        let field = match name {
+            "eventId" => &self.event_id,
+            "eventName" => &self.event_name,
+            "experimentId" => &self.experiment_id,
+            "sessionId" => &self.session_id,
+            "variantId" => &self.variant_id,
+            "clickTarget" => &self.click_target,
+            "pathname" => &self.pathname,
+            "referrer" => &self.referrer,
+            "utm_source" => &self.utm_source,
+            "utm_medium" => &self.utm_medium,
+            "utm_campaign" => &self.utm_campaign,
+            "utm_term" => &self.utm_term,
+            "utm_content" => &self.utm_content,
+            _ => unreachable!("no text field {name}"),
+        };
+        Ok(field.as_deref())
+    }
+
+    fn number(&self, name: &'static str) -> Result<Option<f64>, Rejection> {
+        Ok(match name {
+            "loadTime" => self.load_time,
+            "scrollDepth" => self.scroll_depth,
+            "timeOnPage" => self.time_on_page,
+            _ => unreachable!("no number field {name}"),
+        })
+    }
+
+    fn flag(&self, name: &'static str) -> Result<Option<bool>, Rejection> {
+        Ok(match name {
+            "conversion" => self.conversion,
+            "test" => self.test,
+            _ => unreachable!("no boolean field {name}"),
+        })
+    }
+}
+
+/// The contract's rules over a [`Source`]'s fields.
+struct Fields<S>(S);
+
+impl<S: Source> Fields<S> {
+    fn req_str(&self, name: &'static str, max: usize) -> Result<&str, Rejection> {
         match self.opt_str(name, max, Text::Id)? {
             Some(s) if !s.is_empty() => Ok(s),
             Some(_) => Err(Rejection::new(
@@ -223,15 +373,9 @@ impl<'a> Fields<'a> {
         name: &'static str,
         max: usize,
         text: Text,
-    ) -> Result<Option<&'a str>, Rejection> {
-        let Some(v) = self.get(name) else {
+    ) -> Result<Option<&str>, Rejection> {
+        let Some(s) = self.0.text(name)? else {
             return Ok(None);
-        };
-        let Value::String(s) = v else {
-            return Err(Rejection::new(
-                name,
-                format!("field {name} must be a string"),
-            ));
         };
         // Cheap bound first: a string of more bytes than 4 * max has more than max chars.
         if s.len() > max && (s.len() > 4 * max || s.chars().count() > max) {
@@ -250,31 +394,11 @@ impl<'a> Fields<'a> {
     }
 
     fn opt_number(&self, name: &'static str) -> Result<Option<f64>, Rejection> {
-        match self.get(name) {
-            None => Ok(None),
-            Some(Value::Number(n)) => match n.as_f64() {
-                Some(x) if x.is_finite() => Ok(Some(x)),
-                _ => Err(Rejection::new(
-                    name,
-                    format!("field {name} must be a finite number"),
-                )),
-            },
-            Some(_) => Err(Rejection::new(
-                name,
-                format!("field {name} must be a number"),
-            )),
-        }
+        self.0.number(name)
     }
 
     fn opt_bool(&self, name: &'static str) -> Result<Option<bool>, Rejection> {
-        match self.get(name) {
-            None => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(_) => Err(Rejection::new(
-                name,
-                format!("field {name} must be a boolean"),
-            )),
-        }
+        self.0.flag(name)
     }
 }
 
@@ -291,8 +415,55 @@ mod tests {
         }
     }
 
+    /// Both readings of an event, which must agree, as the result or `field: message`.
     fn check(v: Value) -> Result<EventMessage, String> {
-        EventMessage::from_client(&v, &envelope()).map_err(|r| format!("{}: {r}", r.field))
+        agree(&v.to_string(), EventMessage::from_client(&v, &envelope()))
+    }
+
+    fn agree(
+        json: &str,
+        from_value: Result<EventMessage, Rejection>,
+    ) -> Result<EventMessage, String> {
+        let from_text = EventMessage::from_client_json(json, &envelope());
+        match (&from_value, from_text) {
+            (Ok(a), Ok(b)) => assert_eq!(
+                *a,
+                EventMessage {
+                    event_id: a.event_id,
+                    ..b
+                },
+                "{json}"
+            ),
+            (Err(a), Err(b)) => assert_eq!(*a, b, "{json}"),
+            (a, b) => panic!("{json}: the Value reading gave {a:?}, the typed one {b:?}"),
+        }
+        from_value.map_err(|r| format!("{}: {r}", r.field))
+    }
+
+    #[test]
+    fn text_the_typed_reading_cannot_take_gets_the_value_answer() {
+        let value = |json: &str| {
+            serde_json::from_str::<Value>(json)
+                .map_err(|_| Rejection::new("event", "an event must be a JSON object"))
+                .and_then(|v| EventMessage::from_client(&v, &envelope()))
+        };
+        for json in [
+            // A repeated field: the last one counts, as in a JSON object.
+            r#"{"eventName":"a","eventName":"click","experimentId":"exp_1","sessionId":"s"}"#,
+            // An array would fill the typed fields by position.
+            r#"["click","exp_1","s"]"#,
+            r#"  {"eventName":"cl\u00efck \"x\"","experimentId":"exp_1","sessionId":"s","extra":[1,{"a":null}]}"#,
+            r#"{"eventName":"click","experimentId":"exp_1","sessionId":"s","loadTime":12}"#,
+            r#"{"eventName":"click","experimentId":"exp_1","sessionId":"s","loadTime":1e400}"#,
+            "nonsense",
+        ] {
+            let _ = agree(json, value(json));
+        }
+        let typed = EventMessage::from_client_json(
+            r#"{"eventName":"a","eventName":"click","experimentId":"exp_1","sessionId":"s"}"#,
+            &envelope(),
+        );
+        assert_eq!(typed.expect("valid").event_name, "click");
     }
 
     fn minimal() -> Value {

@@ -1,6 +1,7 @@
 //! `POST /api/v1/analytics`: read the body within its limit, find the key, validate each
 //! event, publish the valid ones and answer once Kafka has acknowledged all of them.
 
+use std::borrow::Cow;
 use std::io::Read;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -15,6 +16,8 @@ use common::event::{Envelope, EventMessage};
 use common::http::ApiError;
 use common::key::PublicKey;
 use rdkafka::producer::FutureRecord;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::app::AppState;
@@ -76,20 +79,9 @@ async fn analytics(State(state): State<AppState>, headers: HeaderMap, body: Body
 async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
     check_content_type(headers)?;
     let bytes = read_body(headers, body, state.max_body_bytes).await?;
-    let document: Value = serde_json::from_slice(&bytes).map_err(|e| {
-        bad_request(
-            "malformed_json",
-            format!("The body is not valid JSON: {e}."),
-        )
-    })?;
-    let Value::Object(mut document) = document else {
-        return Err(bad_request(
-            "invalid_body",
-            "The body must be a JSON object.",
-        ));
-    };
+    let parsed = Parsed::from_bytes(&bytes)?;
 
-    let key = public_key(headers, document.get("pkey"))?;
+    let key = public_key(headers, parsed.pkey?)?;
     let snapshot = state.snapshot.load();
     let Some(entry) = snapshot.key(key.as_str()) else {
         return Err(unauthorized(
@@ -106,20 +98,7 @@ async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Res
             "This public key does not accept events from this origin.",
         ));
     }
-
-    let events = match document.remove("events") {
-        Some(Value::Array(events)) if !events.is_empty() => events,
-        Some(Value::Array(_)) => {
-            return Err(bad_request("invalid_body", "The events array is empty."));
-        }
-        Some(_) => {
-            return Err(bad_request(
-                "invalid_body",
-                "The field events must be an array.",
-            ));
-        }
-        None => return Err(bad_request("invalid_body", "The field events is required.")),
-    };
+    let events = parsed.events?;
 
     let envelope = Envelope {
         received_at: now_millis(),
@@ -134,7 +113,7 @@ async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Res
     let mut accepted = Vec::with_capacity(events.len());
     let mut rejected = Vec::new();
     for (index, event) in events.iter().enumerate() {
-        match EventMessage::from_client(event, &envelope) {
+        match EventMessage::from_client_json(event.get(), &envelope) {
             Ok(message) => accepted.push(message),
             Err(rejection) => {
                 metrics::counter!("ingest_events_rejected_total", "field" => rejection.field)
@@ -156,6 +135,79 @@ async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Res
     metrics::counter!("ingest_events_accepted_total").increment(accepted.len() as u64);
     let body = json!({ "accepted": accepted.len(), "rejected": rejected });
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+/// A body's key (the page-unload form's `pkey`) and events, each event still JSON text.
+/// The problems are kept apart so that they are reported in order: the key first.
+struct Parsed<'a> {
+    pkey: Result<Option<Cow<'a, str>>, ApiError>,
+    events: Result<Vec<Cow<'a, RawValue>>, ApiError>,
+}
+
+/// The usual body, read without building a tree of the whole document.
+#[derive(Deserialize)]
+struct Usual<'a> {
+    #[serde(borrow, default)]
+    pkey: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    events: Vec<&'a RawValue>,
+}
+
+impl<'a> Parsed<'a> {
+    fn from_bytes(bytes: &'a [u8]) -> Result<Self, ApiError> {
+        // serde would also fill a struct from an array, by position: objects only.
+        let object = bytes.trim_ascii_start().first() == Some(&b'{');
+        if object
+            && let Ok(usual) = serde_json::from_slice::<Usual<'a>>(bytes)
+            && !usual.events.is_empty()
+        {
+            return Ok(Self {
+                pkey: Ok(usual.pkey),
+                events: Ok(usual.events.into_iter().map(Cow::Borrowed).collect()),
+            });
+        }
+        Self::from_value(bytes)
+    }
+
+    /// Any other body, with the answer that names what is wrong.
+    fn from_value(bytes: &[u8]) -> Result<Self, ApiError> {
+        let document: Value = serde_json::from_slice(bytes).map_err(|e| {
+            bad_request(
+                "malformed_json",
+                format!("The body is not valid JSON: {e}."),
+            )
+        })?;
+        let Value::Object(mut document) = document else {
+            return Err(bad_request(
+                "invalid_body",
+                "The body must be a JSON object.",
+            ));
+        };
+        let pkey = match document.remove("pkey") {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(Cow::Owned(s))),
+            Some(_) => Err(unauthorized(
+                "invalid_public_key",
+                "The field pkey must be a string.",
+            )),
+        };
+        let events = match document.remove("events") {
+            Some(Value::Array(events)) if !events.is_empty() => events
+                .iter()
+                .map(|e| serde_json::value::to_raw_value(e).map(Cow::Owned))
+                .collect::<Result<_, _>>()
+                .map_err(|e| {
+                    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+                }),
+            Some(Value::Array(_)) => Err(bad_request("invalid_body", "The events array is empty.")),
+            Some(_) => Err(bad_request(
+                "invalid_body",
+                "The field events must be an array.",
+            )),
+            None => Err(bad_request("invalid_body", "The field events is required.")),
+        };
+        Ok(Self { pkey, events })
+    }
 }
 
 /// `application/json`, `text/plain` (what `sendBeacon` sends for a string) or none.
@@ -220,7 +272,7 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<
 }
 
 /// The key from `X-public-key` or the body's `pkey`; both present must agree.
-fn public_key(headers: &HeaderMap, pkey: Option<&Value>) -> Result<PublicKey, ApiError> {
+fn public_key(headers: &HeaderMap, pkey: Option<Cow<'_, str>>) -> Result<PublicKey, ApiError> {
     let header = match headers.get("x-public-key") {
         None => None,
         Some(v) => Some(v.to_str().map_err(|_| {
@@ -230,16 +282,7 @@ fn public_key(headers: &HeaderMap, pkey: Option<&Value>) -> Result<PublicKey, Ap
             )
         })?),
     };
-    let body = match pkey {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.as_str()),
-        Some(_) => {
-            return Err(unauthorized(
-                "invalid_public_key",
-                "The field pkey must be a string.",
-            ));
-        }
-    };
+    let body = pkey.as_deref();
     let raw = match (header, body) {
         (Some(h), Some(b)) if h != b => {
             return Err(bad_request(
