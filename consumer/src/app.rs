@@ -149,23 +149,30 @@ impl Application {
         {
             tracing::warn!(error = %format!("{e:#}"), "Topics not ensured.");
         }
-        let consumer: StreamConsumer<LagContext> =
-            common::kafka::client_config(&config.kafka_brokers)
-                .set("group.id", &config.group_id)
-                .set("enable.auto.commit", "false")
-                .set("auto.offset.reset", "earliest")
-                .set("enable.partition.eof", "false")
-                .set("statistics.interval.ms", "5000")
-                .set(
-                    "session.timeout.ms",
-                    config.kafka_session_timeout_ms.to_string(),
-                )
-                .set(
-                    "max.poll.interval.ms",
-                    config.kafka_max_poll_interval_ms.to_string(),
-                )
-                .create_with_context(LagContext)
-                .context("cannot create Kafka consumer")?;
+        let mut kafka = common::kafka::client_config(&config.kafka_brokers);
+        kafka
+            // librdkafka's 500 ms default halved the rate at which Tansu handed out a
+            // backlog: it held fetches that had data (BENCHMARKS.md). 100 ms costs an idle
+            // consumer ten empty fetches a second.
+            .set("fetch.wait.max.ms", "100")
+            .set("statistics.interval.ms", "5000")
+            .set(
+                "session.timeout.ms",
+                config.kafka_session_timeout_ms.to_string(),
+            )
+            .set(
+                "max.poll.interval.ms",
+                config.kafka_max_poll_interval_ms.to_string(),
+            );
+        common::kafka::apply_properties(&mut kafka);
+        // What the commit-after-insert design needs, over any KAFKA_PROPERTIES.
+        let consumer: StreamConsumer<LagContext> = kafka
+            .set("group.id", &config.group_id)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false")
+            .create_with_context(LagContext)
+            .context("cannot create Kafka consumer")?;
         consumer
             .subscribe(&[&config.topic])
             .with_context(|| format!("cannot subscribe to {}", config.topic))?;
