@@ -27,6 +27,11 @@ use crate::config::Config;
 use crate::schema;
 use crate::sink::{EventRow, Outcome, Sink};
 
+/// librdkafka's `fetch.wait.max.ms`. Its 500 ms default halved the rate at which Tansu
+/// handed out a backlog: it held fetches that had data (BENCHMARKS.md). 100 ms costs an
+/// idle consumer ten empty fetches a second.
+pub const FETCH_WAIT_MAX_MS: &str = "100";
+
 pub struct Application {
     listener: TcpListener,
     worker: Worker,
@@ -151,10 +156,7 @@ impl Application {
         }
         let mut kafka = common::kafka::client_config(&config.kafka_brokers);
         kafka
-            // librdkafka's 500 ms default halved the rate at which Tansu handed out a
-            // backlog: it held fetches that had data (BENCHMARKS.md). 100 ms costs an idle
-            // consumer ten empty fetches a second.
-            .set("fetch.wait.max.ms", "100")
+            .set("fetch.wait.max.ms", FETCH_WAIT_MAX_MS)
             .set("statistics.interval.ms", "5000")
             .set(
                 "session.timeout.ms",

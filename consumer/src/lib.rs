@@ -8,7 +8,7 @@ mod replay;
 pub mod schema;
 mod sink;
 
-pub use app::{Application, Stats};
+pub use app::{Application, FETCH_WAIT_MAX_MS, Stats};
 pub use config::Config;
 pub use replay::{ReplayConfig, replay};
 pub use sink::EventRow;

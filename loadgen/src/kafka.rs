@@ -99,7 +99,7 @@ pub fn produce(
 }
 
 /// Reads `count` messages of `topic` from the start with a fresh group and the consumer
-/// service's fetch settings, decoding each as an event message: how fast the broker
+/// service's fetch wait (then `properties`), decoding each as an event message: how fast the broker
 /// hands a backlog out, the ceiling of the consumer service. Returns the time from the
 /// first message to the last.
 pub fn consume(
@@ -113,7 +113,8 @@ pub fn consume(
     config
         .set("group.id", group)
         .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest");
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", consumer::FETCH_WAIT_MAX_MS);
     for property in properties {
         let (name, value) = property
             .split_once('=')

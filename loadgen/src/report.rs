@@ -109,10 +109,10 @@ pub fn render(figures: &[Figure]) -> String {
     }
     let rss: Vec<&Figure> = figures.iter().filter(|f| f.rss_kib.is_some()).collect();
     if !rss.is_empty() {
-        out.push_str("\n| process (during) | peak RSS MiB |\n|---|---:|\n");
+        out.push_str("\n| process | measured | peak RSS MiB |\n|---|---|---:|\n");
         for f in rss {
             let mib = f.rss_kib.unwrap_or_default() as f64 / 1024.0;
-            let _ = writeln!(out, "| {} ({}) | {mib:.1} |", f.subject, f.bench);
+            let _ = writeln!(out, "| {} | {} | {mib:.1} |", f.subject, f.bench);
         }
     }
     out.push_str(&cpu_table(figures));
@@ -202,7 +202,7 @@ mod tests {
         let consumer = table.lines().find(|l| l.starts_with("| consumer")).unwrap();
         assert!(consumer.contains("| 0.70 | ≥ 0.8 | NO |"), "{consumer}");
         assert!(!table.contains("| config-api"), "no figures, no line");
-        assert!(table.contains("| ingest (rss) | 2.0 |"), "{table}");
+        assert!(table.contains("| ingest | rss | 2.0 |"), "{table}");
         assert!(
             table.contains("| consumer consumer | consumer 20, tansu 90 |"),
             "{table}"
