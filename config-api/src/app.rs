@@ -22,6 +22,7 @@ pub(crate) struct AppState {
     pub prepared: Arc<ArcSwap<Prepared>>,
     /// `Cache-Control` of answers outside test mode.
     pub cache_control: HeaderValue,
+    pub requests: common::http::RequestCounter,
 }
 
 pub struct Application {
@@ -49,6 +50,10 @@ impl Application {
                 config.cache_max_age
             ))
             .context("Cache-Control value")?,
+            requests: common::http::RequestCounter::new(
+                "config_api_requests_total",
+                routes::EXPERIMENTS_PATH,
+            ),
         };
         let readiness = Readiness::default();
         let cors = common::http::cors_layer(

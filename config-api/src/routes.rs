@@ -37,9 +37,7 @@ async fn experiments(State(state): State<AppState>, headers: HeaderMap) -> Respo
             e.into_response()
         }
     };
-    metrics::counter!("config_api_requests_total", "route" => EXPERIMENTS_PATH,
-        "status" => common::http::status_label(response.status()))
-    .increment(1);
+    state.requests.increment(response.status());
     response
 }
 

@@ -30,6 +30,7 @@ pub(crate) struct AppState {
     pub topic: Arc<str>,
     pub delivery_timeout: Duration,
     pub max_body_bytes: usize,
+    pub requests: common::http::RequestCounter,
 }
 
 pub struct Application {
@@ -77,6 +78,10 @@ impl Application {
             topic: config.topic.into(),
             delivery_timeout,
             max_body_bytes: config.max_body_bytes,
+            requests: common::http::RequestCounter::new(
+                "ingest_requests_total",
+                routes::ANALYTICS_PATH,
+            ),
         };
         let readiness = Readiness::default();
         let router = router(state.clone(), readiness.clone());

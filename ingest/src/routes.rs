@@ -70,9 +70,7 @@ async fn analytics(State(state): State<AppState>, headers: HeaderMap, body: Body
         Ok(response) => response,
         Err(e) => e.into_response(),
     };
-    metrics::counter!("ingest_requests_total", "route" => ANALYTICS_PATH,
-        "status" => common::http::status_label(response.status()))
-    .increment(1);
+    state.requests.increment(response.status());
     response
 }
 
