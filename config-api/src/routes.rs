@@ -1,7 +1,7 @@
 //! `GET /api/v1/experiments`.
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -27,8 +27,9 @@ fn unauthorized(code: &'static str, message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::UNAUTHORIZED, code, message)
 }
 
-async fn experiments(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let response = match answer(&state, &headers) {
+/// Takes the whole request: the `HeaderMap` extractor would clone every header.
+async fn experiments(State(state): State<AppState>, request: Request) -> Response {
+    let response = match answer(&state, request.headers()) {
         Ok(response) => response,
         Err(e) => {
             if e.code == "unknown_public_key" {

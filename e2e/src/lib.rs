@@ -299,22 +299,42 @@ pub async fn read_topic(
 pub struct PrivateBroker {
     child: std::process::Child,
     pub brokers: String,
+    /// The folder of the SQLite storage, when the broker has one.
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl PrivateBroker {
+    /// A broker with memory storage.
     pub async fn start() -> Self {
+        Self::start_in(None).await
+    }
+
+    /// A broker with SQLite storage, in a folder of its own: unlike the memory storage,
+    /// it reports the offsets of a partition's end (the memory storage answers 1).
+    pub async fn start_sqlite() -> Self {
+        Self::start_in(Some(tempfile::tempdir().expect("a temporary folder"))).await
+    }
+
+    async fn start_in(dir: Option<tempfile::TempDir>) -> Self {
         let port = free_port();
         let bin = std::env::var("TEST_TANSU_BIN").unwrap_or_else(|_| "tansu".into());
         let url = format!("tcp://127.0.0.1:{port}");
-        let child = std::process::Command::new(&bin)
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-            ])
-            .args(["--storage-engine", "memory://tansu/"])
+        let mut command = std::process::Command::new(&bin);
+        command.args([
+            "broker",
+            "--listener-url",
+            &url,
+            "--advertised-listener-url",
+            &url,
+        ]);
+        match &dir {
+            // The SQLite path is relative to the broker's working folder.
+            Some(dir) => command
+                .current_dir(dir.path())
+                .args(["--storage-engine", "sqlite://tansu.db"]),
+            None => command.args(["--storage-engine", "memory://tansu/"]),
+        };
+        let child = command
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -326,7 +346,11 @@ impl PrivateBroker {
             async move { tokio::net::TcpStream::connect(addr).await.ok().map(|_| ()) }
         })
         .await;
-        Self { child, brokers }
+        Self {
+            child,
+            brokers,
+            _dir: dir,
+        }
     }
 
     /// SIGSTOP: the broker holds its connections but answers nothing.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use axum::Json;
 use axum::Router;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -64,8 +64,10 @@ fn unavailable(message: impl Into<String>) -> ApiError {
     }
 }
 
-async fn analytics(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let result = handle(&state, &headers, body).await;
+/// Takes the whole request: the `HeaderMap` extractor would clone every header.
+async fn analytics(State(state): State<AppState>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let result = handle(&state, &parts.headers, body).await;
     let response = match result {
         Ok(response) => response,
         Err(e) => e.into_response(),

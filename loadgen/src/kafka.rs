@@ -13,7 +13,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 
 use crate::traffic::Traffic;
 
@@ -63,15 +63,29 @@ pub fn messages(traffic: &mut Traffic, count: u64) -> Vec<(String, Vec<u8>)> {
     out
 }
 
+/// Sets librdkafka `name=value` properties over a configuration.
+fn set_properties(config: &mut ClientConfig, properties: &[String]) -> anyhow::Result<()> {
+    for property in properties {
+        let (name, value) = property
+            .split_once('=')
+            .context("a property is name=value")?;
+        config.set(name, value);
+    }
+    Ok(())
+}
+
 /// Sends every message and waits until each is acknowledged or failed.
 pub fn produce(
     brokers: &str,
     topic: &str,
     linger_ms: u64,
+    properties: &[String],
     messages: &[(String, Vec<u8>)],
 ) -> anyhow::Result<ProduceOutcome> {
     let deliveries = Arc::new(Deliveries::default());
-    let producer: ThreadedProducer<Counter> = ingest::producer_config(brokers, linger_ms, 30_000)
+    let mut config = ingest::producer_config(brokers, linger_ms, 30_000);
+    set_properties(&mut config, properties)?;
+    let producer: ThreadedProducer<Counter> = config
         .create_with_context(Counter(Arc::clone(&deliveries)))
         .context("cannot create the Kafka producer")?;
     let started = Instant::now();

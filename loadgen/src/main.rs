@@ -208,6 +208,9 @@ struct ProduceArgs {
     /// benchmark runs).
     #[arg(long)]
     top_up: bool,
+    /// A librdkafka property, `name=value`, over the ingest's settings; repeatable.
+    #[arg(short = 'X')]
+    properties: Vec<String>,
 }
 
 #[derive(Args)]
@@ -460,7 +463,13 @@ async fn produce(args: ProduceArgs) -> anyhow::Result<Figure> {
     let messages = kafka::messages(&mut Traffic::new(sites, &args.run, 1), count);
     let (brokers, topic) = (args.brokers.clone(), args.topic.clone());
     let send = tokio::task::spawn_blocking(move || {
-        kafka::produce(&brokers, &topic, args.linger_ms, &messages)
+        kafka::produce(
+            &brokers,
+            &topic,
+            args.linger_ms,
+            &args.properties,
+            &messages,
+        )
     });
     let (outcome, cpu) = watched(&args.label, async { send.await? }).await?;
     anyhow::ensure!(
