@@ -394,17 +394,15 @@ impl Workload for Browser {
 }
 
 async fn ingest(args: IngestArgs) -> anyhow::Result<Figure> {
-    let (addr, _) = target(&args.url).await?;
+    let (addr, base) = target(&args.url).await?;
+    let path = format!("{}/api/v1/analytics", base.trim_end_matches('/'));
     let sites = Arc::new(Sites::from_file(&args.snapshot)?);
     let run = args
         .run
         .unwrap_or_else(|| format!("lg{:08x}", rand::random::<u32>()));
     let (tally, cpu) = run_load(&args.label, &args.load, addr, |worker| Browser {
         traffic: Traffic::new(Arc::clone(&sites), &run, worker as u64),
-        path: format!("{}/api/v1/analytics", args.url.trim_end_matches('/'))
-            .parse::<Uri>()
-            .map(|u| u.path().to_owned())
-            .unwrap_or_else(|_| "/api/v1/analytics".into()),
+        path: path.clone(),
     })
     .await?;
     if let Some(url) = &args.verify_clickhouse {

@@ -112,6 +112,8 @@ pub struct Figure {
     pub subject: String,
     pub unit: String,
     pub rate: f64,
+    /// Requests answered 2xx in the window; for the tools that are not HTTP loads
+    /// (producer, consumers, inserts), the units done.
     #[serde(default)]
     pub requests: u64,
     #[serde(default)]
