@@ -115,6 +115,22 @@ fn compose_file_passes_docker_compose_config() {
     assert_accepts(command, "docker-compose config", "docker-compose.yml");
 }
 
+#[test]
+fn scripts_parse_and_are_executable() {
+    use std::os::unix::fs::PermissionsExt;
+    for name in ["up", "down", "test", "bench", "lib.sh"] {
+        let path = repo().join("scripts").join(name);
+        let mut command = std::process::Command::new("bash");
+        command.arg("-n").arg(&path);
+        assert_accepts(command, "bash -n", &format!("scripts/{name}"));
+        let mode = std::fs::metadata(&path).expect("script").permissions().mode();
+        assert!(
+            name.ends_with(".sh") || mode & 0o111 != 0,
+            "scripts/{name} is not executable"
+        );
+    }
+}
+
 /// Runs a checker (installed by scripts/test) and fails with its complaint.
 fn assert_accepts(mut command: std::process::Command, checker: &str, what: &str) {
     let output = command
