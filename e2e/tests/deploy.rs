@@ -123,7 +123,10 @@ fn scripts_parse_and_are_executable() {
         let mut command = std::process::Command::new("bash");
         command.arg("-n").arg(&path);
         assert_accepts(command, "bash -n", &format!("scripts/{name}"));
-        let mode = std::fs::metadata(&path).expect("script").permissions().mode();
+        let mode = std::fs::metadata(&path)
+            .expect("script")
+            .permissions()
+            .mode();
         assert!(
             name.ends_with(".sh") || mode & 0o111 != 0,
             "scripts/{name} is not executable"
