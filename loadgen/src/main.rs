@@ -431,17 +431,10 @@ fn labelled(tally: &Tally, label: &Label, unit: &str, cpu: BTreeMap<String, f64>
 
 async fn get(args: GetArgs) -> anyhow::Result<Figure> {
     let (addr, path) = target(&args.url).await?;
-    let headers = args
-        .headers
-        .iter()
-        .map(|h| {
-            let (name, value) = h.split_once(':').context("a header is `Name: value`")?;
-            Ok((name.trim().to_owned(), value.trim().to_owned()))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let get = Get::new(&path, &args.headers)?;
     let (tally, cpu) = run_load(&args.label, &args.load, addr, |_| Get {
-        path: path.clone(),
-        headers: headers.clone(),
+        uri: get.uri.clone(),
+        headers: get.headers.clone(),
     })
     .await?;
     Ok(labelled(&tally, &args.label, "requests", cpu))
