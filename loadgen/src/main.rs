@@ -400,6 +400,10 @@ async fn ingest(args: IngestArgs) -> anyhow::Result<Figure> {
     let run = args
         .run
         .unwrap_or_else(|| format!("lg{:08x}", rand::random::<u32>()));
+    anyhow::ensure!(
+        !run.is_empty() && run.bytes().all(|b| b.is_ascii_alphanumeric()),
+        "--run must be letters and digits (it prefixes the session ids): {run:?}"
+    );
     let (tally, cpu) = run_load(&args.label, &args.load, addr, |worker| Browser {
         traffic: Traffic::new(Arc::clone(&sites), &run, worker as u64),
         path: path.clone(),
