@@ -170,8 +170,8 @@ async fn reference_tools_produce_read_back_and_insert_what_they_say() {
     let brokers = broker.brokers.clone();
     let topic = e2e::unique("bench-");
     let snapshot = demo_snapshot().display().to_string();
-    let produced = figure(
-        &loadgen(args(&[
+    let produce = |events: &'static str, extra: &'static [&'static str]| {
+        let mut list = args(&[
             "produce",
             "--bench=t",
             "--subject=p",
@@ -179,31 +179,18 @@ async fn reference_tools_produce_read_back_and_insert_what_they_say() {
             &brokers,
             "--topic",
             &topic,
-            "--events=500",
+            events,
             "--snapshot",
             &snapshot,
-        ]))
-        .await,
-    );
+        ]);
+        list.extend(args(extra));
+        loadgen(list)
+    };
+    let produced = figure(&produce("--events=500", &[]).await);
     assert_eq!(produced["requests"], 500, "{produced}");
 
     // A top-up sends only what is missing.
-    let topped = figure(
-        &loadgen(args(&[
-            "produce",
-            "--bench=t",
-            "--subject=p",
-            "--brokers",
-            &brokers,
-            "--topic",
-            &topic,
-            "--events=700",
-            "--top-up",
-            "--snapshot",
-            &snapshot,
-        ]))
-        .await,
-    );
+    let topped = figure(&produce("--events=700", &["--top-up"]).await);
     assert_eq!(topped["requests"], 200, "{topped}");
 
     let group = e2e::unique("raw-");

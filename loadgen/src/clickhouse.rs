@@ -139,6 +139,15 @@ pub async fn wait_rows(
     }
 }
 
+/// A run id prefixes session ids and goes into a `LIKE` pattern: letters and digits only.
+pub fn check_run_id(run: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !run.is_empty() && run.bytes().all(|b| b.is_ascii_alphanumeric()),
+        "a run id must be letters and digits (it prefixes the session ids): {run:?}"
+    );
+    Ok(())
+}
+
 /// Waits until the events of sessions starting with `run` number `expected` (distinct
 /// event ids), and fails if they do not within `timeout` or if there are more.
 pub async fn verify_landed(
@@ -148,10 +157,7 @@ pub async fn verify_landed(
     expected: u64,
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        run.bytes().all(|b| b.is_ascii_alphanumeric()),
-        "run id must be letters and digits"
-    );
+    check_run_id(run)?;
     let query = format!(
         "SELECT uniqExact(event_id) FROM {database}.events WHERE session_id LIKE '{run}-%'"
     );

@@ -15,6 +15,7 @@ use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 
+use crate::KafkaArgs;
 use crate::traffic::Traffic;
 
 #[derive(Default)]
@@ -76,21 +77,19 @@ fn set_properties(config: &mut ClientConfig, properties: &[String]) -> anyhow::R
 
 /// Sends every message and waits until each is acknowledged or failed.
 pub fn produce(
-    brokers: &str,
-    topic: &str,
+    target: &KafkaArgs,
     linger_ms: u64,
-    properties: &[String],
     messages: &[(String, Vec<u8>)],
 ) -> anyhow::Result<ProduceOutcome> {
     let deliveries = Arc::new(Deliveries::default());
-    let mut config = ingest::producer_config(brokers, linger_ms, 30_000);
-    set_properties(&mut config, properties)?;
+    let mut config = ingest::producer_config(&target.brokers, linger_ms, 30_000);
+    set_properties(&mut config, &target.properties)?;
     let producer: ThreadedProducer<Counter> = config
         .create_with_context(Counter(Arc::clone(&deliveries)))
         .context("cannot create the Kafka producer")?;
     let started = Instant::now();
     for (key, payload) in messages {
-        let mut record = BaseRecord::to(topic).key(key).payload(payload);
+        let mut record = BaseRecord::to(&target.topic).key(key).payload(payload);
         loop {
             match producer.send(record) {
                 Ok(()) => break,
@@ -112,33 +111,22 @@ pub fn produce(
     })
 }
 
-/// Reads `count` messages of `topic` from the start with a fresh group and the consumer
-/// service's fetch wait (then `properties`), decoding each as an event message: how fast the broker
-/// hands a backlog out, the ceiling of the consumer service. Returns the time from the
+/// Reads `count` messages of the topic from the start with a fresh group and the consumer
+/// service's fetch wait (then the extra properties), decoding each as an event message:
+/// how fast the broker hands a backlog out, the ceiling of the consumer service. Returns the time from the
 /// first message to the last.
-pub fn consume(
-    brokers: &str,
-    topic: &str,
-    group: &str,
-    count: u64,
-    properties: &[String],
-) -> anyhow::Result<Duration> {
-    let mut config = common::kafka::client_config(brokers);
+pub fn consume(target: &KafkaArgs, group: &str, count: u64) -> anyhow::Result<Duration> {
+    let mut config = common::kafka::client_config(&target.brokers);
     config
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
         .set("fetch.wait.max.ms", consumer::FETCH_WAIT_MAX_MS);
-    for property in properties {
-        let (name, value) = property
-            .split_once('=')
-            .context("a property is name=value")?;
-        config.set(name, value);
-    }
+    set_properties(&mut config, &target.properties)?;
     let consumer: BaseConsumer = config
         .create()
         .context("cannot create the Kafka consumer")?;
-    consumer.subscribe(&[topic])?;
+    consumer.subscribe(&[&target.topic])?;
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut first = None;
     let mut seen = 0;
@@ -162,9 +150,12 @@ pub fn consume(
     Ok(first.map(|t| t.elapsed()).unwrap_or_default())
 }
 
-/// The number of messages `topic` holds (high minus low watermark, over its partitions).
-pub fn held(brokers: &str, topic: &str) -> anyhow::Result<u64> {
-    let client: BaseConsumer = common::kafka::client_config(brokers).create()?;
+/// The number of messages the topic holds (high minus low watermark, over its partitions).
+pub fn held(target: &KafkaArgs) -> anyhow::Result<u64> {
+    let (brokers, topic) = (target.brokers.as_str(), target.topic.as_str());
+    let mut config = common::kafka::client_config(brokers);
+    set_properties(&mut config, &target.properties)?;
+    let client: BaseConsumer = config.create()?;
     let timeout = Duration::from_secs(10);
     let metadata = client.fetch_metadata(Some(topic), timeout)?;
     let mut total = 0;

@@ -104,6 +104,14 @@ impl Label {
             ..Figure::default()
         }
     }
+
+    /// The figure of a load's tally.
+    fn load_figure(&self, tally: &Tally, unit: &str, cpu: BTreeMap<String, f64>) -> Figure {
+        Figure {
+            cpu_percent: cpu,
+            ..tally.figure(&self.bench, &self.subject, unit)
+        }
+    }
 }
 
 /// A load with the CPU of the watched processes over its measured window.
@@ -184,14 +192,24 @@ struct GetArgs {
     headers: Vec<String>,
 }
 
-#[derive(Args)]
-struct ProduceArgs {
-    #[command(flatten)]
-    label: Label,
+/// The broker, topic and extra client properties of the Kafka tools.
+#[derive(Args, Clone)]
+struct KafkaArgs {
     #[arg(long, default_value = "127.0.0.1:9092")]
     brokers: String,
     #[arg(long)]
     topic: String,
+    /// A librdkafka property, `name=value`, over the tool's settings; repeatable.
+    #[arg(short = 'X')]
+    properties: Vec<String>,
+}
+
+#[derive(Args)]
+struct ProduceArgs {
+    #[command(flatten)]
+    label: Label,
+    #[command(flatten)]
+    kafka: KafkaArgs,
     /// Partitions of the topic when it has to be created.
     #[arg(long, default_value_t = 3)]
     partitions: i32,
@@ -208,27 +226,19 @@ struct ProduceArgs {
     /// benchmark runs).
     #[arg(long)]
     top_up: bool,
-    /// A librdkafka property, `name=value`, over the ingest's settings; repeatable.
-    #[arg(short = 'X')]
-    properties: Vec<String>,
 }
 
 #[derive(Args)]
 struct ConsumeArgs {
     #[command(flatten)]
     label: Label,
-    #[arg(long, default_value = "127.0.0.1:9092")]
-    brokers: String,
-    #[arg(long)]
-    topic: String,
+    #[command(flatten)]
+    kafka: KafkaArgs,
     /// Consumer group, new for each read of the whole backlog.
     #[arg(long)]
     group: String,
     #[arg(long)]
     events: u64,
-    /// A librdkafka property, `name=value`, over the defaults; repeatable.
-    #[arg(short = 'X')]
-    properties: Vec<String>,
 }
 
 #[derive(Args)]
@@ -286,15 +296,11 @@ async fn main() -> anyhow::Result<()> {
         Command::Consume(args) => {
             let ConsumeArgs {
                 label,
-                brokers,
-                topic,
+                kafka,
                 group,
                 events,
-                properties,
             } = args;
-            let read = tokio::task::spawn_blocking(move || {
-                kafka::consume(&brokers, &topic, &group, events, &properties)
-            });
+            let read = tokio::task::spawn_blocking(move || kafka::consume(&kafka, &group, events));
             let (elapsed, cpu) = watched(&label, async { read.await? }).await?;
             let rate = events as f64 / elapsed.as_secs_f64().max(1e-9);
             label.figure("messages", rate, events, cpu)
@@ -400,10 +406,7 @@ async fn ingest(args: IngestArgs) -> anyhow::Result<Figure> {
     let run = args
         .run
         .unwrap_or_else(|| format!("lg{:08x}", rand::random::<u32>()));
-    anyhow::ensure!(
-        !run.is_empty() && run.bytes().all(|b| b.is_ascii_alphanumeric()),
-        "--run must be letters and digits (it prefixes the session ids): {run:?}"
-    );
+    clickhouse::check_run_id(&run)?;
     let (tally, cpu) = run_load(&args.label, &args.load, addr, |worker| Browser {
         traffic: Traffic::new(Arc::clone(&sites), &run, worker as u64),
         path: path.clone(),
@@ -423,14 +426,7 @@ async fn ingest(args: IngestArgs) -> anyhow::Result<Figure> {
         .await?;
         eprintln!("run {run}: all {accepted} accepted events are in ClickHouse");
     }
-    Ok(labelled(&tally, &args.label, "events", cpu))
-}
-
-fn labelled(tally: &Tally, label: &Label, unit: &str, cpu: BTreeMap<String, f64>) -> Figure {
-    Figure {
-        cpu_percent: cpu,
-        ..tally.figure(&label.bench, &label.subject, unit)
-    }
+    Ok(args.label.load_figure(&tally, "events", cpu))
 }
 
 async fn get(args: GetArgs) -> anyhow::Result<Figure> {
@@ -441,31 +437,24 @@ async fn get(args: GetArgs) -> anyhow::Result<Figure> {
         headers: get.headers.clone(),
     })
     .await?;
-    Ok(labelled(&tally, &args.label, "requests", cpu))
+    Ok(args.label.load_figure(&tally, "requests", cpu))
 }
 
 async fn produce(args: ProduceArgs) -> anyhow::Result<Figure> {
-    common::kafka::ensure_topics(&args.brokers, &[&args.topic], args.partitions).await?;
+    let target = args.kafka.clone();
+    common::kafka::ensure_topics(&target.brokers, &[&target.topic], args.partitions).await?;
     let sites = Arc::new(Sites::from_file(&args.snapshot)?);
     let count = if args.top_up {
-        let (brokers, topic) = (args.brokers.clone(), args.topic.clone());
-        let held = tokio::task::spawn_blocking(move || kafka::held(&brokers, &topic)).await??;
-        eprintln!("{} holds {held} messages", args.topic);
+        let kafka = target.clone();
+        let held = tokio::task::spawn_blocking(move || kafka::held(&kafka)).await??;
+        eprintln!("{} holds {held} messages", target.topic);
         args.events.saturating_sub(held)
     } else {
         args.events
     };
     let messages = kafka::messages(&mut Traffic::new(sites, &args.run, 1), count);
-    let (brokers, topic) = (args.brokers.clone(), args.topic.clone());
-    let send = tokio::task::spawn_blocking(move || {
-        kafka::produce(
-            &brokers,
-            &topic,
-            args.linger_ms,
-            &args.properties,
-            &messages,
-        )
-    });
+    let linger_ms = args.linger_ms;
+    let send = tokio::task::spawn_blocking(move || kafka::produce(&target, linger_ms, &messages));
     let (outcome, cpu) = watched(&args.label, async { send.await? }).await?;
     anyhow::ensure!(
         outcome.failed == 0,
