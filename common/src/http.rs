@@ -2,7 +2,7 @@
 //! (`/healthz`, `/readyz`, `/metrics`) and the shutdown signal.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use axum::Json;
 use axum::Router;
@@ -102,29 +102,56 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Liveness is the process answering. Readiness is two flags: serving (cleared while
-/// draining at shutdown) and dependencies reachable (set by the service's own checks;
-/// true until a check says otherwise).
-#[derive(Clone)]
-pub struct Readiness(Arc<[AtomicBool; 2]>);
+/// Liveness is the process answering. Readiness is serving (cleared while draining at
+/// shutdown) and every dependency check passing: each check is a [`Dependency`] handle of
+/// its own, set by the part of the service that knows (ClickHouse inserts, the consumer
+/// group, the broker), so one check passing never hides another one failing.
+#[derive(Clone, Default)]
+pub struct Readiness(Arc<ReadinessState>);
 
-impl Default for Readiness {
-    fn default() -> Self {
-        Self(Arc::new([AtomicBool::new(false), AtomicBool::new(true)]))
-    }
+#[derive(Default)]
+struct ReadinessState {
+    serving: AtomicBool,
+    /// One bit per failing check.
+    failing: AtomicU32,
+    checks: AtomicU32,
+}
+
+/// One dependency check of a [`Readiness`]; passing until it says otherwise.
+#[derive(Clone)]
+pub struct Dependency {
+    state: Arc<ReadinessState>,
+    bit: u32,
 }
 
 impl Readiness {
     pub fn set(&self, serving: bool) {
-        self.0[0].store(serving, Ordering::SeqCst);
+        self.0.serving.store(serving, Ordering::SeqCst);
     }
 
-    pub fn set_dependencies_ok(&self, ok: bool) {
-        self.0[1].store(ok, Ordering::SeqCst);
+    /// A new check that readiness also waits for. At most 32 per service.
+    pub fn dependency(&self) -> Dependency {
+        let index = self.0.checks.fetch_add(1, Ordering::SeqCst);
+        Dependency {
+            state: self.0.clone(),
+            bit: 1u32
+                .checked_shl(index)
+                .expect("at most 32 readiness checks"),
+        }
     }
 
     pub fn is_ready(&self) -> bool {
-        self.0.iter().all(|flag| flag.load(Ordering::SeqCst))
+        self.0.serving.load(Ordering::SeqCst) && self.0.failing.load(Ordering::SeqCst) == 0
+    }
+}
+
+impl Dependency {
+    pub fn set_ok(&self, ok: bool) {
+        if ok {
+            self.state.failing.fetch_and(!self.bit, Ordering::SeqCst);
+        } else {
+            self.state.failing.fetch_or(self.bit, Ordering::SeqCst);
+        }
     }
 }
 
@@ -398,6 +425,23 @@ where
 mod tests {
     use super::*;
     use tower::{Layer, ServiceExt};
+
+    #[test]
+    fn ready_needs_serving_and_every_dependency() {
+        let readiness = Readiness::default();
+        let (a, b) = (readiness.dependency(), readiness.dependency());
+        assert!(!readiness.is_ready(), "not serving yet");
+        readiness.set(true);
+        assert!(readiness.is_ready());
+        a.set_ok(false);
+        b.set_ok(false);
+        b.set_ok(true);
+        assert!(!readiness.is_ready(), "one check passing hides no other");
+        a.set_ok(true);
+        assert!(readiness.is_ready());
+        readiness.set(false);
+        assert!(!readiness.is_ready());
+    }
 
     async fn through_cors(request: axum::http::Request<axum::body::Body>) -> Response {
         let snapshot = crate::snapshot::Snapshot::from_json(

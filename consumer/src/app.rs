@@ -13,17 +13,18 @@ use anyhow::Context;
 use axum::Router;
 use clickhouse::Client;
 use common::event::{EventMessage, MESSAGE_VERSION};
-use common::http::Readiness;
+use common::http::{Dependency, Readiness};
 use rdkafka::consumer::{CommitMode, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{ClientContext, Statistics};
+use rdkafka::{ClientConfig, ClientContext, Statistics};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::config::Config;
+use crate::liveness::{GroupProbe, StallDetector, Verdict};
 use crate::schema;
 use crate::sink::{EventRow, Outcome, Sink};
 
@@ -31,6 +32,17 @@ use crate::sink::{EventRow, Outcome, Sink};
 /// handed out a backlog: it held fetches that had data (BENCHMARKS.md). 100 ms costs an
 /// idle consumer ten empty fetches a second.
 pub const FETCH_WAIT_MAX_MS: &str = "100";
+
+/// How often a consumer looks at its share of the group (more often when the session
+/// timeout is shorter than four times this).
+const LOOK_EVERY: Duration = Duration::from_secs(5);
+
+/// Why the collecting of a batch ended.
+enum Next {
+    Flush,
+    Look,
+    Stop,
+}
 
 pub struct Application {
     listener: TcpListener,
@@ -66,7 +78,12 @@ impl ConsumerContext for LagContext {}
 /// The consuming half, apart from the HTTP listener.
 struct Worker {
     readiness: Readiness,
+    /// Not ready while the group is stalled (see [`crate::liveness`]).
+    group: Dependency,
     consumer: StreamConsumer<LagContext>,
+    /// The consumer's settings, to create it again when the group stalls.
+    kafka: ClientConfig,
+    probe: Arc<GroupProbe>,
     dlq: FutureProducer,
     sink: Sink,
     config: Config,
@@ -168,16 +185,22 @@ impl Application {
             );
         common::kafka::apply_properties(&mut kafka);
         // What the commit-after-insert design needs, over any KAFKA_PROPERTIES.
-        let consumer: StreamConsumer<LagContext> = kafka
+        kafka
             .set("group.id", &config.group_id)
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
-            .set("enable.partition.eof", "false")
+            .set("enable.partition.eof", "false");
+        let consumer: StreamConsumer<LagContext> = kafka
             .create_with_context(LagContext)
             .context("cannot create Kafka consumer")?;
         consumer
             .subscribe(&[&config.topic])
             .with_context(|| format!("cannot subscribe to {}", config.topic))?;
+        let probe = GroupProbe::new(
+            kafka.create().context("cannot create Kafka group probe")?,
+            &config.group_id,
+            &config.topic,
+        );
         let dlq: FutureProducer = common::kafka::client_config(&config.kafka_brokers)
             .set("acks", "all")
             .set("enable.idempotence", "true")
@@ -190,13 +213,16 @@ impl Application {
         let sink = Sink {
             client,
             insert_timeout: Duration::from_millis(config.insert_timeout_ms),
-            readiness: readiness.clone(),
+            clickhouse: readiness.dependency(),
         };
         Ok(Self {
             listener,
             worker: Worker {
+                group: readiness.dependency(),
                 readiness,
                 consumer,
+                kafka,
+                probe: Arc::new(probe),
                 dlq,
                 sink,
                 config,
@@ -244,14 +270,21 @@ impl Application {
 }
 
 impl Worker {
-    async fn consume(self, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
+    async fn consume(mut self, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
         self.readiness.set(true);
         let max_wait = Duration::from_millis(self.config.batch_max_wait_ms);
+        let session_timeout = Duration::from_millis(self.config.kafka_session_timeout_ms);
+        // Three quarters of a session timeout: a stall is seen before the dead member's
+        // session ends, so a rejoin that meets it again is followed by one that does
+        // not, within about two session timeouts of the restart (README).
+        let mut detector = StallDetector::new(session_timeout * 3 / 4);
+        let mut look = tokio::time::interval(LOOK_EVERY.min(session_timeout / 4));
+        look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut clean = true;
         loop {
             let mut batch = Batch::default();
             let mut deadline: Option<Instant> = None;
-            let stopping = loop {
+            let next = loop {
                 let wait = async {
                     match deadline {
                         Some(at) => tokio::time::sleep_until(at).await,
@@ -260,8 +293,9 @@ impl Worker {
                 };
                 tokio::select! {
                     biased;
-                    () = stopped(&mut stop) => break true,
-                    () = wait => break false,
+                    () = stopped(&mut stop) => break Next::Stop,
+                    () = wait => break Next::Flush,
+                    _ = look.tick(), if batch.is_empty() => break Next::Look,
                     received = self.consumer.recv() => match received {
                         Ok(message) => {
                             batch.add(&message);
@@ -269,7 +303,7 @@ impl Worker {
                             if batch.rows.len() >= self.config.batch_max_rows
                                 || batch.bytes >= self.config.batch_max_bytes
                             {
-                                break false;
+                                break Next::Flush;
                             }
                         }
                         Err(e) => {
@@ -283,8 +317,10 @@ impl Worker {
                 clean = false;
                 break;
             }
-            if stopping {
-                break;
+            match next {
+                Next::Stop => break,
+                Next::Look => self.look_at_group(&mut detector).await,
+                Next::Flush => {}
             }
         }
 
@@ -296,6 +332,66 @@ impl Worker {
         } else {
             anyhow::bail!("stopped with a batch not stored; it will be consumed again")
         }
+    }
+
+    /// Publishes this consumer's share of the partitions and, while it owns none, asks
+    /// the broker whether work waits that nobody consumes; rejoins once that is a stall.
+    async fn look_at_group(&mut self, detector: &mut StallDetector) {
+        let own = self.consumer.assignment().map_or(0, |a| a.count());
+        metrics::gauge!("consumer_assigned_partitions").set(own as f64);
+        let group = if own > 0 {
+            Vec::new()
+        } else {
+            let probe = self.probe.clone();
+            match tokio::task::spawn_blocking(move || probe.look()).await {
+                Ok(Ok(group)) => group,
+                // An unreachable broker is no evidence either way.
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "Cannot look at the consumer group.");
+                    return;
+                }
+                Err(_) => return,
+            }
+        };
+        let verdict = detector.observe(Instant::now(), own, &group);
+        tracing::debug!(own, ?group, ?verdict, "Looked at the consumer group.");
+        match verdict {
+            Verdict::Healthy => {
+                self.group.set_ok(true);
+                metrics::gauge!("consumer_group_stalled").set(0.0);
+            }
+            Verdict::Suspect => {}
+            Verdict::Stalled => {
+                self.group.set_ok(false);
+                metrics::gauge!("consumer_group_stalled").set(1.0);
+                tracing::warn!(?group, group_id = %self.config.group_id,
+                    "This consumer owns no partitions while work waits that nobody consumes; rejoining the group.");
+                match self.rejoin().await {
+                    Ok(()) => {
+                        metrics::counter!("consumer_group_rejoins_total").increment(1);
+                        detector.reset();
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %format!("{e:#}"), "Cannot rejoin the group.")
+                    }
+                }
+            }
+        }
+    }
+
+    /// Leaves the group with a clean close and joins it again with a new client.
+    async fn rejoin(&mut self) -> anyhow::Result<()> {
+        let fresh: StreamConsumer<LagContext> = self
+            .kafka
+            .create_with_context(LagContext)
+            .context("cannot create Kafka consumer")?;
+        let old = std::mem::replace(&mut self.consumer, fresh);
+        // Closing waits for librdkafka to leave the group: off the async threads, and
+        // before the new member joins, so that the group sees one member at a time.
+        let _ = tokio::task::spawn_blocking(move || drop(old)).await;
+        self.consumer
+            .subscribe(&[&self.config.topic])
+            .with_context(|| format!("cannot subscribe to {}", self.config.topic))
     }
 
     /// Dead letters, then rows, then the commit. Returns `false` if shutdown came first.

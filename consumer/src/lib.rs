@@ -4,6 +4,7 @@
 
 mod app;
 mod config;
+mod liveness;
 mod replay;
 pub mod schema;
 mod sink;

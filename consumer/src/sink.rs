@@ -108,7 +108,7 @@ pub(crate) struct Sink {
     pub client: Client,
     pub insert_timeout: Duration,
     /// Not ready while inserts fail: ClickHouse is the consumer's dependency.
-    pub readiness: common::http::Readiness,
+    pub clickhouse: common::http::Dependency,
 }
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -137,7 +137,7 @@ impl Sink {
             let started = Instant::now();
             match self.insert_once(rows).await {
                 Ok(()) => {
-                    self.readiness.set_dependencies_ok(true);
+                    self.clickhouse.set_ok(true);
                     metrics::histogram!("consumer_insert_seconds")
                         .record(started.elapsed().as_secs_f64());
                     metrics::histogram!("consumer_batch_rows").record(rows.len() as f64);
@@ -149,7 +149,7 @@ impl Sink {
                     return Outcome::Rejected(e.to_string());
                 }
                 Err(e) => {
-                    self.readiness.set_dependencies_ok(false);
+                    self.clickhouse.set_ok(false);
                     metrics::counter!("consumer_insert_retries_total").increment(1);
                     tracing::warn!(error = %e, rows = rows.len(), retry_in = ?backoff,
                         "Insert failed; retrying.");

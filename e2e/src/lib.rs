@@ -461,7 +461,8 @@ pub fn workspace_binary(name: &str) -> PathBuf {
     path
 }
 
-fn free_port() -> u16 {
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -594,4 +595,74 @@ fn clickhouse_server_path() -> PathBuf {
         .map(PathBuf::from)
         .find(|p| p.exists())
         .unwrap_or_else(|| PathBuf::from("clickhouse-server"))
+}
+
+/// An nginx front of one test's own (`deploy/nginx/local.conf.in`, rendered by the same
+/// `render_front` as `scripts/up`) before the given ingest and config-api; it serves the
+/// SDK from `sdk/dist` too.
+pub struct Front {
+    _dir: tempfile::TempDir,
+    conf: PathBuf,
+    pub port: u16,
+}
+
+impl Front {
+    pub async fn start(ingest: SocketAddr, config_api: SocketAddr) -> Self {
+        let dir = tempfile::tempdir().expect("temporary folder");
+        std::fs::create_dir_all(dir.path().join("tmp")).expect("folder");
+        let port = free_port();
+        let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/lib.sh");
+        let rendered = std::process::Command::new("bash")
+            .args(["-c", r#"source "$0" && render_front "$@""#])
+            .arg(&lib)
+            .arg(dir.path())
+            .arg(format!("127.0.0.1:{port}"))
+            .arg(ingest.to_string())
+            .arg(config_api.to_string())
+            .output()
+            .expect("bash runs");
+        assert!(rendered.status.success(), "render_front failed");
+        let conf = dir.path().join("nginx.conf");
+        std::fs::write(&conf, rendered.stdout).expect("config written");
+        let status = std::process::Command::new("nginx")
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-c")
+            .arg(&conf)
+            .status()
+            .expect("nginx starts");
+        assert!(status.success(), "nginx failed to start");
+        let health = format!("http://127.0.0.1:{port}/healthz");
+        eventually(Duration::from_secs(20), "the nginx front", || {
+            let health = health.clone();
+            async move { reqwest::get(&health).await.ok().map(|_| ()) }
+        })
+        .await;
+        Self {
+            _dir: dir,
+            conf,
+            port,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The front's access log (one line per request, nginx's combined format).
+    pub fn access_log(&self) -> PathBuf {
+        self.conf.with_file_name("access.log")
+    }
+}
+
+impl Drop for Front {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("nginx")
+            .arg("-p")
+            .arg(self.conf.parent().expect("folder"))
+            .arg("-c")
+            .arg(&self.conf)
+            .args(["-s", "stop"])
+            .status();
+    }
 }

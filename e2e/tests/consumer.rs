@@ -11,6 +11,10 @@ use rdkafka::message::Headers;
 const WAIT: Duration = Duration::from_secs(90);
 
 async fn produce_events(topic: &str, events: &[common::event::EventMessage]) {
+    produce_events_to(&e2e::kafka_brokers(), topic, events).await;
+}
+
+async fn produce_events_to(brokers: &str, topic: &str, events: &[common::event::EventMessage]) {
     let payloads: Vec<Vec<u8>> = events
         .iter()
         .map(|e| serde_json::to_vec(e).expect("serialized"))
@@ -20,7 +24,7 @@ async fn produce_events(topic: &str, events: &[common::event::EventMessage]) {
         .zip(&payloads)
         .map(|(e, p)| (Some(e.session_id.as_bytes()), p.as_slice()))
         .collect();
-    e2e::produce_all(&e2e::kafka_brokers(), topic, &messages).await;
+    e2e::produce_all(brokers, topic, &messages).await;
 }
 
 fn events(n: usize, tag: &str) -> Vec<common::event::EventMessage> {
@@ -318,5 +322,97 @@ async fn the_poll_interval_reaches_the_kafka_client() {
         Err(e) => format!("{e:#}"),
     };
     assert!(error.contains("max.poll.interval.ms"), "{error}");
+    e2e::drop_database(&names.database).await;
+}
+
+/// The stall of issue 13: a consumer SIGKILLed and restarted at once, faster than the
+/// session timeout, with the settings of `scripts/up` (45 s session, SQLite Tansu). Tansu
+/// gives the new member an empty assignment and never rebalances again; the consumer must
+/// notice and rejoin by itself, and every event must land once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_restarted_faster_than_its_session_timeout_recovers_by_itself() {
+    let broker = e2e::PrivateBroker::start_sqlite().await;
+    let names = ConsumerNames::unique();
+    let binary = e2e::workspace_binary("consumer");
+    let port = e2e::free_port();
+    let spawn = || {
+        std::process::Command::new(&binary)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--kafka-brokers", &broker.brokers])
+            .args(["--topic", &names.topic, "--dlq-topic", &names.dlq_topic])
+            .args(["--group-id", &names.group])
+            .args(["--clickhouse-url", &e2e::clickhouse_url()])
+            .args(["--clickhouse-database", &names.database])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map(e2e::ChildProcess)
+            .expect("consumer starts")
+    };
+    let produce = |events: Vec<common::event::EventMessage>| {
+        let (brokers, topic) = (broker.brokers.clone(), names.topic.clone());
+        async move { produce_events_to(&brokers, &topic, &events).await }
+    };
+    common::kafka::ensure_topics(&broker.brokers, &[&names.topic, &names.dlq_topic], 3)
+        .await
+        .expect("topics");
+    let ch = e2e::clickhouse(&names.database);
+    let before = events(200, "before");
+    let mut child = spawn();
+    produce(before).await;
+    e2e::wait_for_events(&ch, 200, WAIT).await;
+    // A member of some standing (heartbeats, commits), killed; events posted while it is
+    // dead; then the restart, well within its session timeout.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    child.kill();
+    produce(events(300, "after")).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut child = spawn();
+
+    // The stall shows first (the issue's reproduction), then the recovery.
+    let metrics = format!("http://127.0.0.1:{port}/metrics");
+    let readyz = format!("http://127.0.0.1:{port}/readyz");
+    let metric = |text: &str, name: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+    };
+    let saw_not_ready = std::sync::atomic::AtomicBool::new(false);
+    let stall = Duration::from_secs(240);
+    e2e::eventually(stall, "the consumer to notice the stall and rejoin", || {
+        let (metrics, readyz, saw) = (metrics.clone(), readyz.clone(), &saw_not_ready);
+        async move {
+            if let Ok(r) = reqwest::get(&readyz).await
+                && r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE
+            {
+                saw.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            let text = reqwest::get(&metrics).await.ok()?.text().await.ok()?;
+            (metric(&text, "consumer_group_rejoins_total")? >= 1.0).then_some(())
+        }
+    })
+    .await;
+    let (_, once) = e2e::wait_for_events(&ch, 500, stall).await;
+    assert_eq!(once, 500, "every event once");
+    // The gauges follow at the consumer's next look at its group (every 5 s).
+    e2e::eventually(WAIT, "the group healthy again in /metrics", || {
+        let metrics = metrics.clone();
+        async move {
+            let text = reqwest::get(&metrics).await.ok()?.text().await.ok()?;
+            (metric(&text, "consumer_assigned_partitions")? >= 1.0
+                && metric(&text, "consumer_group_stalled")? == 0.0)
+                .then_some(())
+        }
+    })
+    .await;
+    e2e::eventually(WAIT, "/readyz 200 again", || async {
+        let r = reqwest::get(&readyz).await.ok()?;
+        r.status().is_success().then_some(())
+    })
+    .await;
+    assert!(
+        saw_not_ready.into_inner(),
+        "/readyz never said 503 while the group was stalled"
+    );
+    child.kill();
     e2e::drop_database(&names.database).await;
 }

@@ -10,7 +10,7 @@ use anyhow::Context;
 use arc_swap::ArcSwap;
 use axum::Router;
 use axum::http::{HeaderName, Method, header};
-use common::http::{ApiError, Readiness};
+use common::http::{ApiError, Dependency, Readiness};
 use common::reload::load_and_watch;
 use common::snapshot::Snapshot;
 use rdkafka::ClientConfig;
@@ -88,7 +88,7 @@ impl Application {
         let checker = tokio::spawn(watch_broker(
             state.producer.clone(),
             state.topic.clone(),
-            readiness.clone(),
+            readiness.dependency(),
         ));
         Ok(Self {
             listener,
@@ -140,7 +140,7 @@ impl Application {
 
 /// Every few seconds: is the broker reachable (readiness), and how many messages wait in
 /// the producer (a gauge).
-async fn watch_broker(producer: Arc<EventProducer>, topic: Arc<str>, readiness: Readiness) {
+async fn watch_broker(producer: Arc<EventProducer>, topic: Arc<str>, broker: Dependency) {
     let mut ticker = tokio::time::interval(Duration::from_secs(2));
     loop {
         ticker.tick().await;
@@ -159,7 +159,7 @@ async fn watch_broker(producer: Arc<EventProducer>, topic: Arc<str>, readiness: 
         if !reachable {
             tracing::warn!("Kafka is not reachable; /readyz answers 503.");
         }
-        readiness.set_dependencies_ok(reachable);
+        broker.set_ok(reachable);
     }
 }
 
