@@ -21,6 +21,9 @@ ensure_packages() {
   command -v clickhouse-server >/dev/null || missing+=(clickhouse-server clickhouse-client)
   command -v nginx >/dev/null || missing+=(nginx-light)
   command -v curl >/dev/null || missing+=(curl)
+  command -v npm >/dev/null || missing+=(nodejs npm)
+  # The SDK's browser tests drive Debian's Chromium.
+  command -v chromium >/dev/null || missing+=(chromium)
   # docker-compose (v1) only to check the compose file statically: no engine runs here.
   command -v docker-compose >/dev/null || missing+=(docker-compose)
   if [ ${#missing[@]} -gt 0 ]; then
@@ -138,4 +141,23 @@ start_tansu() {
     --storage-engine "$engine" >"$dir/tansu.log" 2>&1) &
   echo $! > "$pidfile"
   wait_ready 30 "$pidfile" "$dir/tansu.log" "tansu on port $port" tcp_open "$port"
+}
+
+# The browser SDK: npm packages (once per lockfile) and its build into sdk/dist.
+build_sdk() {
+  local sdk="$REPO/sdk"
+  if ! cmp -s "$sdk/package-lock.json" "$sdk/node_modules/.installed-lock.json"; then
+    log "Installing the SDK's npm packages (npm ci)"
+    (cd "$sdk" && npm ci --no-audit --no-fund --loglevel=error &&
+      cp package-lock.json node_modules/.installed-lock.json)
+  fi
+  (cd "$sdk" && node build.mjs)
+}
+
+# render_front DIR LISTEN INGEST CONFIG_API: the nginx front's configuration.
+render_front() {
+  sed -e "s|@NGINX_DIR@|$1|g" -e "s|@LISTEN@|$2|g" -e "s|@INGEST@|$3|g" \
+    -e "s|@CONFIG_API@|$4|g" -e "s|@ROUTES@|$REPO/deploy/nginx/routes.conf|g" \
+    -e "s|@SDK_DIST@|$REPO/sdk/dist|g" -e "s|@SDK_HEADERS@|$REPO/deploy/nginx/sdk-headers.conf|g" \
+    "$REPO/deploy/nginx/local.conf.in"
 }

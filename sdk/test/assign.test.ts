@@ -1,0 +1,99 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { assign, bucket, murmur3, pick, type Experiment } from "../src/assign";
+
+test("murmur3 matches the reference MurmurHash3_x86_32", () => {
+  assert.equal(murmur3(""), 0);
+  assert.equal(murmur3("", 1), 0x514e28b7);
+  assert.equal(murmur3("hello"), 0x248bfa47);
+  assert.equal(murmur3("The quick brown fox jumps over the lazy dog"), 0x2e4ff723);
+});
+
+// The published vectors (README "Use it on a site"): any implementation must agree.
+test("assignment vectors", () => {
+  const exp: Experiment = {
+    id: "exp_hero",
+    variants: [
+      { id: "var_a", weight: 50 },
+      { id: "var_b", weight: 50 },
+    ],
+  };
+  // Computed with PyPI's mmh3 (the C reference implementation), not with this code.
+  const vectors: [string, number, string][] = [
+    ["visitor-1", 0.5833567690569907, "var_b"],
+    ["visitor-2", 0.18177847564220428, "var_a"],
+    ["visitor-3", 0.04608279839158058, "var_a"],
+    ["3f2c1b9e-0d4a-4c5e-9f7a-2b8c6d1e0f3a", 0.533172114752233, "var_b"],
+  ];
+  for (const [visitor, point, variant] of vectors) {
+    assert.equal(bucket(exp.id, visitor), point, visitor);
+    assert.equal(pick(exp, visitor)?.id, variant, visitor);
+  }
+  const price: Experiment = {
+    id: "exp_price",
+    variants: [
+      { id: "var_10", weight: 10 },
+      { id: "var_30", weight: 30 },
+      { id: "var_60", weight: 60 },
+    ],
+  };
+  assert.deepEqual(
+    ["visitor-1", "visitor-2", "visitor-3"].map((v) => pick(price, v)?.id),
+    ["var_30", "var_30", "var_60"],
+  );
+});
+
+function chiSquare(weights: number[], n: number): number {
+  const exp: Experiment = {
+    id: "exp_chi",
+    variants: weights.map((w, i) => ({ id: `var_${i}`, weight: w })),
+  };
+  const counts = weights.map(() => 0);
+  for (let i = 0; i < n; i++) {
+    const v = pick(exp, crypto.randomUUID());
+    counts[Number(v!.id.slice(4))]++;
+  }
+  const total = weights.reduce((a, b) => a + b, 0);
+  return counts.reduce((sum, c, i) => {
+    const expected = (n * weights[i]) / total;
+    return sum + (c - expected) ** 2 / expected;
+  }, 0);
+}
+
+test("assignment follows the weights (chi-square over 20,000 random visitors)", () => {
+  // Critical values at p = 0.001: 10.83 (1 degree of freedom), 13.82 (2).
+  assert.ok(chiSquare([50, 50], 20000) < 10.83);
+  assert.ok(chiSquare([10, 30, 60], 20000) < 13.82);
+});
+
+test("a visitor keeps the variant they saw when weights change, until it disappears", () => {
+  const before: Experiment = {
+    id: "exp_sticky",
+    variants: [
+      { id: "var_a", weight: 50 },
+      { id: "var_b", weight: 50 },
+    ],
+  };
+  for (let i = 0; i < 200; i++) {
+    const visitor = `v${i}`;
+    const seen: Record<string, string> = {};
+    const first = assign(before, visitor, seen)!.id;
+    const after: Experiment = {
+      id: before.id,
+      variants: [
+        { id: "var_a", weight: first === "var_a" ? 1 : 99 },
+        { id: "var_b", weight: first === "var_b" ? 1 : 99 },
+      ],
+    };
+    assert.equal(assign(after, visitor, seen)!.id, first);
+    const gone: Experiment = { id: before.id, variants: after.variants.filter((v) => v.id !== first) };
+    assert.notEqual(assign(gone, visitor, seen)!.id, first);
+    assert.notEqual(seen[before.id], first);
+  }
+});
+
+test("no variant with weight assigns nothing", () => {
+  const seen = {};
+  assert.equal(assign({ id: "exp_z", variants: [{ id: "var_a", weight: 0 }] }, "v", seen), null);
+  assert.deepEqual(seen, {});
+});

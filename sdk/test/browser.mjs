@@ -1,0 +1,284 @@
+// The SDK in real headless Chromium (Debian's), against the real pipeline that
+// e2e/tests/sdk.rs starts: FRONT (nginx before ingest and config-api, serving the SDK),
+// CLICKHOUSE_URL and CLICKHOUSE_DATABASE (where the consumer stores events), ACCESS_LOG
+// (the front's). The fixture pages come from another origin, as on a real site.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import http from "node:http";
+import { readFileSync } from "node:fs";
+import { chromium } from "playwright-core";
+
+const { FRONT, CLICKHOUSE_URL, CLICKHOUSE_DATABASE, ACCESS_LOG } = process.env;
+const PK = "pk_sdk";
+const EXP = "exp_sdk_hero";
+const PARTS = {
+  var_sdk_a: { headline: "Alpha <b>headline</b>", cta: "Buy A" },
+  var_sdk_b: { headline: "Beta <b>headline</b>", cta: "Buy B" },
+};
+
+const fixture = `<!doctype html><html><head><meta charset="utf-8">
+<script src="${FRONT}/sdk/v1/split.min.js"></script>
+<script>window.splitReady = Split.init({ baseUrl: ${JSON.stringify(FRONT)}, publicKey: "${PK}",
+  experimentIds: ["${EXP}", "exp_sdk_draft"], debug: true });</script>
+</head><body><div data-split-experiment="${EXP}">
+<h1 data-split-part="headline">Original headline</h1>
+<button data-split-part="cta">Original</button><p data-split-part="missing">Kept</p>
+</div></body></html>`;
+
+let server, origin, browser;
+/** Every standard-form POST the browsers sent: { headers, events, at }. */
+const posts = [];
+
+before(async () => {
+  assert.ok(FRONT && CLICKHOUSE_URL && CLICKHOUSE_DATABASE && ACCESS_LOG, "run me from e2e/tests/sdk.rs");
+  server = http.createServer((req, res) => {
+    res.setHeader("content-type", "text/html; charset=utf-8");
+    res.end(req.url.startsWith("/next") ? "<p>next page</p>" : fixture);
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  origin = `http://127.0.0.1:${server.address().port}`;
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  server?.close();
+});
+
+async function context(init) {
+  const ctx = await browser.newContext();
+  if (init) await ctx.addInitScript(init);
+  const gets = [];
+  ctx.on("request", (r) => {
+    if (r.url() === FRONT + "/api/v1/experiments" && r.method() === "GET") gets.push(r.headers());
+    if (r.url() === FRONT + "/api/v1/analytics" && r.method() === "POST" && r.headers()["x-public-key"]) {
+      posts.push({ headers: r.headers(), events: JSON.parse(r.postData()).events, at: Date.now() });
+    }
+  });
+  return { ctx, gets };
+}
+
+async function open(ctx, path = "/landing?utm_source=news&utm_campaign=launch") {
+  const page = await ctx.newPage();
+  page.on("console", (m) => console.log("  [page]", m.text()));
+  await page.goto(origin + path);
+  await page.evaluate(() => window.splitReady);
+  return page;
+}
+
+async function query(sql) {
+  const r = await fetch(`${CLICKHOUSE_URL}/?database=${CLICKHOUSE_DATABASE}`, {
+    method: "POST",
+    body: sql + " FORMAT JSONEachRow",
+  });
+  const text = await r.text();
+  assert.ok(r.ok, text);
+  return text.split("\n").filter(Boolean).map((l) => JSON.parse(l));
+}
+
+async function eventually(what, probe, seconds = 60) {
+  const deadline = Date.now() + seconds * 1000;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    assert.ok(Date.now() < deadline, `timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+test("one GET with the contract's headers; parts applied as text; sticky and cached", async () => {
+  const { ctx, gets } = await context();
+  const page = await open(ctx);
+  assert.equal(gets.length, 1, "exactly one GET per init");
+  assert.equal(gets[0]["x-public-key"], PK);
+  assert.equal(gets[0]["accept"], "application/json");
+  assert.equal(gets[0]["x-experiment-ids"], `${EXP},exp_sdk_draft`);
+  assert.equal(gets[0]["x-service-test"], undefined);
+
+  const variant = await page.evaluate((e) => Split.variant(e), EXP);
+  assert.ok(PARTS[variant], variant);
+  const h1 = page.locator("h1");
+  assert.equal(await h1.textContent(), PARTS[variant].headline);
+  assert.match(await h1.innerHTML(), /&lt;b&gt;/, "text, never HTML");
+  assert.equal(await page.locator("button").textContent(), PARTS[variant].cta);
+  assert.equal(await page.locator("p").textContent(), "Kept");
+  assert.equal(await h1.evaluate((e) => getComputedStyle(e).visibility), "visible");
+  assert.equal(await page.evaluate(() => Split.variant("exp_sdk_draft")), null, "the live gate holds");
+
+  // The next page view: the same variant, applied from the cache before the answer.
+  await ctx.route(FRONT + "/api/v1/experiments", async (route) => {
+    await sleep(3000);
+    await route.continue();
+  });
+  const second = await ctx.newPage();
+  await second.goto(origin + "/landing");
+  await second.waitForFunction(() => document.querySelector("h1").textContent !== "Original headline", null, {
+    timeout: 2000,
+  });
+  assert.equal(await second.locator("h1").textContent(), PARTS[variant].headline);
+  await second.evaluate(() => window.splitReady);
+  assert.equal(await second.evaluate((e) => Split.variant(e), EXP), variant);
+  await ctx.close();
+});
+
+test("parts whose answer is late show their original text after the failsafe", async () => {
+  const { ctx } = await context();
+  await ctx.route(FRONT + "/api/v1/experiments", async (route) => {
+    await sleep(4000);
+    await route.continue();
+  });
+  const page = await ctx.newPage();
+  await page.goto(origin + "/landing");
+  const hidden = () => page.locator("h1").evaluate((e) => getComputedStyle(e).visibility);
+  assert.equal(await hidden(), "hidden", "parts wait for their text");
+  assert.equal(await page.locator("body").evaluate((e) => getComputedStyle(e).visibility), "visible");
+  await sleep(1200);
+  assert.equal(await hidden(), "visible");
+  assert.equal(await page.locator("h1").textContent(), "Original headline");
+  await ctx.close();
+});
+
+test("5 queued events go at once in one POST; 4 go after 5 s", async () => {
+  const { ctx } = await context();
+  const page = await open(ctx);
+  const start = posts.length;
+  // The impression of the applied parts is the first of five.
+  await page.evaluate(() => {
+    for (let i = 0; i < 4; i++) Split.track("click", "exp_sdk_hero", { clickTarget: `#five-${i}` });
+  });
+  await eventually("the batch of 5", () => posts.length === start + 1, 3);
+  const first = posts[start];
+  assert.equal(first.events.length, 5);
+  assert.equal(first.headers["content-type"], "application/json");
+  assert.equal(first.headers["accept"], "application/json");
+  assert.equal(first.events[0].eventName, "impression");
+  for (const e of first.events) {
+    assert.match(e.eventId, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    assert.equal(e.pathname, "/landing");
+    assert.equal(e.referrer, "");
+    assert.equal(e.utm_source, "news");
+    assert.equal(e.utm_campaign, "launch");
+    assert.ok(PARTS[e.variantId]);
+    assert.equal(e.test, undefined);
+  }
+  const queued = Date.now();
+  await page.evaluate(() => {
+    for (let i = 0; i < 3; i++) Split.track("scroll_depth", "exp_sdk_hero", { scrollDepth: 10 * i });
+    Split.convert("exp_sdk_hero", { clickTarget: "#buy" });
+  });
+  await sleep(3000);
+  assert.equal(posts.length, start + 1, "4 events wait for the timer");
+  await eventually("the timed batch", () => posts.length === start + 2, 8);
+  assert.ok(posts[start + 1].at - queued >= 4500, `${posts[start + 1].at - queued} ms`);
+  const timed = posts[start + 1].events;
+  assert.equal(timed.length, 4);
+  assert.deepEqual(timed[3], { ...timed[3], eventName: "conversion", conversion: true });
+  await ctx.close();
+});
+
+test("page unload: the rest goes by beacon, a text body with pkey, no preflight", async () => {
+  const { ctx } = await context();
+  const page = await open(ctx);
+  const logBefore = readFileSync(ACCESS_LOG, "utf8").split("\n").length;
+  await page.evaluate(() => {
+    Split.track("click", "exp_sdk_hero", { clickTarget: "#beacon-1" });
+    Split.track("click", "exp_sdk_hero", { clickTarget: "#beacon-2" });
+  });
+  await page.goto(origin + "/next");
+  const rows = await eventually("the beacon's events in ClickHouse", async () => {
+    const rows = await query(
+      "SELECT toString(event_id) AS id, click_target, pathname, utm_source FROM events FINAL " +
+        "WHERE click_target IN ('#beacon-1', '#beacon-2')",
+    );
+    return rows.length === 2 && rows;
+  });
+  assert.ok(rows.every((r) => r.pathname === "/landing" && r.utm_source === "news"));
+  const analytics = readFileSync(ACCESS_LOG, "utf8")
+    .split("\n")
+    .slice(logBefore - 1)
+    .filter((l) => l.includes("/api/v1/analytics"));
+  assert.ok(analytics.some((l) => l.includes('"POST /api/v1/analytics') && l.includes('" 202 ')), analytics.join("\n"));
+  assert.ok(!analytics.some((l) => l.includes('"OPTIONS ')), "no preflight:\n" + analytics.join("\n"));
+  await ctx.close();
+});
+
+test("test mode: X-service-test, the live gate bypassed, every event test: true", async () => {
+  const { ctx, gets } = await context(() => localStorage.setItem("service_test", "true"));
+  const page = await open(ctx);
+  assert.equal(gets[0]["x-service-test"], "true");
+  assert.equal(await page.evaluate(() => Split.variant("exp_sdk_draft")), "var_sdk_only");
+  const session = await page.evaluate(async () => {
+    Split.track("click", "exp_sdk_draft", { clickTarget: "#test-mode" });
+    await Split.flush();
+    return JSON.parse(localStorage.getItem("split_session")).id;
+  });
+  const rows = await eventually("test events in ClickHouse", async () => {
+    const rows = await query(`SELECT event_name, test FROM events FINAL WHERE session_id = '${session}'`);
+    return rows.length >= 3 && rows;
+  });
+  assert.ok(rows.every((r) => r.test === 1), JSON.stringify(rows));
+  await ctx.close();
+});
+
+test("a batch answered 503 is retried with the same eventIds and counted once", async () => {
+  const { ctx } = await context();
+  let failed = false;
+  await ctx.route(FRONT + "/api/v1/analytics", async (route) => {
+    if (route.request().method() !== "POST" || failed) return route.continue();
+    failed = true;
+    const reached = await route.fetch(); // the service stores it; the browser sees a 503
+    assert.equal(reached.status(), 202);
+    await route.fulfill({
+      status: 503,
+      headers: { "content-type": "application/json", "access-control-allow-origin": origin },
+      body: '{"error":{"code":"unavailable","message":"Try again."}}',
+    });
+  });
+  const page = await open(ctx);
+  const session = await page.evaluate(async () => {
+    for (let i = 0; i < 4; i++) Split.track("click", "exp_sdk_hero", { clickTarget: "#retry" });
+    await Split.flush();
+    return JSON.parse(localStorage.getItem("split_session")).id;
+  });
+  assert.ok(failed);
+  const [counts] = await eventually("both deliveries in ClickHouse", async () => {
+    const rows = await query(
+      `SELECT count() AS raw, (SELECT count() FROM events FINAL WHERE session_id = '${session}') AS once ` +
+        `FROM events WHERE session_id = '${session}'`,
+    );
+    return Number(rows[0].raw) >= 10 && rows;
+  });
+  assert.deepEqual([Number(counts.raw), Number(counts.once)], [10, 5]);
+  await ctx.close();
+});
+
+test("every event the browsers sent is in analytics.events with its fields", async () => {
+  const sent = posts.flatMap((p) => p.events);
+  assert.ok(sent.length >= 15, `${sent.length} events`);
+  const ids = sent.map((e) => `'${e.eventId}'`).join(",");
+  const rows = await eventually("every sent event", async () => {
+    const rows = await query(
+      "SELECT toString(event_id) AS event_id, event_name, experiment_id, session_id, variant_id, " +
+        "conversion, scroll_depth, click_target, pathname, referrer, utm_source, utm_campaign, test " +
+        `FROM events FINAL WHERE event_id IN (${ids})`,
+    );
+    return rows.length === new Set(sent.map((e) => e.eventId)).size && rows;
+  });
+  const byId = Object.fromEntries(rows.map((r) => [r.event_id, r]));
+  for (const e of sent) {
+    const r = byId[e.eventId];
+    assert.deepEqual(
+      [r.event_name, r.experiment_id, r.session_id, r.variant_id, r.pathname, r.referrer, r.utm_source],
+      [e.eventName, e.experimentId, e.sessionId, e.variantId ?? "", e.pathname, e.referrer, e.utm_source ?? ""],
+    );
+    assert.equal(r.click_target, e.clickTarget ?? "");
+    assert.equal(r.conversion, e.conversion === undefined ? null : Number(e.conversion));
+    assert.equal(r.scroll_depth, e.scrollDepth ?? null);
+    assert.equal(r.test, e.test ? 1 : 0);
+  }
+});
