@@ -14,9 +14,9 @@ use axum::Router;
 use clickhouse::Client;
 use common::event::{EventMessage, MESSAGE_VERSION};
 use common::http::{Dependency, Readiness};
+use common::producer::{BatchProducer, Enqueued, Outgoing};
 use rdkafka::consumer::{CommitMode, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, ClientContext, Statistics};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio::net::TcpListener;
@@ -32,6 +32,10 @@ use crate::sink::{EventRow, Outcome, Sink};
 /// handed out a backlog: it held fetches that had data (BENCHMARKS.md). 100 ms costs an
 /// idle consumer ten empty fetches a second.
 pub const FETCH_WAIT_MAX_MS: &str = "100";
+
+/// How long a batch's dead letters may wait for room in the producer, and for the
+/// broker's acknowledgement, before they are retried.
+const DEAD_LETTER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How often a consumer looks at its share of the group (more often when the session
 /// timeout is shorter than four times this).
@@ -84,7 +88,7 @@ struct Worker {
     /// The consumer's settings, to create it again when the group stalls.
     kafka: ClientConfig,
     probe: Arc<GroupProbe>,
-    dlq: FutureProducer,
+    dlq: BatchProducer,
     sink: Sink,
     config: Config,
     stats: Arc<Stats>,
@@ -201,10 +205,15 @@ impl Application {
             &config.group_id,
             &config.topic,
         );
-        let dlq: FutureProducer = common::kafka::client_config(&config.kafka_brokers)
-            .set("acks", "all")
+        let mut dlq = common::kafka::client_config(&config.kafka_brokers);
+        dlq.set("acks", "all")
             .set("enable.idempotence", "true")
-            .create()
+            .set(
+                "message.timeout.ms",
+                DEAD_LETTER_TIMEOUT.as_millis().to_string(),
+            );
+        common::kafka::apply_properties(&mut dlq);
+        let dlq = BatchProducer::new(dlq, "consumer_dlq_producer_replacements_total")
             .context("cannot create dead-letter producer")?;
         let listener = TcpListener::bind(config.listen)
             .await
@@ -396,11 +405,8 @@ impl Worker {
 
     /// Dead letters, then rows, then the commit. Returns `false` if shutdown came first.
     async fn flush(&self, batch: Batch, stop: &mut watch::Receiver<bool>) -> bool {
-        for (origin, reason) in &batch.dead {
-            if !self.publish_dead_letter(origin, reason, stop).await {
-                return false;
-            }
-        }
+        let mut dead: Vec<(&Origin, String)> =
+            batch.dead.iter().map(|(o, r)| (o, r.clone())).collect();
         // Refused rows are found by halving: a refused single row is set aside.
         let mut pending = Vec::new();
         pending.push(0..batch.rows.len());
@@ -414,12 +420,7 @@ impl Worker {
                 Outcome::Stopped => return false,
                 Outcome::Rejected(reason) if range.len() == 1 => {
                     let reason = format!("refused by ClickHouse: {reason}");
-                    if !self
-                        .publish_dead_letter(&batch.origins[range.start], &reason, stop)
-                        .await
-                    {
-                        return false;
-                    }
+                    dead.push((&batch.origins[range.start], reason));
                 }
                 Outcome::Rejected(_) => {
                     let middle = range.start + range.len() / 2;
@@ -427,6 +428,9 @@ impl Worker {
                     pending.push(range.start..middle);
                 }
             }
+        }
+        if !self.publish_dead_letters(&dead, stop).await {
+            return false;
         }
         let mut offsets = TopicPartitionList::new();
         for ((topic, partition), next) in &batch.next_offsets {
@@ -448,59 +452,90 @@ impl Worker {
         true
     }
 
-    async fn publish_dead_letter(
+    /// Publishes the batch's dead letters together, retrying those that failed until all
+    /// are acknowledged. Returns `false` if shutdown came first.
+    async fn publish_dead_letters(
         &self,
-        letter: &Origin,
-        reason: &str,
+        letters: &[(&Origin, String)],
         stop: &mut watch::Receiver<bool>,
     ) -> bool {
-        let partition = letter.partition.to_string();
-        let offset = letter.offset.to_string();
-        let headers = OwnedHeaders::new()
-            .insert(Header {
-                key: "dlq.reason",
-                value: Some(reason),
-            })
-            .insert(Header {
-                key: "dlq.source.topic",
-                value: Some(letter.topic.as_str()),
-            })
-            .insert(Header {
-                key: "dlq.source.partition",
-                value: Some(partition.as_str()),
-            })
-            .insert(Header {
-                key: "dlq.source.offset",
-                value: Some(offset.as_str()),
-            });
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            let mut record = FutureRecord::to(&self.config.dlq_topic)
-                .payload(&letter.payload)
-                .headers(headers.clone());
-            if let Some(key) = &letter.key {
-                record = record.key(key);
+        let mut pending: Vec<&(&Origin, String)> = letters.iter().collect();
+        let mut backoff = common::backoff::Backoff::standard();
+        while !pending.is_empty() {
+            let outgoing = pending
+                .iter()
+                .map(|(letter, reason)| Outgoing {
+                    key: letter.key.as_deref(),
+                    payload: &letter.payload,
+                    headers: Some(dead_letter_headers(letter, reason)),
+                })
+                .collect();
+            match self
+                .dlq
+                .enqueue_all(&self.config.dlq_topic, outgoing, DEAD_LETTER_TIMEOUT)
+                .await
+            {
+                Ok(Enqueued {
+                    deliveries,
+                    room: _room,
+                }) => {
+                    let results = futures::future::join_all(deliveries).await;
+                    let mut failed = Vec::new();
+                    for (item, result) in pending.into_iter().zip(results) {
+                        let (letter, reason) = item;
+                        match result {
+                            Ok(Ok(_)) => {
+                                metrics::counter!("consumer_dead_letters_total").increment(1);
+                                self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+                                tracing::warn!(%reason, topic = %letter.topic,
+                                    partition = letter.partition, offset = letter.offset,
+                                    "Message set aside in the dead-letter topic.");
+                            }
+                            Ok(Err((e, _))) => {
+                                tracing::warn!(error = %e, "Dead-letter publish failed; retrying.");
+                                self.dlq.replace_if_broken(Some(&e));
+                                failed.push(item);
+                            }
+                            Err(_) => failed.push(item),
+                        }
+                    }
+                    pending = failed;
+                }
+                Err(e) => tracing::warn!(error = %e, "Dead letters not enqueued; retrying."),
             }
-            match self.dlq.send(record, Duration::from_secs(5)).await {
-                Ok(_) => {
-                    metrics::counter!("consumer_dead_letters_total").increment(1);
-                    self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(%reason, topic = %letter.topic,
-                        partition = letter.partition, offset = letter.offset,
-                        "Message set aside in the dead-letter topic.");
-                    return true;
-                }
-                Err((e, _)) => {
-                    tracing::warn!(error = %e, "Dead-letter publish failed; retrying.");
-                }
+            if pending.is_empty() {
+                break;
             }
             tokio::select! {
-                () = tokio::time::sleep(backoff) => {}
+                () = tokio::time::sleep(backoff.next_wait()) => {}
                 () = stopped(stop) => return false,
             }
-            backoff = (backoff * 2).min(Duration::from_secs(10));
         }
+        true
     }
+}
+
+/// Where a dead letter came from and why it was set aside.
+fn dead_letter_headers(letter: &Origin, reason: &str) -> OwnedHeaders {
+    let partition = letter.partition.to_string();
+    let offset = letter.offset.to_string();
+    OwnedHeaders::new()
+        .insert(Header {
+            key: "dlq.reason",
+            value: Some(reason),
+        })
+        .insert(Header {
+            key: "dlq.source.topic",
+            value: Some(letter.topic.as_str()),
+        })
+        .insert(Header {
+            key: "dlq.source.partition",
+            value: Some(partition.as_str()),
+        })
+        .insert(Header {
+            key: "dlq.source.offset",
+            value: Some(offset.as_str()),
+        })
 }
 
 /// Resolves once shutdown was asked for (or its sender is gone).

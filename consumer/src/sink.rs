@@ -111,9 +111,6 @@ pub(crate) struct Sink {
     pub clickhouse: common::http::Dependency,
 }
 
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
-
 impl Sink {
     async fn insert_once(&self, rows: &[EventRow]) -> clickhouse::error::Result<()> {
         let mut insert = self
@@ -132,7 +129,7 @@ impl Sink {
         if rows.is_empty() {
             return Outcome::Inserted;
         }
-        let mut backoff = FIRST_BACKOFF;
+        let mut backoff = common::backoff::Backoff::standard();
         loop {
             let started = Instant::now();
             match self.insert_once(rows).await {
@@ -151,15 +148,13 @@ impl Sink {
                 Err(e) => {
                     self.clickhouse.set_ok(false);
                     metrics::counter!("consumer_insert_retries_total").increment(1);
-                    tracing::warn!(error = %e, rows = rows.len(), retry_in = ?backoff,
-                        "Insert failed; retrying.");
+                    tracing::warn!(error = %e, rows = rows.len(), "Insert failed; retrying.");
                 }
             }
             tokio::select! {
-                () = tokio::time::sleep(backoff) => {}
+                () = tokio::time::sleep(backoff.next_wait()) => {}
                 () = crate::app::stopped(shutdown) => return Outcome::Stopped,
             }
-            backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
 }

@@ -261,10 +261,20 @@ pub async fn read_topic(
     want: usize,
     timeout: Duration,
 ) -> Vec<rdkafka::message::OwnedMessage> {
+    read_topic_at(&kafka_brokers(), topic, want, timeout).await
+}
+
+/// [`read_topic`] from the broker at `brokers`.
+pub async fn read_topic_at(
+    brokers: &str,
+    topic: &str,
+    want: usize,
+    timeout: Duration,
+) -> Vec<rdkafka::message::OwnedMessage> {
     use rdkafka::consumer::{Consumer, StreamConsumer};
     use rdkafka::{Message, Offset, TopicPartitionList};
 
-    let consumer: StreamConsumer = common::kafka::client_config(&kafka_brokers())
+    let consumer: StreamConsumer = common::kafka::client_config(brokers)
         .set("group.id", unique("reader-"))
         .set("enable.auto.commit", "false")
         .create()

@@ -22,7 +22,11 @@ fn snapshot() -> SnapshotFile {
 
 /// A batch of five events with client-chosen ids, and those ids.
 fn batch(session: &str) -> (serde_json::Value, Vec<Uuid>) {
-    let ids: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
+    batch_of(session, 5)
+}
+
+fn batch_of(session: &str, n: usize) -> (serde_json::Value, Vec<Uuid>) {
+    let ids: Vec<Uuid> = (0..n).map(|_| Uuid::new_v4()).collect();
     let events: Vec<_> = ids
         .iter()
         .map(|id| {
@@ -34,8 +38,13 @@ fn batch(session: &str) -> (serde_json::Value, Vec<Uuid>) {
 }
 
 async fn ids_in_topic(topic: &str, want: usize) -> HashSet<Uuid> {
-    e2e::read_topic(topic, want, Duration::from_secs(30))
-        .await
+    ids_of(&e2e::read_topic(topic, want, Duration::from_secs(30)).await)
+        .into_iter()
+        .collect()
+}
+
+fn ids_of(messages: &[rdkafka::message::OwnedMessage]) -> Vec<Uuid> {
+    messages
         .iter()
         .map(|m| {
             let event: EventMessage =
@@ -206,4 +215,77 @@ async fn shutdown_with_requests_in_flight_loses_no_acknowledged_event() {
         accepted.len(),
         found.len()
     );
+}
+
+/// A batch is enqueued whole or not at all. With room for 10 messages in the producer and
+/// a paused broker, a batch of 8 waits in the queue; a batch of 5 then waits for room
+/// (before, it enqueued 2 events, met a full queue and answered 503, and those 2 reached
+/// Kafka unknown to the client). Once the broker is back both are acknowledged, and Kafka
+/// holds each of the 13 events once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_waits_for_room_in_the_producer_and_is_never_half_enqueued() {
+    let broker = PrivateBroker::start().await;
+    let file = snapshot();
+    let topic = e2e::unique("room-");
+    let config = e2e::ingest_config(
+        &file.path,
+        &topic,
+        &[
+            &format!("--kafka-brokers={}", broker.brokers),
+            "--producer-queue-messages=10",
+            "--delivery-timeout-ms=20000",
+        ],
+    );
+    let ingest = e2e::start_ingest(config).await;
+    let http = reqwest::Client::new();
+    let post = |body: serde_json::Value| {
+        http.post(ingest.url("/api/v1/analytics"))
+            .header("X-public-key", "pk_durable")
+            .json(&body)
+            .send()
+    };
+    let (warm, mut all) = batch("warm");
+    assert_eq!(
+        post(warm).await.expect("answer").status(),
+        StatusCode::ACCEPTED
+    );
+
+    broker.pause();
+    let (eight, ids) = batch_of("eight", 8);
+    all.extend(ids);
+    let first = tokio::spawn(post(eight));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (five, ids) = batch_of("five", 5);
+    all.extend(ids);
+    let second = tokio::spawn(post(five));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!second.is_finished(), "the second batch waits for room");
+    broker.resume();
+
+    let first = first.await.expect("task").expect("answer").status();
+    let second = second.await.expect("task").expect("answer").status();
+    assert_eq!(
+        (first, second),
+        (StatusCode::ACCEPTED, StatusCode::ACCEPTED)
+    );
+    let found = ids_of(
+        &e2e::read_topic_at(
+            &broker.brokers,
+            &topic,
+            all.len() + 1,
+            Duration::from_secs(10),
+        )
+        .await,
+    );
+    assert_eq!(found.len(), all.len(), "each event once: {found:?}");
+    assert_eq!(
+        found.into_iter().collect::<HashSet<_>>(),
+        all.into_iter().collect()
+    );
+
+    // A batch larger than the whole queue can never fit: refused at once, nothing sent.
+    let (eleven, _) = batch_of("eleven", 11);
+    let response = post(eleven).await.expect("answer");
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    ingest.stop().await.expect("clean stop");
 }

@@ -19,13 +19,13 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
-use crate::producer::EventProducer;
 use crate::routes;
+use common::producer::BatchProducer;
 
 /// What every request handler needs.
 #[derive(Clone)]
 pub(crate) struct AppState {
-    pub producer: Arc<EventProducer>,
+    pub producer: Arc<BatchProducer>,
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     pub topic: Arc<str>,
     pub delivery_timeout: Duration,
@@ -65,9 +65,12 @@ impl Application {
             &config.kafka_brokers,
             config.linger_ms,
             config.delivery_timeout_ms,
+            config.producer_queue_messages,
         );
-        let producer =
-            Arc::new(EventProducer::new(producer_config).context("cannot create Kafka producer")?);
+        let producer = Arc::new(
+            BatchProducer::new(producer_config, "ingest_producer_replacements_total")
+                .context("cannot create Kafka producer")?,
+        );
 
         let listener = TcpListener::bind(config.listen)
             .await
@@ -140,7 +143,7 @@ impl Application {
 
 /// Every few seconds: is the broker reachable (readiness), and how many messages wait in
 /// the producer (a gauge).
-async fn watch_broker(producer: Arc<EventProducer>, topic: Arc<str>, broker: Dependency) {
+async fn watch_broker(producer: Arc<BatchProducer>, topic: Arc<str>, broker: Dependency) {
     let mut ticker = tokio::time::interval(Duration::from_secs(2));
     loop {
         ticker.tick().await;
@@ -187,11 +190,19 @@ fn router(state: AppState, readiness: Readiness) -> Router {
 /// event twice, with the same `event_id`, which the `events` table collapses like any
 /// other redelivery; and the idempotent producer cost 2.3 times the CPU for 7% fewer
 /// events per second (BENCHMARKS.md). `KAFKA_PROPERTIES=enable.idempotence=true` turns it
-/// back on. Public so that the benchmark's reference producer runs with the same settings.
-pub fn producer_config(brokers: &str, linger_ms: u64, delivery_timeout_ms: u64) -> ClientConfig {
+/// back on. `queue_messages` bounds the messages waiting in the producer (a request waits
+/// for room for all its events before enqueuing any). Public so that the benchmark's
+/// reference producer runs with the same settings.
+pub fn producer_config(
+    brokers: &str,
+    linger_ms: u64,
+    delivery_timeout_ms: u64,
+    queue_messages: usize,
+) -> ClientConfig {
     let mut config = common::kafka::client_config(brokers);
     config
         .set("acks", "all")
+        .set("queue.buffering.max.messages", queue_messages.to_string())
         .set("enable.idempotence", "false")
         .set("linger.ms", linger_ms.to_string())
         .set("message.timeout.ms", delivery_timeout_ms.to_string());

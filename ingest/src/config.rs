@@ -30,6 +30,16 @@ pub struct Config {
     #[arg(long, env = "INGEST_DELIVERY_TIMEOUT_MS", default_value_t = 5000)]
     pub delivery_timeout_ms: u64,
 
+    /// Most events waiting in the Kafka producer (librdkafka queue.buffering.max.messages).
+    /// A request waits up to the delivery timeout for room for all its events, then
+    /// enqueues them all; a 503 for want of room leaves none of them in Kafka.
+    #[arg(
+        long,
+        env = "INGEST_PRODUCER_QUEUE_MESSAGES",
+        default_value_t = 100_000
+    )]
+    pub producer_queue_messages: usize,
+
     /// Largest accepted request body, in bytes, before and after gzip decompression.
     #[arg(long, env = "INGEST_MAX_BODY_BYTES", default_value_t = 1_048_576)]
     pub max_body_bytes: usize,

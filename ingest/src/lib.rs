@@ -3,7 +3,6 @@
 
 mod app;
 mod config;
-mod producer;
 mod routes;
 
 pub use app::{Application, producer_config};

@@ -15,7 +15,7 @@ use axum::routing::post;
 use common::event::{Envelope, EventMessage};
 use common::http::ApiError;
 use common::key::PublicKey;
-use rdkafka::producer::FutureRecord;
+use common::producer::{Enqueued, Outgoing};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -313,31 +313,38 @@ fn now_millis() -> i64 {
         .unwrap_or_default()
 }
 
-/// Enqueues every message, then waits for all acknowledgements within the delivery
-/// timeout. Any failure answers 503: the client retries, and `event_id` lets analysts
-/// count a retried event once.
+/// Enqueues the batch whole (or nothing of it), then waits for all acknowledgements
+/// within the delivery timeout. Any failure answers 503: the client retries, and
+/// `event_id` lets analysts count a retried event once.
 async fn publish(state: &AppState, messages: &[EventMessage]) -> Result<(), ApiError> {
     let started = Instant::now();
-    let producer = state.producer.get();
-    let mut deliveries = Vec::with_capacity(messages.len());
+    let mut payloads = Vec::with_capacity(messages.len());
     for message in messages {
-        let payload = serde_json::to_vec(message).map_err(|e| {
+        payloads.push(serde_json::to_vec(message).map_err(|e| {
             ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
-        })?;
-        let record = FutureRecord::to(&state.topic)
-            .key(message.kafka_key())
-            .payload(&payload);
-        match producer.send_result(record) {
-            Ok(delivery) => deliveries.push(delivery),
-            Err((e, _)) => {
-                tracing::warn!(error = %e, "Producer queue refused a message.");
-                state.producer.replace_if_broken(Some(&e));
-                metrics::counter!("ingest_delivery_errors_total", "reason" => "enqueue")
-                    .increment(1);
-                return Err(unavailable("The event queue is full; retry later."));
-            }
-        }
+        })?);
     }
+    let outgoing = messages
+        .iter()
+        .zip(&payloads)
+        .map(|(message, payload)| Outgoing {
+            key: Some(message.kafka_key().as_bytes()),
+            payload,
+            headers: None,
+        })
+        .collect();
+    let Enqueued {
+        deliveries,
+        room: _room,
+    } = state
+        .producer
+        .enqueue_all(&state.topic, outgoing, state.delivery_timeout)
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "Events not enqueued.");
+            metrics::counter!("ingest_delivery_errors_total", "reason" => "enqueue").increment(1);
+            unavailable("The event queue is full; retry later.")
+        })?;
     // librdkafka times messages out after message.timeout.ms; this bound is a backstop.
     let all = futures::future::join_all(deliveries);
     let results = tokio::time::timeout(state.delivery_timeout + Duration::from_secs(1), all)
