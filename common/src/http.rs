@@ -23,8 +23,8 @@ pub struct RequestCounter {
 }
 
 impl RequestCounter {
-    const STATUSES: [u16; 13] = [
-        200, 202, 204, 304, 400, 401, 403, 404, 405, 413, 415, 500, 503,
+    const STATUSES: [u16; 14] = [
+        200, 202, 204, 304, 400, 401, 403, 404, 405, 413, 415, 429, 500, 503,
     ];
 
     pub fn new(name: &'static str, route: &'static str) -> Self {
@@ -339,6 +339,13 @@ fn add_cors_headers(headers: &mut axum::http::HeaderMap, allow_origin: Option<He
         HeaderValue::from_static("true"),
     );
     headers.append(header::VARY, CORS_VARY);
+    // A browser's script reads Retry-After (429, 503) only if it is exposed.
+    if headers.contains_key(header::RETRY_AFTER) {
+        headers.insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static("retry-after"),
+        );
+    }
 }
 
 impl<S, T, B> tower::Service<axum::http::Request<B>> for Cors<S, T>

@@ -64,6 +64,9 @@ pub struct KeyEntry {
     pub experiments: Vec<usize>,
     /// `None`: any origin.
     pub allowed_origins: Option<Vec<String>>,
+    /// Events per second the ingest accepts for this key (each replica its share);
+    /// `None`: the ingest's default.
+    pub max_events_per_second: Option<f64>,
 }
 
 impl KeyEntry {
@@ -147,6 +150,7 @@ struct RawKey {
     public_key: String,
     experiments: Vec<String>,
     allowed_origins: Option<Vec<String>>,
+    max_events_per_second: Option<f64>,
 }
 
 fn is_well_formed_id(id: &str, prefix: &str) -> bool {
@@ -283,10 +287,18 @@ impl RawSnapshot {
                     ));
                 }
             }
+            if let Some(rate) = k.max_events_per_second
+                && !(rate.is_finite() && rate > 0.0)
+            {
+                problems.push(format!(
+                    "{place}: maxEventsPerSecond must be a positive number, not {rate}"
+                ));
+            }
             let entry = KeyEntry {
                 public_key,
                 experiments: indexes,
                 allowed_origins: k.allowed_origins,
+                max_events_per_second: k.max_events_per_second,
             };
             if keys.insert(k.public_key, entry).is_some() {
                 problems.push(format!("{place}: duplicate public key"));
@@ -347,7 +359,8 @@ mod tests {
             ]),
             serde_json::json!([
                 { "publicKey": "nokey", "experiments": [] },
-                { "publicKey": "pk_1", "experiments": ["exp_zz"], "allowedOrigins": ["https://a.com/path"] }
+                { "publicKey": "pk_1", "experiments": ["exp_zz"], "allowedOrigins": ["https://a.com/path"] },
+                { "publicKey": "pk_2", "experiments": [], "maxEventsPerSecond": 0 }
             ]),
         ))
         .expect_err("invalid");
@@ -363,10 +376,11 @@ mod tests {
             "keys[0] (nokey): a public key starts with pk_",
             "keys[1] (pk_1): unknown experiment exp_zz",
             "keys[1] (pk_1): \"https://a.com/path\" is not an origin",
+            "keys[2] (pk_2): maxEventsPerSecond must be a positive number, not 0",
         ] {
             assert!(all.contains(needle), "missing {needle:?} in\n{all}");
         }
-        assert_eq!(err.problems.len(), 10, "{all}");
+        assert_eq!(err.problems.len(), 11, "{all}");
     }
 
     #[test]

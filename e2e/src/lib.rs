@@ -607,6 +607,20 @@ fn clickhouse_server_path() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("clickhouse-server"))
 }
 
+/// The nginx front's configuration as `scripts/up` renders it (`render_front` of
+/// `scripts/lib.sh`), its files in `dir`.
+pub fn render_front(dir: &Path, listen: &str, ingest: &str, config_api: &str) -> String {
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/lib.sh");
+    let rendered = std::process::Command::new("bash")
+        .args(["-c", r#"source "$0" && render_front "$@""#])
+        .arg(&lib)
+        .args([&dir.display().to_string(), listen, ingest, config_api])
+        .output()
+        .expect("bash runs");
+    assert!(rendered.status.success(), "render_front failed");
+    String::from_utf8(rendered.stdout).expect("text")
+}
+
 /// An nginx front of one test's own (`deploy/nginx/local.conf.in`, rendered by the same
 /// `render_front` as `scripts/up`) before the given ingest and config-api; it serves the
 /// SDK from `sdk/dist` too.
@@ -621,19 +635,14 @@ impl Front {
         let dir = tempfile::tempdir().expect("temporary folder");
         std::fs::create_dir_all(dir.path().join("tmp")).expect("folder");
         let port = free_port();
-        let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/lib.sh");
-        let rendered = std::process::Command::new("bash")
-            .args(["-c", r#"source "$0" && render_front "$@""#])
-            .arg(&lib)
-            .arg(dir.path())
-            .arg(format!("127.0.0.1:{port}"))
-            .arg(ingest.to_string())
-            .arg(config_api.to_string())
-            .output()
-            .expect("bash runs");
-        assert!(rendered.status.success(), "render_front failed");
+        let rendered = render_front(
+            dir.path(),
+            &format!("127.0.0.1:{port}"),
+            &ingest.to_string(),
+            &config_api.to_string(),
+        );
         let conf = dir.path().join("nginx.conf");
-        std::fs::write(&conf, rendered.stdout).expect("config written");
+        std::fs::write(&conf, rendered).expect("config written");
         let status = std::process::Command::new("nginx")
             .arg("-p")
             .arg(dir.path())

@@ -168,7 +168,14 @@ fn both_nginx_fronts_pass_nginx_t() {
     let server = read("deploy/nginx/compose.conf")
         .replace("ingest:8081", "127.0.0.1:8081")
         .replace("config-api:8082", "127.0.0.1:8082")
-        .replace("/etc/nginx/routes.conf", &routes);
+        .replace("/etc/nginx/routes.conf", &routes)
+        .replace(
+            "/etc/nginx/sdk-headers.conf",
+            &repo()
+                .join("deploy/nginx/sdk-headers.conf")
+                .display()
+                .to_string(),
+        );
     let dir = tempfile::tempdir().expect("folder");
     let compose = format!(
         "pid {0}/nginx.pid;\nerror_log {0}/error.log;\nevents {{}}\nhttp {{\n{server}\n}}\n",
@@ -177,9 +184,12 @@ fn both_nginx_fronts_pass_nginx_t() {
     nginx_check("compose.conf", &compose);
     // scripts/up's front (which creates its temp folder first, as scripts/up does).
     std::fs::create_dir_all(dir.path().join("tmp")).expect("folder");
-    let local = read("deploy/nginx/local.conf.in")
-        .replace("@NGINX_DIR@", &dir.path().display().to_string())
-        .replace("@ROUTES@", &routes);
+    let local = e2e::render_front(
+        dir.path(),
+        "127.0.0.1:8080",
+        "127.0.0.1:8081",
+        "127.0.0.1:8082",
+    );
     nginx_check("local.conf", &local);
 }
 

@@ -289,3 +289,78 @@ async fn a_batch_waits_for_room_in_the_producer_and_is_never_half_enqueued() {
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     ingest.stop().await.expect("clean stop");
 }
+
+/// Per-key rate limits: over its `maxEventsPerSecond` a key is answered 429 with
+/// `Retry-After` and nothing of that request is published; other keys are unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_over_its_rate_is_answered_429_and_nothing_of_it_is_published() {
+    let file = SnapshotFile::new(&json!({
+        "version": 1,
+        "experiments": [{ "id": "exp_1", "status": "live", "variants": [
+            { "id": "var_1", "weight": 100, "control": true, "parts": {} }] }],
+        "keys": [
+            { "publicKey": "pk_limited", "experiments": ["exp_1"], "maxEventsPerSecond": 2.5 },
+            { "publicKey": "pk_free", "experiments": ["exp_1"] }
+        ]
+    }));
+    let topic = e2e::unique("limits-");
+    let ingest = e2e::start_ingest(e2e::ingest_config(&file.path, &topic, &[])).await;
+    let http = reqwest::Client::new();
+    let post = |key: &'static str, body: serde_json::Value| {
+        http.post(ingest.url("/api/v1/analytics"))
+            .header("X-public-key", key)
+            .header("Origin", "https://site.example")
+            .json(&body)
+            .send()
+    };
+    // A full bucket holds two seconds: 5 events.
+    let (first, mut published) = batch("limited");
+    assert_eq!(
+        post("pk_limited", first).await.expect("answer").status(),
+        StatusCode::ACCEPTED
+    );
+    let (second, refused) = batch("limited");
+    let response = post("pk_limited", second).await.expect("answer");
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(response.headers()["retry-after"], "2");
+    assert_eq!(
+        response.headers()["access-control-expose-headers"],
+        "retry-after"
+    );
+    let body: serde_json::Value = response.json().await.expect("JSON");
+    assert_eq!(body["error"]["code"], "rate_limited");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("2.5"))
+    );
+    for _ in 0..4 {
+        let (free, ids) = batch("free");
+        assert_eq!(
+            post("pk_free", free).await.expect("answer").status(),
+            StatusCode::ACCEPTED
+        );
+        published.extend(ids);
+    }
+
+    let found: HashSet<Uuid> =
+        ids_of(&e2e::read_topic(&topic, published.len() + 1, Duration::from_secs(10)).await)
+            .into_iter()
+            .collect();
+    assert_eq!(found, published.into_iter().collect::<HashSet<_>>());
+    assert!(refused.iter().all(|id| !found.contains(id)));
+    let metrics = http
+        .get(ingest.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("ingest_rate_limited_requests_total"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("status=\"429\""), "{metrics}");
+    ingest.stop().await.expect("clean stop");
+}

@@ -22,6 +22,8 @@ use crate::config::Config;
 use crate::routes;
 use common::producer::BatchProducer;
 
+use crate::limits::RateLimiter;
+
 /// What every request handler needs.
 #[derive(Clone)]
 pub(crate) struct AppState {
@@ -31,6 +33,8 @@ pub(crate) struct AppState {
     pub delivery_timeout: Duration,
     pub max_body_bytes: usize,
     pub requests: common::http::RequestCounter,
+    pub limiter: Arc<RateLimiter>,
+    pub default_max_events_per_second: Option<f64>,
 }
 
 pub struct Application {
@@ -81,6 +85,8 @@ impl Application {
             topic: config.topic.into(),
             delivery_timeout,
             max_body_bytes: config.max_body_bytes,
+            limiter: Arc::default(),
+            default_max_events_per_second: config.default_max_events_per_second,
             requests: common::http::RequestCounter::new(
                 "ingest_requests_total",
                 routes::ANALYTICS_PATH,

@@ -40,6 +40,11 @@ pub struct Config {
     )]
     pub producer_queue_messages: usize,
 
+    /// Events per second accepted for a key whose snapshot entry has no
+    /// `maxEventsPerSecond` (absent: no limit). Each replica enforces its own share.
+    #[arg(long, env = "INGEST_DEFAULT_MAX_EVENTS_PER_SECOND", value_parser = positive_rate)]
+    pub default_max_events_per_second: Option<f64>,
+
     /// Largest accepted request body, in bytes, before and after gzip decompression.
     #[arg(long, env = "INGEST_MAX_BODY_BYTES", default_value_t = 1_048_576)]
     pub max_body_bytes: usize,
@@ -52,4 +57,13 @@ pub struct Config {
     /// How long the producer waits to fill a batch, in milliseconds (librdkafka linger.ms).
     #[arg(long, env = "KAFKA_LINGER_MS", default_value_t = 5)]
     pub linger_ms: u64,
+}
+
+fn positive_rate(raw: &str) -> Result<f64, String> {
+    match raw.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
+        _ => Err(format!(
+            "{raw:?} is not a positive number of events per second"
+        )),
+    }
 }

@@ -3,6 +3,7 @@
 
 mod app;
 mod config;
+mod limits;
 mod routes;
 
 pub use app::{Application, producer_config};

@@ -131,6 +131,28 @@ async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Res
         return Ok((StatusCode::BAD_REQUEST, Json(body)).into_response());
     }
 
+    let rate = entry
+        .max_events_per_second
+        .or(state.default_max_events_per_second);
+    if let Err(wait) = state
+        .limiter
+        .admit(key.as_str(), rate, accepted.len(), Instant::now())
+    {
+        metrics::counter!("ingest_rate_limited_requests_total").increment(1);
+        metrics::counter!("ingest_rate_limited_events_total").increment(accepted.len() as u64);
+        let seconds = wait.as_secs_f64().ceil().max(1.0) as u32;
+        return Err(ApiError {
+            retry_after: Some(seconds),
+            ..ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!(
+                    "This key sends more than {} events per second; retry in {seconds} s.",
+                    rate.unwrap_or_default()
+                ),
+            )
+        });
+    }
     publish(state, &accepted).await?;
     metrics::counter!("ingest_events_accepted_total").increment(accepted.len() as u64);
     let body = json!({ "accepted": accepted.len(), "rejected": rejected });
