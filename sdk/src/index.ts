@@ -227,13 +227,15 @@ export function variant(experimentId: string): string | null {
 export function track(eventName: string, experimentId: string, fields?: Fields): void {
   guard(() => {
     if (!sender) return log("track before init; ignored");
+    if (!eventName || !experimentId || typeof eventName + typeof experimentId !== "stringstring")
+      return log("track needs an event name and an experiment id; ignored");
     const s = session();
     const event: Event = {
       variantId: variantOf(experimentId)?.id,
       pathname: location.pathname,
       referrer: document.referrer,
       ...s.utm,
-      ...fields,
+      ...(typeof fields === "object" ? fields : {}),
       eventName,
       experimentId,
       sessionId: s.id,
