@@ -23,8 +23,8 @@ pub struct RequestCounter {
 }
 
 impl RequestCounter {
-    const STATUSES: [u16; 14] = [
-        200, 202, 204, 304, 400, 401, 403, 404, 405, 413, 415, 429, 500, 503,
+    const STATUSES: [u16; 15] = [
+        200, 202, 204, 304, 400, 401, 403, 404, 405, 408, 413, 415, 429, 500, 503,
     ];
 
     pub fn new(name: &'static str, route: &'static str) -> Self {

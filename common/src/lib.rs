@@ -9,5 +9,6 @@ pub mod kafka;
 pub mod key;
 pub mod producer;
 pub mod reload;
+pub mod serve;
 pub mod snapshot;
 pub mod telemetry;

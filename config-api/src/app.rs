@@ -30,6 +30,7 @@ pub struct Application {
     router: Router,
     readiness: Readiness,
     watcher: JoinHandle<()>,
+    http: common::serve::ServeArgs,
 }
 
 impl Application {
@@ -78,6 +79,7 @@ impl Application {
             router,
             readiness,
             watcher,
+            http: config.http,
         })
     }
 
@@ -94,13 +96,11 @@ impl Application {
     ) -> anyhow::Result<()> {
         self.readiness.set(true);
         let readiness = self.readiness.clone();
-        axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                readiness.set(false);
-            })
-            .await
-            .context("HTTP server failed")?;
+        common::serve::serve(self.listener, self.router, &self.http, async move {
+            shutdown.await;
+            readiness.set(false);
+        })
+        .await;
         self.watcher.abort();
         tracing::info!("Config-api stopped cleanly.");
         Ok(())

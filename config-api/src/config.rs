@@ -13,6 +13,9 @@ pub struct Config {
     #[command(flatten)]
     pub snapshot: common::reload::SnapshotArgs,
 
+    #[command(flatten)]
+    pub http: common::serve::ServeArgs,
+
     /// `max-age` of the Cache-Control header of live responses, in seconds.
     #[arg(long, env = "CONFIG_API_CACHE_MAX_AGE", default_value_t = 30)]
     pub cache_max_age: u32,

@@ -265,13 +265,13 @@ impl Application {
         });
         let ops: Router = common::http::ops_router(self.worker.readiness.clone());
         let mut http_stop = stop.clone();
-        let http = tokio::spawn(
-            axum::serve(self.listener, ops)
-                .with_graceful_shutdown(async move {
-                    stopped(&mut http_stop).await;
-                })
-                .into_future(),
-        );
+        let limits = self.worker.config.http.clone();
+        let http = tokio::spawn(async move {
+            common::serve::serve(self.listener, ops, &limits, async move {
+                stopped(&mut http_stop).await;
+            })
+            .await;
+        });
         let result = self.worker.consume(stop).await;
         let _ = http.await;
         result

@@ -10,6 +10,9 @@ pub struct Config {
     #[arg(long, env = "CONSUMER_LISTEN", default_value = "127.0.0.1:8083")]
     pub listen: SocketAddr,
 
+    #[command(flatten)]
+    pub http: common::serve::ServeArgs,
+
     /// Kafka bootstrap servers, comma-separated.
     #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
     pub kafka_brokers: String,

@@ -32,6 +32,7 @@ pub(crate) struct AppState {
     pub topic: Arc<str>,
     pub delivery_timeout: Duration,
     pub max_body_bytes: usize,
+    pub body_read_timeout: Duration,
     pub requests: common::http::RequestCounter,
     pub limiter: Arc<RateLimiter>,
     pub default_max_events_per_second: Option<f64>,
@@ -44,6 +45,7 @@ pub struct Application {
     readiness: Readiness,
     background: Vec<JoinHandle<()>>,
     drain: Duration,
+    http: common::serve::ServeArgs,
 }
 
 impl Application {
@@ -85,6 +87,7 @@ impl Application {
             topic: config.topic.into(),
             delivery_timeout,
             max_body_bytes: config.max_body_bytes,
+            body_read_timeout: Duration::from_millis(config.body_read_timeout_ms),
             limiter: Arc::default(),
             default_max_events_per_second: config.default_max_events_per_second,
             requests: common::http::RequestCounter::new(
@@ -106,6 +109,7 @@ impl Application {
             readiness,
             background: vec![watcher, checker],
             drain: Duration::from_millis(config.shutdown_drain_ms),
+            http: config.http,
         })
     }
 
@@ -125,14 +129,12 @@ impl Application {
         self.readiness.set(true);
         let readiness = self.readiness.clone();
         let drain = self.drain;
-        axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                readiness.set(false);
-                tokio::time::sleep(drain).await;
-            })
-            .await
-            .context("HTTP server failed")?;
+        common::serve::serve(self.listener, self.router, &self.http, async move {
+            shutdown.await;
+            readiness.set(false);
+            tokio::time::sleep(drain).await;
+        })
+        .await;
         for task in &self.background {
             task.abort();
         }

@@ -25,6 +25,9 @@ pub struct Config {
     #[command(flatten)]
     pub snapshot: common::reload::SnapshotArgs,
 
+    #[command(flatten)]
+    pub http: common::serve::ServeArgs,
+
     /// Longest wait for Kafka to acknowledge a request's events before answering 503,
     /// in milliseconds.
     #[arg(long, env = "INGEST_DELIVERY_TIMEOUT_MS", default_value_t = 5000)]
@@ -44,6 +47,11 @@ pub struct Config {
     /// `maxEventsPerSecond` (absent: no limit). Each replica enforces its own share.
     #[arg(long, env = "INGEST_DEFAULT_MAX_EVENTS_PER_SECOND", value_parser = positive_rate)]
     pub default_max_events_per_second: Option<f64>,
+
+    /// Longest a request body may take to arrive once its head is read, in milliseconds;
+    /// a slower client is answered 408.
+    #[arg(long, env = "INGEST_BODY_READ_TIMEOUT_MS", default_value_t = 10_000)]
+    pub body_read_timeout_ms: u64,
 
     /// Largest accepted request body, in bytes, before and after gzip decompression.
     #[arg(long, env = "INGEST_MAX_BODY_BYTES", default_value_t = 1_048_576)]

@@ -78,7 +78,18 @@ async fn analytics(State(state): State<AppState>, request: Request) -> Response 
 
 async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
     check_content_type(headers)?;
-    let bytes = read_body(headers, body, state.max_body_bytes).await?;
+    let bytes = tokio::time::timeout(
+        state.body_read_timeout,
+        read_body(headers, body, state.max_body_bytes),
+    )
+    .await
+    .map_err(|_| {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "The request body did not arrive in time.",
+        )
+    })??;
     let parsed = Parsed::from_bytes(&bytes)?;
 
     let key = public_key(headers, parsed.pkey?)?;
