@@ -4,6 +4,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod chaos;
 mod clickhouse;
 mod kafka;
 mod load;
@@ -71,6 +72,9 @@ enum Command {
     Rss(RssArgs),
     /// Prints the comparison table of the JSON lines in FILE.
     Report { file: PathBuf },
+    /// The clients of scripts/chaos: SDK-like traffic that retries through faults, then
+    /// the count of acknowledged events lost or duplicated in ClickHouse. Exits 1 if any.
+    Chaos(chaos::ChaosArgs),
 }
 
 #[derive(Args)]
@@ -320,6 +324,12 @@ async fn main() -> anyhow::Result<()> {
             let timeout = Duration::from_secs(timeout);
             tokio::task::spawn_blocking(move || kafka::settle(&brokers, &topic, &group, timeout))
                 .await??;
+            return Ok(());
+        }
+        Command::Chaos(args) => {
+            if !chaos::run(args).await? {
+                std::process::exit(1);
+            }
             return Ok(());
         }
         Command::Report { file } => {

@@ -99,6 +99,8 @@ impl Sites {
 #[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClientEvent {
+    /// As the SDK sends it, so that a retried event is counted once.
+    pub event_id: uuid::Uuid,
     pub event_name: &'static str,
     pub experiment_id: String,
     pub session_id: String,
@@ -265,6 +267,7 @@ impl Traffic {
     fn event(&mut self, visit: &mut Visit) -> ClientEvent {
         let rng = &mut self.rng;
         let mut event = ClientEvent {
+            event_id: uuid::Builder::from_random_bytes(rng.random()).into_uuid(),
             event_name: "impression",
             experiment_id: visit.experiment.clone(),
             session_id: visit.session_id.clone(),
