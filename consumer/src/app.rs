@@ -200,8 +200,13 @@ impl Application {
         consumer
             .subscribe(&[&config.topic])
             .with_context(|| format!("cannot subscribe to {}", config.topic))?;
+        // The probe is never polled for messages: it must not produce statistics.
         let probe = GroupProbe::new(
-            kafka.create().context("cannot create Kafka group probe")?,
+            kafka
+                .clone()
+                .set("statistics.interval.ms", "0")
+                .create()
+                .context("cannot create Kafka group probe")?,
             &config.group_id,
             &config.topic,
         );
@@ -346,6 +351,7 @@ impl Worker {
     /// Publishes this consumer's share of the partitions and, while it owns none, asks
     /// the broker whether work waits that nobody consumes; rejoins once that is a stall.
     async fn look_at_group(&mut self, detector: &mut StallDetector) {
+        self.probe.drain_events();
         let own = self.consumer.assignment().map_or(0, |a| a.count());
         metrics::gauge!("consumer_assigned_partitions").set(own as f64);
         let group = if own > 0 {

@@ -125,6 +125,12 @@ impl GroupProbe {
         }
     }
 
+    /// Serves the events the client queued (errors, say), so that they do not pile up in
+    /// a client that is never polled for messages. Does not block.
+    pub fn drain_events(&self) {
+        while self.client.poll(Duration::ZERO).is_some() {}
+    }
+
     /// The topic's partitions as the broker sees them. Blocking: call off the runtime.
     pub fn look(&self) -> KafkaResult<Vec<PartitionState>> {
         let metadata = self

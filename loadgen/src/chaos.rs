@@ -127,7 +127,11 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<bool> {
         .await?;
     let duplicates = once.saturating_sub(landed.len() as u64);
 
-    println!("chaos run {run}: {:.0} s of load, {} clients", loaded.as_secs_f64(), args.clients);
+    println!(
+        "chaos run {run}: {:.0} s of load, {} clients",
+        loaded.as_secs_f64(),
+        args.clients
+    );
     println!("events acknowledged:          {}", acknowledged.len());
     println!("events lost (acked, absent):  {lost}");
     println!("visible duplicates (FINAL):   {duplicates}");
@@ -135,7 +139,11 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<bool> {
     println!("events given up by clients:   {}", seen.gave_up);
     println!("events refused (4xx):         {}", seen.refused);
     println!("retried requests:             {}", seen.retries);
-    let answers: Vec<String> = seen.answers.iter().map(|(a, n)| format!("{a}: {n}")).collect();
+    let answers: Vec<String> = seen
+        .answers
+        .iter()
+        .map(|(a, n)| format!("{a}: {n}"))
+        .collect();
     println!("answers:                      {}", answers.join(", "));
     Ok(lost == 0 && duplicates == 0 && seen.gave_up == 0 && seen.refused == 0)
 }
@@ -156,7 +164,8 @@ async fn client(
         let mut attempt = 0u32;
         loop {
             let request = if batch.beacon {
-                http.post(&url).header("content-type", "text/plain;charset=UTF-8")
+                http.post(&url)
+                    .header("content-type", "text/plain;charset=UTF-8")
             } else {
                 http.post(&url)
                     .header("content-type", "application/json")
