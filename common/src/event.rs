@@ -21,6 +21,13 @@ pub const MAX_UTM_CHARS: usize = 512;
 /// Longest User-Agent kept; a longer one is cut at a character boundary.
 pub const MAX_USER_AGENT_BYTES: usize = 1024;
 
+/// Now, in milliseconds since the Unix epoch (the unit of `received_at`).
+pub fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 /// One event as it travels through Kafka (JSON, snake_case field names), enriched by the
 /// ingest with `event_id`, `received_at`, `public_key` and `user_agent`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -3,10 +3,12 @@
 //! under a consumer group of its own whose committed offsets remember what was replayed:
 //! running it twice does not replay a letter twice.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
@@ -38,10 +40,18 @@ pub struct ReplayConfig {
 const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Replays every dead letter not replayed yet; returns how many were replayed.
+///
+/// A letter is replayed if it was in the topic when the replay started: below the end the
+/// broker reported then or, past it, written before the start (a broker may report an end
+/// that falls short: Tansu 0.6 answers the first offset of the last record batch). Letters
+/// set aside while it runs wait for the next run, so a letter that is still poison cannot
+/// go round in circles.
 pub async fn replay(config: &ReplayConfig) -> anyhow::Result<u64> {
+    let started = common::event::now_millis();
     let consumer: StreamConsumer = common::kafka::client_config(&config.kafka_brokers)
         .set("group.id", &config.group_id)
         .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
         .create()
         .context("cannot create Kafka consumer")?;
     let producer: FutureProducer = common::kafka::client_config(&config.kafka_brokers)
@@ -50,7 +60,7 @@ pub async fn replay(config: &ReplayConfig) -> anyhow::Result<u64> {
         .create()
         .context("cannot create Kafka producer")?;
 
-    // Where to start (committed offsets) and where to stop (the end, as of now).
+    // Where to start (committed offsets) and the end the broker reports now.
     let metadata = consumer
         .fetch_metadata(Some(&config.dlq_topic), TIMEOUT)
         .context("cannot read the dead-letter topic's metadata")?;
@@ -64,8 +74,7 @@ pub async fn replay(config: &ReplayConfig) -> anyhow::Result<u64> {
         .committed_offsets(wanted, TIMEOUT)
         .context("cannot read the replay group's offsets")?;
     let mut assignment = TopicPartitionList::new();
-    let mut remaining = 0usize;
-    let mut ends = std::collections::HashMap::new();
+    let mut ends = HashMap::new();
     for element in committed.elements() {
         let partition = element.partition();
         let (low, high) = consumer
@@ -75,27 +84,35 @@ pub async fn replay(config: &ReplayConfig) -> anyhow::Result<u64> {
             Offset::Offset(o) => o.max(low),
             _ => low,
         };
-        if start < high {
-            assignment.add_partition_offset(&config.dlq_topic, partition, Offset::Offset(start))?;
-            ends.insert(partition, high);
-            remaining += 1;
-        }
-    }
-    if remaining == 0 {
-        return Ok(0);
+        assignment.add_partition_offset(&config.dlq_topic, partition, Offset::Offset(start))?;
+        ends.insert(partition, high);
     }
     consumer
         .assign(&assignment)
         .context("cannot assign partitions")?;
 
+    // Each partition is read up to its end (the consumer says so) or its first letter
+    // written after the start.
     let mut replayed = 0u64;
-    while remaining > 0 {
-        let message = tokio::time::timeout(TIMEOUT * 3, consumer.recv())
+    while !ends.is_empty() {
+        let message = match tokio::time::timeout(TIMEOUT * 3, consumer.recv())
             .await
             .context("the dead-letter topic stopped answering")?
-            .context("cannot read a dead letter")?;
-        let end = ends.get(&message.partition()).copied().unwrap_or(0);
-        if message.offset() >= end {
+        {
+            Ok(message) => message,
+            Err(KafkaError::PartitionEOF(partition)) => {
+                ends.remove(&partition);
+                continue;
+            }
+            Err(e) => return Err(e).context("cannot read a dead letter"),
+        };
+        let Some(&end) = ends.get(&message.partition()) else {
+            continue;
+        };
+        let written_before_start =
+            matches!(message.timestamp().to_millis(), Some(t) if t <= started);
+        if message.offset() >= end && !written_before_start {
+            ends.remove(&message.partition());
             continue;
         }
         let mut record =
@@ -118,9 +135,6 @@ pub async fn replay(config: &ReplayConfig) -> anyhow::Result<u64> {
             .commit(&offsets, CommitMode::Sync)
             .context("cannot record the replay")?;
         replayed += 1;
-        if message.offset() + 1 >= end {
-            remaining -= 1;
-        }
     }
     Ok(replayed)
 }

@@ -76,8 +76,10 @@ async fn poison_messages_are_set_aside_with_their_reason_and_can_be_replayed() {
     future["v"] = serde_json::json!(2);
     let future = future.to_string();
     let brokers = e2e::kafka_brokers();
+    // One key: both letters land in one partition of the dead-letter topic, in one
+    // record batch (the end Tansu reports then falls short of the last one).
     e2e::produce(&brokers, &names.topic, Some(b"k1"), b"not json at all").await;
-    e2e::produce(&brokers, &names.topic, None, future.as_bytes()).await;
+    e2e::produce(&brokers, &names.topic, Some(b"k1"), future.as_bytes()).await;
     let good = events(3, "good");
     produce_events(&names.topic, &good).await;
 
@@ -103,10 +105,10 @@ async fn poison_messages_are_set_aside_with_their_reason_and_can_be_replayed() {
             .parse::<i64>()
             .expect("offset");
         let reason = header(letter, "dlq.reason");
+        assert_eq!(letter.key(), Some(&b"k1"[..]), "original key kept");
         let payload = letter.payload().expect("payload").to_vec();
         if payload == b"not json at all" {
             assert!(reason.starts_with("not an event message"), "{reason}");
-            assert_eq!(letter.key(), Some(&b"k1"[..]), "original key kept");
         } else {
             assert_eq!(payload, future.as_bytes(), "original bytes kept");
             assert_eq!(reason, "unsupported message version 2");

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 use std::io::Read;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::Router;
@@ -112,7 +112,7 @@ async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Res
     let events = parsed.events?;
 
     let envelope = Envelope {
-        received_at: now_millis(),
+        received_at: common::event::now_millis(),
         public_key: key.to_string(),
         user_agent: Envelope::clamp_user_agent(
             headers
@@ -337,13 +337,6 @@ fn public_key(headers: &HeaderMap, pkey: Option<Cow<'_, str>>) -> Result<PublicK
             format!("The public key is malformed: {e}."),
         )
     })
-}
-
-fn now_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
 }
 
 /// Enqueues the batch whole (or nothing of it), then waits for all acknowledgements
