@@ -20,6 +20,9 @@ pub const MAX_URL_CHARS: usize = 2048;
 pub const MAX_UTM_CHARS: usize = 512;
 /// Longest User-Agent kept; a longer one is cut at a character boundary.
 pub const MAX_USER_AGENT_BYTES: usize = 1024;
+/// How far before its receipt a client may place an event ([`EventMessage::event_time`]):
+/// one day. An earlier time is moved up to this bound.
+pub const MAX_EVENT_AGE_MS: i64 = 24 * 3600 * 1000;
 
 /// Now, in milliseconds since the Unix epoch (the unit of `received_at`).
 pub fn now_millis() -> i64 {
@@ -71,6 +74,13 @@ pub struct EventMessage {
     pub utm_content: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test: Option<bool>,
+    /// When the event happened, in milliseconds since the Unix epoch, on the ingest's
+    /// clock: the client's `timestamp` moved by the offset between the ingest's clock and
+    /// the client's (`received_at - sentAt`). Absent when the client sent no `timestamp`
+    /// or no `sentAt`: the event happened at `received_at`. Never after `received_at`,
+    /// never more than [`MAX_EVENT_AGE_MS`] before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_time: Option<i64>,
 }
 
 /// Why an event was refused: the field at fault (`event` for the element itself) and a
@@ -102,9 +112,21 @@ pub struct Envelope {
     pub received_at: i64,
     pub public_key: String,
     pub user_agent: String,
+    /// The batch's `sentAt`: the client's clock when it sent the request, in milliseconds.
+    pub sent_at: Option<f64>,
 }
 
 impl Envelope {
+    /// The time of an event the client stamped `timestamp`, on the ingest's clock (see
+    /// [`EventMessage::event_time`]).
+    pub fn event_time(&self, timestamp: Option<f64>) -> Option<i64> {
+        let (timestamp, sent_at) = (timestamp?, self.sent_at?);
+        let corrected = self.received_at as f64 - (sent_at - timestamp);
+        let earliest = self.received_at - MAX_EVENT_AGE_MS;
+        // `as` saturates a float out of range; the clamp then puts it in bounds.
+        Some((corrected.round() as i64).clamp(earliest, self.received_at))
+    }
+
     /// Cuts an over-long User-Agent at a character boundary.
     pub fn clamp_user_agent(mut ua: String) -> String {
         if ua.len() > MAX_USER_AGENT_BYTES {
@@ -207,6 +229,7 @@ impl EventMessage {
             utm_term: owned(f.opt_str("utm_term", MAX_UTM_CHARS, Text::Free)?),
             utm_content: owned(f.opt_str("utm_content", MAX_UTM_CHARS, Text::Free)?),
             test: f.opt_bool("test")?,
+            event_time: envelope.event_time(f.opt_number("timestamp")?),
         })
     }
 
@@ -319,6 +342,8 @@ struct Typed<'a> {
     utm_content: Option<Cow<'a, str>>,
     #[serde(default)]
     test: Option<bool>,
+    #[serde(default)]
+    timestamp: Option<f64>,
 }
 
 impl Source for Typed<'_> {
@@ -347,6 +372,7 @@ impl Source for Typed<'_> {
             "loadTime" => self.load_time,
             "scrollDepth" => self.scroll_depth,
             "timeOnPage" => self.time_on_page,
+            "timestamp" => self.timestamp,
             _ => unreachable!("no number field {name}"),
         })
     }
@@ -419,6 +445,7 @@ mod tests {
             received_at: 1_700_000_000_123,
             public_key: "pk_test".into(),
             user_agent: "UA".into(),
+            sent_at: None,
         }
     }
 
@@ -510,6 +537,52 @@ mod tests {
         let back: EventMessage =
             serde_json::from_slice(&serde_json::to_vec(&m).expect("ser")).expect("de");
         assert_eq!(back, m);
+    }
+
+    #[test]
+    fn event_time_is_the_clients_timestamp_moved_by_its_clock_offset_within_bounds() {
+        let received = 1_700_000_000_123;
+        // The client's clock is 10 s behind; it stamped the event 3 s before sending.
+        let batch = Envelope {
+            sent_at: Some((received - 10_000) as f64),
+            ..envelope()
+        };
+        let at = |timestamp: Value| {
+            let v = with("timestamp", timestamp);
+            let m = EventMessage::from_client(&v, &batch).expect("valid");
+            let typed = EventMessage::from_client_json(&v.to_string(), &batch).expect("valid");
+            assert_eq!(m.event_time, typed.event_time, "{v}");
+            m.event_time
+        };
+        assert_eq!(at(json!(received - 13_000)), Some(received - 3_000));
+        assert_eq!(
+            at(json!(received as f64 - 13_000.4)),
+            Some(received - 3_000)
+        );
+        // Never after its receipt, never more than a day before it.
+        assert_eq!(at(json!(received)), Some(received));
+        assert_eq!(at(json!(0)), Some(received - MAX_EVENT_AGE_MS));
+        assert_eq!(at(json!(-1e300)), Some(received - MAX_EVENT_AGE_MS));
+        assert_eq!(at(json!(1e300)), Some(received));
+        // Without either half there is no offset to apply: the event happened on receipt.
+        assert_eq!(at(Value::Null), None);
+        let m = check(with("timestamp", json!(received - 5))).expect("valid");
+        assert_eq!(m.event_time, None);
+        assert_eq!(
+            check(with("timestamp", json!("yesterday"))).map(|_| ()),
+            Err("timestamp: field timestamp must be a number".into())
+        );
+        // The message carries it, and an older message without it still reads.
+        let m = EventMessage::from_client(&with("timestamp", json!(received - 13_000)), &batch)
+            .expect("valid");
+        let text = serde_json::to_string(&m).expect("ser");
+        let field = format!(r#","event_time":{}"#, received - 3_000);
+        assert!(text.contains(&field), "{text}");
+        let old: EventMessage = serde_json::from_str(&text.replace(&field, "")).expect("de");
+        assert_eq!(
+            (old.event_time, m.event_time),
+            (None, Some(received - 3_000))
+        );
     }
 
     #[test]

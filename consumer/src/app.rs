@@ -10,20 +10,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
+use arc_swap::ArcSwap;
 use axum::Router;
 use clickhouse::Client;
 use common::event::{EventMessage, MESSAGE_VERSION};
 use common::http::{Dependency, Readiness};
 use common::producer::{BatchProducer, Enqueued, Outgoing};
+use common::reload::{Build, load_and_watch};
+use common::snapshot::Snapshot;
 use rdkafka::consumer::{CommitMode, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 use rdkafka::{ClientConfig, ClientContext, Statistics};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::Config;
+use crate::definitions;
 use crate::liveness::{GroupProbe, StallDetector, Verdict};
 use crate::schema;
 use crate::sink::{EventRow, Outcome, Sink};
@@ -51,6 +56,8 @@ enum Next {
 pub struct Application {
     listener: TcpListener,
     worker: Worker,
+    /// The experiments snapshot, kept current by the task, when one is mirrored.
+    snapshot: Option<(Arc<ArcSwap<Snapshot>>, JoinHandle<()>)>,
 }
 
 /// Counts of one consumer, for tests and diagnostics (metrics are process-wide).
@@ -165,6 +172,18 @@ impl Application {
             // Validation asks the server for a setting that ClickHouse 18.16 lacks.
             .with_validation(false);
         schema::migrate(&client, &config.clickhouse_database).await?;
+        let snapshot = match &config.experiments_snapshot {
+            None => None,
+            Some(source) => {
+                let args = common::reload::SnapshotArgs {
+                    snapshot: source.clone(),
+                    snapshot_poll_interval_ms: config.snapshot_poll_interval_ms,
+                    snapshot_cache: None,
+                };
+                let build: Build<Snapshot> = Arc::new(|snapshot| snapshot);
+                Some(load_and_watch(args.watch_options("consumer"), build).await?)
+            }
+        };
 
         if let Err(e) = common::kafka::ensure_topics(
             &config.kafka_brokers,
@@ -231,6 +250,7 @@ impl Application {
         };
         Ok(Self {
             listener,
+            snapshot,
             worker: Worker {
                 group: readiness.dependency(),
                 readiness,
@@ -277,8 +297,19 @@ impl Application {
             })
             .await;
         });
+        let mirror = self.snapshot.map(|(current, watcher)| {
+            let client = self.worker.sink.client.clone();
+            (
+                tokio::spawn(definitions::mirror(client, current, stop.clone())),
+                watcher,
+            )
+        });
         let result = self.worker.consume(stop).await;
         let _ = http.await;
+        if let Some((mirror, watcher)) = mirror {
+            let _ = mirror.await;
+            watcher.abort();
+        }
         result
     }
 }

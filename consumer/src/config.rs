@@ -77,6 +77,15 @@ pub struct Config {
     #[arg(long, env = "BATCH_MAX_WAIT_MS", default_value_t = 1000)]
     pub batch_max_wait_ms: u64,
 
+    /// Experiments snapshot (file path or http(s):// URL, as the config-api's) mirrored
+    /// into `experiment_variants` for the results views; none: the table stays as is.
+    #[arg(long, env = "EXPERIMENTS_SNAPSHOT")]
+    pub experiments_snapshot: Option<String>,
+
+    /// How often the snapshot is checked for changes, in milliseconds.
+    #[arg(long, env = "SNAPSHOT_POLL_INTERVAL_MS", default_value_t = 1000)]
+    pub snapshot_poll_interval_ms: u64,
+
     /// Longest an insert may take before it is abandoned and retried, in milliseconds.
     #[arg(long, env = "CLICKHOUSE_INSERT_TIMEOUT_MS", default_value_t = 30_000)]
     pub insert_timeout_ms: u64,

@@ -4,6 +4,7 @@
 
 mod app;
 mod config;
+pub mod definitions;
 mod liveness;
 mod replay;
 pub mod schema;

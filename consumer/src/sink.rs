@@ -19,6 +19,11 @@ pub struct EventRow {
     pub event_id: Uuid,
     /// Seconds since the Unix epoch (a `DateTime`).
     pub received_at: u32,
+    /// Milliseconds since the Unix epoch (`Int64`, or `DateTime64(3)` on servers with it).
+    pub received_at_ms: i64,
+    /// When the event happened, in milliseconds: the client's corrected time, or
+    /// `received_at_ms`.
+    pub event_time: i64,
     pub public_key: String,
     pub event_name: String,
     pub experiment_id: String,
@@ -45,6 +50,8 @@ impl From<EventMessage> for EventRow {
         Self {
             event_id: m.event_id,
             received_at: u32::try_from(m.received_at.div_euclid(1000)).unwrap_or(0),
+            received_at_ms: m.received_at,
+            event_time: m.event_time.unwrap_or(m.received_at),
             public_key: m.public_key,
             event_name: m.event_name,
             experiment_id: m.experiment_id,

@@ -422,12 +422,10 @@ pub async fn produce_all(brokers: &str, topic: &str, messages: &[(Option<&[u8]>,
 /// A v1 event message, as the ingest writes it.
 pub fn event_message(public_key: &str, session: &str, name: &str) -> common::event::EventMessage {
     let envelope = common::event::Envelope {
-        received_at: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("clock")
-            .as_millis() as i64,
+        received_at: common::event::now_millis(),
         public_key: public_key.into(),
         user_agent: "test".into(),
+        sent_at: None,
     };
     common::event::EventMessage::from_client(
         &serde_json::json!({ "eventName": name, "experimentId": "exp_1", "sessionId": session }),

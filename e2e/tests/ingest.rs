@@ -277,6 +277,10 @@ async fn malformed_bodies_get_400_never_a_crash() {
         ("{\"events\": {}}", "invalid_body"),
         ("{\"events\": []}", "invalid_body"),
         ("{}", "invalid_body"),
+        (
+            r#"{"sentAt": "now", "events": [{"eventName": "a", "experimentId": "exp_1", "sessionId": "s"}]}"#,
+            "invalid_body",
+        ),
     ];
     for (body, code) in cases {
         let response = f

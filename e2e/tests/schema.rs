@@ -18,7 +18,7 @@ async fn migrations_create_the_schema_once_and_rerun_as_a_no_op() {
         .fetch_all()
         .await
         .expect("migrations recorded");
-    assert_eq!(versions, [1, 2], "each migration recorded once");
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6], "each migration recorded once");
 
     let columns: Vec<String> = client
         .query(
@@ -58,6 +58,49 @@ async fn migrations_create_the_schema_once_and_rerun_as_a_no_op() {
     e2e::drop_database(&database).await;
 }
 
+#[tokio::test]
+async fn an_upgrade_keeps_the_rows_and_counts_them_in_the_results() {
+    let database = unique("test_");
+    let client = e2e::clickhouse(&database);
+    // The schema of the release before event times and results, with its rows.
+    consumer::schema::migrate_up_to(&client, &database, 2)
+        .await
+        .expect("old schema");
+    client
+        .query(
+            "INSERT INTO events (event_id, received_at, public_key, event_name, experiment_id, \
+             variant_id, session_id, test) VALUES \
+             (toUUID('00000000-0000-0000-0000-000000000001'), toDateTime(1763700000), 'pk_x', 'impression', 'exp_1', 'var_a', 's1', 0), \
+             (toUUID('00000000-0000-0000-0000-000000000002'), toDateTime(1763700001), 'pk_x', 'conversion', 'exp_1', '', 's1', 0)",
+        )
+        .execute()
+        .await
+        .expect("old rows");
+    consumer::schema::migrate(&client, &database)
+        .await
+        .expect("upgrade");
+
+    let times: Vec<(i64, i64)> = client
+        .query("SELECT received_at_ms, event_time FROM events ORDER BY received_at")
+        .fetch_all()
+        .await
+        .expect("times");
+    assert_eq!(
+        times,
+        [
+            (1_763_700_000_000, 1_763_700_000_000),
+            (1_763_700_001_000, 1_763_700_001_000)
+        ]
+    );
+    let counts: Vec<(String, u64, u64)> = client
+        .query("SELECT variant_id, exposed, converted FROM experiment_results")
+        .fetch_all()
+        .await
+        .expect("results");
+    assert_eq!(counts, [("var_a".to_owned(), 1, 1)]);
+    e2e::drop_database(&database).await;
+}
+
 /// A fresh database with the schema applied.
 async fn migrated() -> (String, clickhouse::Client) {
     let database = unique("test_");
@@ -74,6 +117,7 @@ fn row(event: serde_json::Value) -> consumer::EventRow {
         received_at: 1_763_700_000_000,
         public_key: "pk_x".into(),
         user_agent: String::new(),
+        sent_at: None,
     };
     consumer::EventRow::from(
         common::event::EventMessage::from_client(&event, &envelope).expect("valid"),

@@ -112,6 +112,7 @@ async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Res
     let events = parsed.events?;
 
     let envelope = Envelope {
+        sent_at: parsed.sent_at?,
         received_at: common::event::now_millis(),
         public_key: key.to_string(),
         user_agent: Envelope::clamp_user_agent(
@@ -170,11 +171,13 @@ async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Res
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
-/// A body's key (the page-unload form's `pkey`) and events, each event still JSON text.
-/// The problems are kept apart so that they are reported in order: the key first.
+/// A body's key (the page-unload form's `pkey`), events (each still JSON text) and the
+/// client's clock when it sent them (`sentAt`). The problems are kept apart so that they
+/// are reported in order: the key first.
 struct Parsed<'a> {
     pkey: Result<Option<Cow<'a, str>>, ApiError>,
     events: Result<Vec<Cow<'a, RawValue>>, ApiError>,
+    sent_at: Result<Option<f64>, ApiError>,
 }
 
 /// The usual body, read without building a tree of the whole document.
@@ -184,6 +187,8 @@ struct Usual<'a> {
     pkey: Option<Cow<'a, str>>,
     #[serde(borrow)]
     events: Vec<&'a RawValue>,
+    #[serde(default, rename = "sentAt")]
+    sent_at: Option<f64>,
 }
 
 impl<'a> Parsed<'a> {
@@ -197,6 +202,7 @@ impl<'a> Parsed<'a> {
             return Ok(Self {
                 pkey: Ok(usual.pkey),
                 events: Ok(usual.events.into_iter().map(Cow::Borrowed).collect()),
+                sent_at: Ok(usual.sent_at),
             });
         }
         Self::from_value(bytes)
@@ -239,7 +245,19 @@ impl<'a> Parsed<'a> {
             )),
             None => Err(bad_request("invalid_body", "The field events is required.")),
         };
-        Ok(Self { pkey, events })
+        let sent_at = match document.remove("sentAt") {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) if n.as_f64().is_some_and(f64::is_finite) => Ok(n.as_f64()),
+            Some(_) => Err(bad_request(
+                "invalid_body",
+                "The field sentAt must be a number: the client's clock in milliseconds since the Unix epoch.",
+            )),
+        };
+        Ok(Self {
+            pkey,
+            events,
+            sent_at,
+        })
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use common::event::EventMessage;
@@ -49,10 +49,7 @@ pub struct ProduceOutcome {
 
 /// The Kafka key and JSON payload of `count` messages, generated before the clock starts.
 pub fn messages(traffic: &mut Traffic, count: u64) -> Vec<(String, Vec<u8>)> {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default();
+    let now = common::event::now_millis();
     let mut out = Vec::with_capacity(count as usize);
     while (out.len() as u64) < count {
         for message in traffic.next_messages(now) {

@@ -477,9 +477,7 @@ async fn produce(args: ProduceArgs) -> anyhow::Result<Figure> {
 
 async fn insert(args: InsertArgs) -> anyhow::Result<Figure> {
     let sites = Arc::new(Sites::from_file(&args.snapshot)?);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_millis() as i64;
+    let now = common::event::now_millis();
     let mut traffic = Traffic::new(sites, &args.run, 1);
     let mut rows = Vec::with_capacity(args.rows as usize);
     while (rows.len() as u64) < args.rows {

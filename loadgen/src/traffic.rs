@@ -225,6 +225,7 @@ impl Traffic {
             received_at,
             public_key: batch.key.clone(),
             user_agent: batch.user_agent.to_owned(),
+            sent_at: None,
         };
         batch
             .events
@@ -364,6 +365,7 @@ mod tests {
                 received_at: 0,
                 public_key: batch.key.clone(),
                 user_agent: String::new(),
+                sent_at: None,
             };
             for event in &batch.events {
                 let value = serde_json::to_value(event).unwrap();

@@ -1,0 +1,116 @@
+//! Keeps `experiment_variants` in step with the experiments snapshot, so that analysts
+//! join events to the weights, controls and texts they were served under. Every version
+//! the consumer loads is written once (again after a restart, which replaces the same
+//! rows); older versions stay. A failed write is retried until it lands or shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use arc_swap::ArcSwap;
+use clickhouse::{Client, Row};
+use common::backoff::Backoff;
+use common::snapshot::{Snapshot, Status};
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::app::stopped;
+
+/// How often the loaded snapshot is compared with the one last written.
+const LOOK_EVERY: Duration = Duration::from_millis(500);
+
+/// One row of `experiment_variants`.
+#[derive(Clone, Debug, PartialEq, Row, Serialize)]
+pub struct VariantRow {
+    pub experiment_id: String,
+    pub variant_id: String,
+    pub version: String,
+    pub weight: f64,
+    pub is_control: u8,
+    pub status: &'static str,
+    /// Seconds since the Unix epoch.
+    pub start_at: Option<u32>,
+    pub end_at: Option<u32>,
+    /// The variant's parts as a JSON object, in the snapshot's order.
+    pub parts: String,
+    /// Milliseconds since the Unix epoch.
+    pub loaded_at: i64,
+}
+
+/// The rows of every variant of every experiment of `snapshot`.
+pub fn rows(snapshot: &Snapshot, loaded_at: i64) -> Vec<VariantRow> {
+    let seconds =
+        |t: Option<time::OffsetDateTime>| t.map(|t| u32::try_from(t.unix_timestamp()).unwrap_or(0));
+    snapshot
+        .experiments
+        .iter()
+        .flat_map(|e| {
+            e.variants.iter().map(move |v| VariantRow {
+                experiment_id: e.id.clone(),
+                variant_id: v.id.clone(),
+                version: snapshot.version.clone(),
+                weight: v.weight.as_f64().unwrap_or(0.0),
+                is_control: u8::from(v.control),
+                status: match e.status {
+                    Status::Draft => "draft",
+                    Status::Live => "live",
+                    Status::Paused => "paused",
+                    Status::Ended => "ended",
+                },
+                start_at: seconds(e.start_at),
+                end_at: seconds(e.end_at),
+                parts: serde_json::to_string(&v.parts).unwrap_or_default(),
+                loaded_at,
+            })
+        })
+        .collect()
+}
+
+async fn write(client: &Client, snapshot: &Snapshot) -> anyhow::Result<usize> {
+    let rows = rows(snapshot, common::event::now_millis());
+    let mut insert = client
+        .insert::<VariantRow>("experiment_variants")
+        .await
+        .context("cannot start the insert")?;
+    for row in &rows {
+        insert.write(row).await.context("cannot write a row")?;
+    }
+    insert.end().await.context("cannot end the insert")?;
+    Ok(rows.len())
+}
+
+/// Writes each snapshot `current` holds, until `stop`.
+pub(crate) async fn mirror(
+    client: Client,
+    current: Arc<ArcSwap<Snapshot>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut written: Option<Arc<Snapshot>> = None;
+    let mut backoff = Backoff::standard();
+    loop {
+        let snapshot = current.load_full();
+        let wait = if written.as_ref().is_some_and(|w| Arc::ptr_eq(w, &snapshot)) {
+            LOOK_EVERY
+        } else {
+            match write(&client, &snapshot).await {
+                Ok(count) => {
+                    tracing::info!(version = %snapshot.version, variants = count,
+                        "Experiment definitions written.");
+                    metrics::counter!("consumer_definitions_written_total").increment(1);
+                    written = Some(snapshot);
+                    backoff = Backoff::standard();
+                    LOOK_EVERY
+                }
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), version = %snapshot.version,
+                        "Experiment definitions not written; retrying.");
+                    backoff.next_wait()
+                }
+            }
+        };
+        tokio::select! {
+            () = stopped(&mut stop) => return,
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}

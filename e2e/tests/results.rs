@@ -1,0 +1,406 @@
+//! The answer for analysts: `experiment_results` against sessions of known outcome posted
+//! through the real ingest (with retries, redeliveries, test traffic, conversions before
+//! exposure and a session that saw two variants), checked against statistics computed
+//! here independently; and `experiment_variants` following the snapshot.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use clickhouse::Row;
+use e2e::{ConsumerNames, SnapshotFile};
+use rdkafka::Message;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use statrs::distribution::{ChiSquared, ContinuousCDF, Normal};
+
+const KEY: &str = "pk_results";
+const WAIT: Duration = Duration::from_secs(60);
+
+fn snapshot(version: &str, ab_weights: (u32, u32)) -> Value {
+    let variant = |id: &str, weight: u32, control: bool| json!({ "id": id, "weight": weight, "control": control, "parts": { "cta": id } });
+    json!({
+        "version": version,
+        "experiments": [
+            { "id": "exp_ab", "status": "live",
+              "variants": [variant("var_a", ab_weights.0, true), variant("var_b", ab_weights.1, false)] },
+            { "id": "exp_abc", "status": "live",
+              "variants": [variant("var_x", 50, true), variant("var_y", 25, false), variant("var_z", 25, false)] }
+        ],
+        "keys": [{ "publicKey": KEY, "experiments": ["exp_ab", "exp_abc"] }]
+    })
+}
+
+/// How a session ends.
+#[derive(Clone, Copy, PartialEq)]
+enum Outcome {
+    Nothing,
+    /// A `conversion` event after the impression.
+    Converts,
+    /// A `click` with `conversion: true` after the impression.
+    ConvertsByFlag,
+    /// A `conversion` event stamped before the impression: not a conversion of it.
+    ConvertsBefore,
+}
+
+/// One session's batch: its impressions (one per variant), then the outcome, stamped with
+/// the client's clock (`timestamp`, `sentAt`), which sets their order to the millisecond.
+fn session_batch(
+    experiment: &str,
+    session: &str,
+    variants: &[&str],
+    outcome: Outcome,
+    test: bool,
+) -> Value {
+    let now = common::event::now_millis();
+    let event = |name: &str, variant: &str, at: i64| {
+        json!({ "eventId": uuid::Uuid::now_v7().to_string(), "eventName": name,
+                "experimentId": experiment, "sessionId": session, "variantId": variant,
+                "timestamp": at, "test": test })
+    };
+    let mut events: Vec<Value> = variants
+        .iter()
+        .enumerate()
+        .map(|(i, v)| event("impression", v, now - 10_000 + i as i64))
+        .collect();
+    let last = variants[variants.len() - 1];
+    match outcome {
+        Outcome::Nothing => {}
+        Outcome::Converts => events.push(event("conversion", last, now - 5_000)),
+        Outcome::ConvertsByFlag => {
+            let mut click = event("click", last, now - 5_000);
+            click["conversion"] = json!(true);
+            events.push(click);
+        }
+        Outcome::ConvertsBefore => events.push(event("conversion", last, now - 20_000)),
+    }
+    json!({ "sentAt": now, "events": events })
+}
+
+/// `(experiment, variant) -> (exposed, converted)` as built, and the batches to post.
+struct Plan {
+    expected: BTreeMap<(&'static str, &'static str), (u64, u64)>,
+    batches: Vec<Value>,
+}
+
+impl Plan {
+    fn new() -> Self {
+        Self {
+            expected: BTreeMap::new(),
+            batches: Vec::new(),
+        }
+    }
+
+    /// `sessions` sessions of one variant, `outcome(i)` for the i-th.
+    fn add(
+        &mut self,
+        experiment: &'static str,
+        variant: &'static str,
+        sessions: usize,
+        outcome: impl Fn(usize) -> Outcome,
+    ) {
+        for i in 0..sessions {
+            let o = outcome(i);
+            let session = format!("{experiment}-{variant}-{i}");
+            self.batches
+                .push(session_batch(experiment, &session, &[variant], o, false));
+            let entry = self.expected.entry((experiment, variant)).or_default();
+            entry.0 += 1;
+            entry.1 += u64::from(matches!(o, Outcome::Converts | Outcome::ConvertsByFlag));
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Row)]
+struct ResultRow {
+    experiment_id: String,
+    variant_id: String,
+    is_control: u8,
+    exposed: u64,
+    converted: u64,
+    conversion_rate: f64,
+    diff: Option<f64>,
+    ci_low: Option<f64>,
+    ci_high: Option<f64>,
+    p_value: Option<f64>,
+    srm_p_value: Option<f64>,
+}
+
+async fn results(client: &clickhouse::Client) -> Vec<ResultRow> {
+    client
+        .query(
+            "SELECT experiment_id, variant_id, is_control, exposed, converted, conversion_rate, \
+             diff, ci_low, ci_high, p_value, srm_p_value FROM experiment_results \
+             WHERE public_key = ? ORDER BY experiment_id, variant_id",
+        )
+        .bind(KEY)
+        .fetch_all()
+        .await
+        .expect("experiment_results")
+}
+
+fn close(what: &str, got: Option<f64>, want: Option<f64>) {
+    match (got, want) {
+        (Some(g), Some(w)) => assert!(
+            g == w || (g - w).abs() <= 1e-9 * g.abs().max(w.abs()),
+            "{what}: got {g}, want {w}"
+        ),
+        (g, w) => assert_eq!(g, w, "{what}"),
+    }
+}
+
+/// The statistics of one row, computed here from the counts.
+fn check_row(
+    row: &ResultRow,
+    control: (u64, u64),
+    weights: &BTreeMap<&str, f64>,
+    all: &[&ResultRow],
+) {
+    let what = |field: &str| format!("{} {} {field}", row.experiment_id, row.variant_id);
+    let rate = |(n, c): (u64, u64)| c as f64 / n as f64;
+    let p = rate((row.exposed, row.converted));
+    close(&what("rate"), Some(row.conversion_rate), Some(p));
+    let comparable = row.variant_id != "__multiple__";
+    let (diff, low, high, p_value) = if !comparable {
+        (None, None, None, None)
+    } else if row.is_control == 1 {
+        (Some(0.0), Some(0.0), Some(0.0), None)
+    } else {
+        let p0 = rate(control);
+        let se = (p * (1.0 - p) / row.exposed as f64 + p0 * (1.0 - p0) / control.0 as f64).sqrt();
+        let normal = Normal::standard();
+        let z = normal.inverse_cdf(0.975);
+        let diff = p - p0;
+        (
+            Some(diff),
+            Some(diff - z * se),
+            Some(diff + z * se),
+            Some(2.0 * normal.sf((diff / se).abs())),
+        )
+    };
+    close(&what("diff"), row.diff, diff);
+    close(&what("ci_low"), row.ci_low, low);
+    close(&what("ci_high"), row.ci_high, high);
+    close(&what("p_value"), row.p_value, p_value);
+
+    // Sample ratio: the defined variants' exposed sessions against their weights.
+    let observed: Vec<(f64, f64)> = weights
+        .iter()
+        .map(|(variant, w)| {
+            let n = all
+                .iter()
+                .find(|r| r.variant_id == *variant)
+                .map_or(0, |r| r.exposed);
+            (n as f64, *w)
+        })
+        .collect();
+    let total: f64 = observed.iter().map(|(n, _)| n).sum();
+    let weight: f64 = observed.iter().map(|(_, w)| w).sum();
+    let chi2: f64 = observed
+        .iter()
+        .map(|(n, w)| {
+            let e = total * w / weight;
+            (n - e) * (n - e) / e
+        })
+        .sum();
+    let df = (observed.len() - 1) as f64;
+    let srm = ChiSquared::new(df).expect("df").sf(chi2);
+    close(&what("srm_p_value"), row.srm_p_value, Some(srm));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_count_sessions_once_and_match_independent_statistics() {
+    let file = SnapshotFile::new(&snapshot("r-1", (50, 50)));
+    let names = ConsumerNames::unique();
+    let snapshot_flag = format!("--experiments-snapshot={}", file.path.display());
+    let app = consumer::Application::build(e2e::consumer_config(
+        &names,
+        &[&snapshot_flag, "--snapshot-poll-interval-ms=100"],
+    ))
+    .await
+    .expect("consumer builds");
+    let stats = app.stats();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let consumer = tokio::spawn(app.run_until(async move {
+        let _ = stopped.await;
+    }));
+    let ingest = e2e::start_ingest(e2e::ingest_config(&file.path, &names.topic, &[])).await;
+
+    // A 50/50 experiment with a deliberate sample-ratio mismatch (120 against 80), and a
+    // 50/25/25 one.
+    let mut plan = Plan::new();
+    plan.add("exp_ab", "var_a", 120, |i| match i % 8 {
+        0 => Outcome::Converts,
+        4 => Outcome::ConvertsByFlag,
+        _ => Outcome::Nothing,
+    });
+    plan.add("exp_ab", "var_b", 80, |i| match i % 5 {
+        0 | 1 => Outcome::Converts,
+        2 => Outcome::ConvertsBefore,
+        _ => Outcome::Nothing,
+    });
+    plan.add("exp_abc", "var_x", 60, |i| {
+        if i % 10 == 0 {
+            Outcome::Converts
+        } else {
+            Outcome::Nothing
+        }
+    });
+    plan.add("exp_abc", "var_y", 30, |i| {
+        if i % 10 < 3 {
+            Outcome::Converts
+        } else {
+            Outcome::Nothing
+        }
+    });
+    plan.add("exp_abc", "var_z", 31, |i| {
+        if i % 10 == 9 {
+            Outcome::ConvertsBefore
+        } else if i % 10 == 0 {
+            Outcome::Converts
+        } else {
+            Outcome::Nothing
+        }
+    });
+    // Left out or set apart: test sessions, and one that saw both variants.
+    for i in 0..3 {
+        let session = format!("tester-{i}");
+        let batch = session_batch("exp_ab", &session, &["var_b"], Outcome::Converts, true);
+        plan.batches.push(batch);
+    }
+    let both = session_batch(
+        "exp_ab",
+        "both",
+        &["var_a", "var_b"],
+        Outcome::Converts,
+        false,
+    );
+    plan.batches.push(both);
+    plan.expected.insert(("exp_ab", "__multiple__"), (1, 1));
+
+    let http = reqwest::Client::new();
+    let post = |batch: &Value| {
+        http.post(ingest.url("/api/v1/analytics"))
+            .header("X-public-key", KEY)
+            .json(batch)
+            .send()
+    };
+    let mut unique_events = 0;
+    for batch in &plan.batches {
+        let response = post(batch).await.expect("ingest answers");
+        assert_eq!(
+            response.status(),
+            202,
+            "{}",
+            response.text().await.unwrap_or_default()
+        );
+        unique_events += batch["events"].as_array().expect("events").len();
+    }
+    // Clients retry some batches whole (same eventIds, a later sentAt)...
+    let mut copies = 0;
+    for batch in plan.batches.iter().step_by(7) {
+        let mut again = batch.clone();
+        again["sentAt"] = json!(batch["sentAt"].as_i64().expect("sentAt") + 1_500);
+        assert_eq!(post(&again).await.expect("ingest answers").status(), 202);
+        copies += batch["events"].as_array().expect("events").len();
+    }
+    // ...and Kafka delivers some messages twice, byte for byte.
+    let published = e2e::read_topic(&names.topic, unique_events + copies, WAIT).await;
+    let redelivered: Vec<(Option<&[u8]>, &[u8])> = published
+        .iter()
+        .step_by(5)
+        .map(|m| (m.key(), m.payload().expect("payload")))
+        .collect();
+    e2e::produce_all(&e2e::kafka_brokers(), &names.topic, &redelivered).await;
+    copies += redelivered.len();
+    let stored = unique_events + copies;
+    e2e::eventually(WAIT, &format!("{stored} rows inserted"), || async {
+        (stats
+            .rows_inserted
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= stored as u64)
+            .then_some(())
+    })
+    .await;
+
+    let ch = e2e::clickhouse(&names.database);
+    let rows = results(&ch).await;
+    let got: BTreeMap<(String, String), (u64, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                (r.experiment_id.clone(), r.variant_id.clone()),
+                (r.exposed, r.converted),
+            )
+        })
+        .collect();
+    let want: BTreeMap<(String, String), (u64, u64)> = plan
+        .expected
+        .iter()
+        .map(|((e, v), c)| ((e.to_string(), v.to_string()), *c))
+        .collect();
+    assert_eq!(got, want, "exposed and converted sessions per variant");
+
+    let weights = |experiment: &str, ab: (f64, f64)| -> BTreeMap<&'static str, f64> {
+        match experiment {
+            "exp_ab" => BTreeMap::from([("var_a", ab.0), ("var_b", ab.1)]),
+            _ => BTreeMap::from([("var_x", 50.0), ("var_y", 25.0), ("var_z", 25.0)]),
+        }
+    };
+    let check_all = |rows: &[ResultRow], ab: (f64, f64)| {
+        for row in rows {
+            let all: Vec<&ResultRow> = rows
+                .iter()
+                .filter(|r| r.experiment_id == row.experiment_id)
+                .collect();
+            let control = all
+                .iter()
+                .find(|r| r.is_control == 1)
+                .map(|r| (r.exposed, r.converted))
+                .expect("a control row");
+            assert_eq!(
+                row.is_control == 1,
+                ["var_a", "var_x"].contains(&row.variant_id.as_str()),
+                "{row:?}"
+            );
+            check_row(row, control, &weights(&row.experiment_id, ab), &all);
+        }
+    };
+    check_all(&rows, (50.0, 50.0));
+    let ab = rows
+        .iter()
+        .find(|r| r.variant_id == "var_b")
+        .expect("var_b");
+    assert!(
+        ab.srm_p_value.expect("srm") < 0.01,
+        "the mismatch is seen: {ab:?}"
+    );
+
+    // The definitions follow the snapshot: with 60/40, 120 against 80 is no mismatch.
+    file.replace(&snapshot("r-2", (60, 40)));
+    e2e::eventually(WAIT, "version r-2 in experiment_variants_current", || async {
+        let version: String = ch
+            .query(
+                "SELECT any(version) FROM experiment_variants_current WHERE experiment_id = 'exp_ab'",
+            )
+            .fetch_one()
+            .await
+            .ok()?;
+        (version == "r-2").then_some(())
+    })
+    .await;
+    let rows = results(&ch).await;
+    check_all(&rows, (60.0, 40.0));
+    let srm = rows[0].srm_p_value.expect("srm");
+    assert!((srm - 1.0).abs() < 1e-12, "{srm}");
+    let versions: u64 = ch
+        .query("SELECT uniqExact(version) FROM experiment_variants WHERE experiment_id = 'exp_ab'")
+        .fetch_one()
+        .await
+        .expect("versions");
+    assert_eq!(versions, 2, "the old version stays queryable");
+
+    ingest.stop().await.expect("ingest stops");
+    let _ = stop.send(());
+    consumer.await.expect("task").expect("clean stop");
+    e2e::drop_database(&names.database).await;
+}
