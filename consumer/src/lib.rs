@@ -7,6 +7,7 @@ mod config;
 pub mod definitions;
 mod liveness;
 mod replay;
+pub mod results;
 pub mod schema;
 mod sink;
 

@@ -11,7 +11,7 @@ use e2e::{ConsumerNames, SnapshotFile};
 use rdkafka::Message;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use statrs::distribution::{ChiSquared, ContinuousCDF, Normal};
+use statrs::distribution::{ChiSquared, ContinuousCDF, Normal, StudentsT};
 
 const KEY: &str = "pk_results";
 const WAIT: Duration = Duration::from_secs(60);
@@ -50,6 +50,7 @@ fn session_batch(
     variants: &[&str],
     outcome: Outcome,
     test: bool,
+    time_on_page: Option<f64>,
 ) -> Value {
     let now = common::event::now_millis();
     let event = |name: &str, variant: &str, at: i64| {
@@ -62,6 +63,9 @@ fn session_batch(
         .enumerate()
         .map(|(i, v)| event("impression", v, now - 10_000 + i as i64))
         .collect();
+    if let Some(seconds) = time_on_page {
+        events[0]["timeOnPage"] = json!(seconds);
+    }
     let last = variants[variants.len() - 1];
     match outcome {
         Outcome::Nothing => {}
@@ -76,9 +80,11 @@ fn session_batch(
     json!({ "sentAt": now, "events": events })
 }
 
-/// `(experiment, variant) -> (exposed, converted)` as built, and the batches to post.
+/// `(experiment, variant) -> (exposed, converted)` and each session's time on page as
+/// built, and the batches to post.
 struct Plan {
     expected: BTreeMap<(&'static str, &'static str), (u64, u64)>,
+    times: BTreeMap<&'static str, Vec<f64>>,
     batches: Vec<Value>,
 }
 
@@ -86,6 +92,7 @@ impl Plan {
     fn new() -> Self {
         Self {
             expected: BTreeMap::new(),
+            times: BTreeMap::new(),
             batches: Vec::new(),
         }
     }
@@ -101,8 +108,17 @@ impl Plan {
         for i in 0..sessions {
             let o = outcome(i);
             let session = format!("{experiment}-{variant}-{i}");
-            self.batches
-                .push(session_batch(experiment, &session, &[variant], o, false));
+            // Seconds on the page, a different spread per variant.
+            let seconds = (variant.len() + i % (11 + variant.len() % 7)) as f64 * 1.5;
+            self.times.entry(variant).or_default().push(seconds);
+            self.batches.push(session_batch(
+                experiment,
+                &session,
+                &[variant],
+                o,
+                false,
+                Some(seconds),
+            ));
             let entry = self.expected.entry((experiment, variant)).or_default();
             entry.0 += 1;
             entry.1 += u64::from(matches!(o, Outcome::Converts | Outcome::ConvertsByFlag));
@@ -264,7 +280,14 @@ async fn results_count_sessions_once_and_match_independent_statistics() {
     // Left out or set apart: test sessions, and one that saw both variants.
     for i in 0..3 {
         let session = format!("tester-{i}");
-        let batch = session_batch("exp_ab", &session, &["var_b"], Outcome::Converts, true);
+        let batch = session_batch(
+            "exp_ab",
+            &session,
+            &["var_b"],
+            Outcome::Converts,
+            true,
+            Some(1e6),
+        );
         plan.batches.push(batch);
     }
     let both = session_batch(
@@ -273,6 +296,7 @@ async fn results_count_sessions_once_and_match_independent_statistics() {
         &["var_a", "var_b"],
         Outcome::Converts,
         false,
+        None,
     );
     plan.batches.push(both);
     plan.expected.insert(("exp_ab", "__multiple__"), (1, 1));
@@ -375,6 +399,8 @@ async fn results_count_sessions_once_and_match_independent_statistics() {
         "the mismatch is seen: {ab:?}"
     );
 
+    check_command(&ch, &plan, &rows).await;
+
     // The definitions follow the snapshot: with 60/40, 120 against 80 is no mismatch.
     file.replace(&snapshot("r-2", (60, 40)));
     e2e::eventually(WAIT, "version r-2 in experiment_variants_current", || async {
@@ -403,4 +429,78 @@ async fn results_count_sessions_once_and_match_independent_statistics() {
     let _ = stop.send(());
     consumer.await.expect("task").expect("clean stop");
     e2e::drop_database(&names.database).await;
+}
+
+fn mean_and_variance(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let variance = xs.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0);
+    (mean, variance)
+}
+
+/// The command's report: lift and Welch's test computed here, guards below the minimums.
+async fn check_command(ch: &clickhouse::Client, plan: &Plan, rows: &[ResultRow]) {
+    let minimums = consumer::results::Minimums {
+        sessions: 50,
+        conversions: 5,
+    };
+    let ab = consumer::results::report(ch, "exp_ab", Some(KEY), minimums)
+        .await
+        .expect("report");
+    assert_eq!(ab.len(), 1);
+    let b = ab[0]
+        .variants
+        .iter()
+        .find(|v| v.variant_id == "var_b")
+        .expect("var_b");
+    assert!(b.enough_data);
+    let row = |v: &str| rows.iter().find(|r| r.variant_id == v).expect("row");
+    let (p1, p0) = (row("var_b").conversion_rate, row("var_a").conversion_rate);
+    let (v1, v0) = (p1 * (1.0 - p1) / 80.0, p0 * (1.0 - p0) / 120.0);
+    let lift = p1 / p0 - 1.0;
+    let se = (v1 / (p0 * p0) + p1 * p1 * v0 / p0.powi(4)).sqrt();
+    let z = Normal::standard().inverse_cdf(0.975);
+    let got = b.lift.as_ref().expect("lift");
+    close("lift", Some(got.value), Some(lift));
+    close("lift low", Some(got.low), Some(lift - z * se));
+    close("lift high", Some(got.high), Some(lift + z * se));
+
+    let (ma, va) = mean_and_variance(&plan.times["var_a"]);
+    let (mb, vb) = mean_and_variance(&plan.times["var_b"]);
+    let (sa, sb) = (va / 120.0, vb / 80.0);
+    let t = (mb - ma) / (sa + sb).sqrt();
+    let df = (sa + sb).powi(2) / (sa * sa / 119.0 + sb * sb / 79.0);
+    let welch = 2.0 * StudentsT::new(0.0, 1.0, df).expect("t").sf(t.abs());
+    let time = b.time_on_page.as_ref().expect("time on page");
+    assert_eq!(time.sessions, 80, "test sessions left out");
+    close("mean time", Some(time.mean), Some(mb));
+    close("time diff", time.diff, Some(mb - ma));
+    close("welch p", time.p_value, Some(welch));
+
+    // 30 sessions of var_y: below the minimums, no statistic, said so.
+    let abc = consumer::results::report(ch, "exp_abc", Some(KEY), minimums)
+        .await
+        .expect("report");
+    let y = abc[0]
+        .variants
+        .iter()
+        .find(|v| v.variant_id == "var_y")
+        .expect("var_y");
+    assert!(!y.enough_data);
+    assert_eq!(
+        (y.diff.as_ref(), y.p_value, y.lift.as_ref()),
+        (None, None, None)
+    );
+    assert_eq!(y.time_on_page.as_ref().and_then(|t| t.p_value), None);
+    let table = consumer::results::render(&abc, minimums);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("var_y") && l.contains("not enough data")),
+        "{table}"
+    );
+    assert!(
+        table.lines().any(|l| l.starts_with("var_x (control)")),
+        "{table}"
+    );
 }
