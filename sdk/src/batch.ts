@@ -7,22 +7,23 @@ export function utf8Length(text: string): number {
 }
 
 /**
- * Splits `events` into page-unload bodies (`{"pkey":…,"events":[…]}`) of at most `limit`
- * bytes each, in order. An event too large for any body on its own is left out (the
- * service would refuse it as well): it is returned apart.
+ * Splits `events` into page-unload bodies (`{"pkey":…,"sentAt":…,"events":[…]}`) of at
+ * most `limit` bytes each, in order. An event too large for any body on its own is left
+ * out (the service would refuse it as well): it is returned apart.
  */
 export function beaconBodies<T>(
   pkey: string,
   events: T[],
   limit: number,
+  sentAt = Date.now(),
 ): { bodies: { body: string; events: T[] }[]; tooLarge: T[] } {
   const bodies: { body: string; events: T[] }[] = [];
   const tooLarge: T[] = [];
-  const head = utf8Length(JSON.stringify({ pkey, events: [] }));
+  const head = utf8Length(JSON.stringify({ pkey, sentAt, events: [] }));
   let current: T[] = [];
   let size = head;
   const close = () => {
-    if (current.length) bodies.push({ body: JSON.stringify({ pkey, events: current }), events: current });
+    if (current.length) bodies.push({ body: JSON.stringify({ pkey, sentAt, events: current }), events: current });
     current = [];
     size = head;
   };
@@ -136,7 +137,10 @@ export class Sender<E> {
     while (this.queue.length >= (all ? 1 : BATCH_SIZE)) {
       const batch = this.queue.slice(0, BATCH_SIZE);
       this.flying = batch.length;
-      const { status, retryAfter } = await this.transport.post(JSON.stringify({ events: batch }));
+      // sentAt: this client's clock now, so that the service corrects each event's
+      // timestamp by the clock's offset (a retry gets its own).
+      const body = JSON.stringify({ sentAt: Date.now(), events: batch });
+      const { status, retryAfter } = await this.transport.post(body);
       this.flying = 0;
       if (!retryable(status) && status !== 0) {
         this.queue = this.queue.filter((e) => !batch.includes(e));

@@ -240,6 +240,7 @@ export function track(eventName: string, experimentId: string, fields?: Fields):
       experimentId,
       sessionId: s.id,
       eventId: uuid(),
+      timestamp: Date.now(),
     };
     if (testMode) event.test = true;
     sender.add(event);

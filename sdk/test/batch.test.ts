@@ -33,6 +33,7 @@ test("five queued events go at once, in one request", async () => {
   await s.flush();
   assert.equal(f.posts.length, 1);
   assert.equal(JSON.parse(f.posts[0]).events.length, 5);
+  assert.ok(Math.abs(JSON.parse(f.posts[0]).sentAt - Date.now()) < 60000, "sentAt: the client's clock");
   assert.equal(s.queue.length, 0);
 });
 
@@ -111,7 +112,8 @@ test("503, 429 and network errors are retried with the same events; other 4xx dr
   }
   await done;
   assert.equal(f.posts.length, 4);
-  assert.ok(f.posts.every((p) => p === f.posts[0]), "retries carry the same events and ids");
+  const events = f.posts.map((p) => JSON.stringify(JSON.parse(p).events));
+  assert.ok(events.every((e) => e === events[0]), "retries carry the same events and ids");
   s.queue = [ev(9)];
   await s.flush();
   assert.equal(s.queue.length, 0, "a 400 is not retried");
@@ -140,6 +142,7 @@ test("unload beacons split under 60 KB, pkey in each body; events leave only whe
     assert.ok(utf8Length(b) <= 60000, `${utf8Length(b)} bytes`);
     const body = JSON.parse(b);
     assert.equal(body.pkey, "pk_x");
+    assert.ok(Math.abs(body.sentAt - Date.now()) < 60000, "sentAt: the client's clock");
     return body.events.map((e: { eventId: string }) => e.eventId);
   });
   assert.deepEqual(sent, Array.from({ length: 14 }, (_, i) => `id-${i}`));

@@ -55,7 +55,8 @@ async function context(init) {
   ctx.on("request", (r) => {
     if (r.url() === FRONT + "/api/v1/experiments" && r.method() === "GET") gets.push(r.headers());
     if (r.url() === FRONT + "/api/v1/analytics" && r.method() === "POST" && r.headers()["x-public-key"]) {
-      posts.push({ headers: r.headers(), events: JSON.parse(r.postData()).events, at: Date.now() });
+      const body = JSON.parse(r.postData());
+      posts.push({ headers: r.headers(), events: body.events, sentAt: body.sentAt, at: Date.now() });
     }
   });
   return { ctx, gets };
@@ -296,13 +297,14 @@ test("blocked storage and wrong calls: the page keeps working, events still go",
 });
 
 test("every event the browsers sent is in analytics.events with its fields", async () => {
-  const sent = posts.flatMap((p) => p.events);
+  const sent = posts.flatMap((p) => p.events.map((e) => ({ ...e, sentAt: p.sentAt })));
   assert.ok(sent.length >= 15, `${sent.length} events`);
   const ids = sent.map((e) => `'${e.eventId}'`).join(",");
   const rows = await eventually("every sent event", async () => {
     const rows = await query(
       "SELECT toString(event_id) AS event_id, event_name, experiment_id, session_id, variant_id, " +
-        "conversion, scroll_depth, click_target, pathname, referrer, utm_source, utm_campaign, test " +
+        "conversion, scroll_depth, click_target, pathname, referrer, utm_source, utm_campaign, test, " +
+        "received_at_ms, event_time " +
         `FROM events FINAL WHERE event_id IN (${ids})`,
     );
     return rows.length === new Set(sent.map((e) => e.eventId)).size && rows;
@@ -318,5 +320,13 @@ test("every event the browsers sent is in analytics.events with its fields", asy
     assert.equal(r.conversion, e.conversion === undefined ? null : Number(e.conversion));
     assert.equal(r.scroll_depth, e.scrollDepth ?? null);
     assert.equal(r.test, e.test ? 1 : 0);
+    // The event's time: the browser's timestamp moved by its clock's offset at sending.
+    // Browser and service share this machine's clock, so it is the timestamp give or take
+    // the request's way; events that waited for the 5 s timer were received well after.
+    assert.equal(typeof e.timestamp, "number");
+    const [time, received] = [Number(r.event_time), Number(r.received_at_ms)];
+    assert.ok(time <= received && Math.abs(time - e.timestamp) < 1000, `${e.eventId}: ${time}`);
   }
+  const waited = sent.filter((e) => e.sentAt - e.timestamp > 3000);
+  assert.ok(waited.length > 0, "some events waited for the timer");
 });
