@@ -12,7 +12,6 @@ use std::time::Duration;
 use anyhow::Context;
 use arc_swap::ArcSwap;
 use axum::Router;
-use clickhouse::Client;
 use common::event::{EventMessage, MESSAGE_VERSION};
 use common::http::{Dependency, Readiness};
 use common::producer::{BatchProducer, Enqueued, Outgoing};
@@ -164,14 +163,8 @@ fn decode(payload: &[u8]) -> Result<EventMessage, String> {
 impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         common::telemetry::metrics_handle();
-        let client = Client::default()
-            .with_url(&config.clickhouse_url)
-            .with_user(&config.clickhouse_user)
-            .with_password(&config.clickhouse_password)
-            .with_database(&config.clickhouse_database)
-            // Validation asks the server for a setting that ClickHouse 18.16 lacks.
-            .with_validation(false);
-        schema::migrate(&client, &config.clickhouse_database).await?;
+        let client = config.clickhouse.client();
+        schema::migrate(&client, &config.clickhouse.clickhouse_database).await?;
         let snapshot = match &config.experiments_snapshot {
             None => None,
             Some(source) => {

@@ -44,26 +44,8 @@ pub struct Config {
     #[arg(long, env = "KAFKA_MAX_POLL_INTERVAL_MS", default_value_t = 300_000)]
     pub kafka_max_poll_interval_ms: u64,
 
-    /// ClickHouse HTTP interface.
-    #[arg(long, env = "CLICKHOUSE_URL", default_value = "http://127.0.0.1:8123")]
-    pub clickhouse_url: String,
-
-    /// ClickHouse database that holds the `events` table; created when missing.
-    #[arg(long, env = "CLICKHOUSE_DATABASE", default_value = "analytics")]
-    pub clickhouse_database: String,
-
-    /// ClickHouse user.
-    #[arg(long, env = "CLICKHOUSE_USER", default_value = "default")]
-    pub clickhouse_user: String,
-
-    /// ClickHouse password.
-    #[arg(
-        long,
-        env = "CLICKHOUSE_PASSWORD",
-        default_value = "",
-        hide_env_values = true
-    )]
-    pub clickhouse_password: String,
+    #[command(flatten)]
+    pub clickhouse: ClickHouseArgs,
 
     /// A batch is inserted when it holds this many rows...
     #[arg(long, env = "BATCH_MAX_ROWS", default_value_t = 100_000)]
@@ -89,4 +71,42 @@ pub struct Config {
     /// Longest an insert may take before it is abandoned and retried, in milliseconds.
     #[arg(long, env = "CLICKHOUSE_INSERT_TIMEOUT_MS", default_value_t = 30_000)]
     pub insert_timeout_ms: u64,
+}
+
+/// Where the analysts' database is, for the consumer and the results command.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ClickHouseArgs {
+    /// ClickHouse HTTP interface.
+    #[arg(long, env = "CLICKHOUSE_URL", default_value = "http://127.0.0.1:8123")]
+    pub clickhouse_url: String,
+
+    /// ClickHouse database that holds the `events` table (the consumer creates it).
+    #[arg(long, env = "CLICKHOUSE_DATABASE", default_value = "analytics")]
+    pub clickhouse_database: String,
+
+    /// ClickHouse user.
+    #[arg(long, env = "CLICKHOUSE_USER", default_value = "default")]
+    pub clickhouse_user: String,
+
+    /// ClickHouse password.
+    #[arg(
+        long,
+        env = "CLICKHOUSE_PASSWORD",
+        default_value = "",
+        hide_env_values = true
+    )]
+    pub clickhouse_password: String,
+}
+
+impl ClickHouseArgs {
+    /// A client of the database.
+    pub fn client(&self) -> clickhouse::Client {
+        clickhouse::Client::default()
+            .with_url(&self.clickhouse_url)
+            .with_user(&self.clickhouse_user)
+            .with_password(&self.clickhouse_password)
+            .with_database(&self.clickhouse_database)
+            // Validation asks the server for a setting that ClickHouse 18.16 lacks.
+            .with_validation(false)
+    }
 }

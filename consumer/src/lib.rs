@@ -12,6 +12,6 @@ pub mod schema;
 mod sink;
 
 pub use app::{Application, FETCH_WAIT_MAX_MS, Stats};
-pub use config::Config;
+pub use config::{ClickHouseArgs, Config};
 pub use replay::{ReplayConfig, replay};
 pub use sink::EventRow;

@@ -13,7 +13,7 @@ const Z_95: f64 = 1.959_963_984_540_054;
 
 /// Prints the results of one experiment.
 #[derive(clap::Parser, Clone, Debug)]
-#[command(version, about)]
+#[command(version, about = "Prints one experiment's results from ClickHouse.")]
 pub struct ResultsConfig {
     /// The experiment, e.g. exp_checkout_cta.
     pub experiment: String,
@@ -34,26 +34,8 @@ pub struct ResultsConfig {
     #[arg(long, default_value_t = 5)]
     pub min_conversions: u64,
 
-    /// ClickHouse HTTP interface.
-    #[arg(long, env = "CLICKHOUSE_URL", default_value = "http://127.0.0.1:8123")]
-    pub clickhouse_url: String,
-
-    /// ClickHouse database of the events.
-    #[arg(long, env = "CLICKHOUSE_DATABASE", default_value = "analytics")]
-    pub clickhouse_database: String,
-
-    /// ClickHouse user.
-    #[arg(long, env = "CLICKHOUSE_USER", default_value = "default")]
-    pub clickhouse_user: String,
-
-    /// ClickHouse password.
-    #[arg(
-        long,
-        env = "CLICKHOUSE_PASSWORD",
-        default_value = "",
-        hide_env_values = true
-    )]
-    pub clickhouse_password: String,
+    #[command(flatten)]
+    pub clickhouse: crate::ClickHouseArgs,
 }
 
 /// A row of `experiment_results`.
@@ -368,12 +350,7 @@ pub fn render(reports: &[Report], minimums: Minimums) -> String {
 
 /// The command: prints the table, or JSON.
 pub async fn run(config: &ResultsConfig) -> anyhow::Result<String> {
-    let client = Client::default()
-        .with_url(&config.clickhouse_url)
-        .with_user(&config.clickhouse_user)
-        .with_password(&config.clickhouse_password)
-        .with_database(&config.clickhouse_database)
-        .with_validation(false);
+    let client = config.clickhouse.client();
     let minimums = Minimums {
         sessions: config.min_sessions,
         conversions: config.min_conversions,
