@@ -26,6 +26,9 @@ ensure_packages() {
   command -v chromium >/dev/null || missing+=(chromium)
   # docker-compose (v1) only to check the compose file statically: no engine runs here.
   command -v docker-compose >/dev/null || missing+=(docker-compose)
+  # ZooKeeper coordinates the replicas of the ClickHouse cluster (tests, and
+  # CLICKHOUSE_TOPOLOGY=cluster scripts/up).
+  [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
   if [ ${#missing[@]} -gt 0 ]; then
     log "Installing ${missing[*]} (apt-get)"
     apt-get update -qq >/dev/null
@@ -97,9 +100,10 @@ free_port_from() {
   echo "$port"
 }
 
-# start_clickhouse DIR HTTP_PORT TCP_PORT: a server of its own, data and logs in DIR.
+# start_clickhouse DIR HTTP_PORT TCP_PORT [EXTRA_CONFIG]: a server of its own, data and
+# logs in DIR; EXTRA_CONFIG (a file) is merged over the configuration from config.d/.
 start_clickhouse() {
-  local dir=$1 http_port=$2 tcp_port=$3
+  local dir=$1 http_port=$2 tcp_port=$3 extra=${4:-}
   local pidfile="$dir/clickhouse.pid"
   if is_running "$pidfile"; then
     return 0
@@ -110,6 +114,10 @@ start_clickhouse() {
   sed -e "s|@DIR@|$dir|g" -e "s|@HTTP_PORT@|$http_port|g" -e "s|@TCP_PORT@|$tcp_port|g" \
     "$REPO/deploy/clickhouse/config.xml" > "$dir/config.xml"
   cp "$REPO/deploy/clickhouse/users.xml" "$dir/users.xml"
+  if [ -n "$extra" ]; then
+    mkdir -p "$dir/config.d"
+    cp "$extra" "$dir/config.d/extra.xml"
+  fi
   chown -R clickhouse:clickhouse "$dir"
   log "Starting ClickHouse on 127.0.0.1:$http_port (data in $dir)"
   setpriv --reuid clickhouse --regid clickhouse --init-groups -- \
@@ -118,6 +126,67 @@ start_clickhouse() {
   echo $! > "$pidfile"
   wait_ready 60 "$pidfile" "$dir/log/clickhouse-server.err.log" "ClickHouse on port $http_port" \
     http_ok "http://127.0.0.1:$http_port/ping"
+}
+
+# start_zookeeper DIR PORT: a standalone ZooKeeper (Debian's), data in DIR.
+start_zookeeper() {
+  local dir=$1 port=$2
+  local pidfile="$dir/zookeeper.pid"
+  if is_running "$pidfile"; then
+    return 0
+  fi
+  port_free "$port" || die "port $port is taken by another program (ZooKeeper)"
+  mkdir -p "$dir/data"
+  printf '%s\n' "dataDir=$dir/data" clientPortAddress=127.0.0.1 "clientPort=$port" \
+    tickTime=2000 admin.enableServer=false 4lw.commands.whitelist=srvr > "$dir/zoo.cfg"
+  log "Starting ZooKeeper on 127.0.0.1:$port (data in $dir)"
+  java -Xmx256m -cp /usr/share/java/zookeeper.jar \
+    org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg" >"$dir/zookeeper.log" 2>&1 &
+  echo $! > "$pidfile"
+  wait_ready 60 "$pidfile" "$dir/zookeeper.log" "ZooKeeper on port $port" zookeeper_ok "$port"
+}
+
+# zookeeper_ok PORT: serving requests (`ruok` says imok before the data is loaded).
+zookeeper_ok() {
+  local answer
+  answer=$(exec 3<>"/dev/tcp/127.0.0.1/$1" && printf srvr >&3 && timeout 2 cat <&3) || return 1
+  [[ $answer == *"Mode: standalone"* ]]
+}
+
+# The ClickHouse cluster `analytics`: two shards of two replicas, servers 1 and 2 the first
+# shard, 3 and 4 the second. Server N listens on HTTP_BASE+N-1, TCP_BASE+N-1 and
+# INTERSERVER_BASE+N-1, keeps its data in DIR/chN, and its replica name is chN.
+CLUSTER_SERVERS=4
+
+# start_clickhouse_cluster DIR ZOOKEEPER_PORT HTTP_BASE TCP_BASE INTERSERVER_BASE
+start_clickhouse_cluster() {
+  local dir=$1 zk_port=$2 http_base=$3 tcp_base=$4 interserver_base=$5 n
+  start_zookeeper "$dir/zookeeper" "$zk_port"
+  for n in $(seq 1 "$CLUSTER_SERVERS"); do
+    mkdir -p "$dir/ch$n"
+    sed -e "s|@SHARD@|0$(((n + 1) / 2))|; s|@REPLICA@|ch$n|" \
+      -e "s|@INTERSERVER_PORT@|$((interserver_base + n - 1))|; s|@ZOOKEEPER_PORT@|$zk_port|" \
+      -e "s|@TCP_PORT_1@|$tcp_base|; s|@TCP_PORT_2@|$((tcp_base + 1))|" \
+      -e "s|@TCP_PORT_3@|$((tcp_base + 2))|; s|@TCP_PORT_4@|$((tcp_base + 3))|" \
+      "$REPO/deploy/clickhouse/cluster.xml.in" > "$dir/ch$n.cluster.xml"
+    start_clickhouse "$dir/ch$n" "$((http_base + n - 1))" "$((tcp_base + n - 1))" "$dir/ch$n.cluster.xml"
+  done
+}
+
+# cluster_urls HTTP_BASE: the consumer's CLICKHOUSE_URL for that cluster, shards
+# separated by `;`, the replicas of a shard by `,`.
+cluster_urls() {
+  local b=$1
+  echo "http://127.0.0.1:$b,http://127.0.0.1:$((b + 1));http://127.0.0.1:$((b + 2)),http://127.0.0.1:$((b + 3))"
+}
+
+# stop_clickhouse_cluster DIR
+stop_clickhouse_cluster() {
+  local n
+  for n in $(seq 1 "$CLUSTER_SERVERS"); do
+    stop_pidfile "$1/ch$n/clickhouse.pid" "clickhouse ch$n"
+  done
+  stop_pidfile "$1/zookeeper/zookeeper.pid" zookeeper
 }
 
 # start_tansu DIR PORT STORAGE: a broker keeping its data in STORAGE, `memory` (nothing

@@ -31,6 +31,7 @@ use crate::definitions;
 use crate::liveness::{GroupProbe, StallDetector, Verdict};
 use crate::schema;
 use crate::sink::{EventRow, Outcome, Sink};
+use crate::topology::Topology;
 
 /// librdkafka's `fetch.wait.max.ms`. Its 500 ms default halved the rate at which Tansu
 /// handed out a backlog: it held fetches that had data (BENCHMARKS.md). 100 ms costs an
@@ -163,8 +164,10 @@ fn decode(payload: &[u8]) -> Result<EventMessage, String> {
 impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         common::telemetry::metrics_handle();
-        let client = config.clickhouse.client();
-        schema::migrate(&client, &config.clickhouse.clickhouse_database).await?;
+        let topology = Topology::from_args(&config.clickhouse)?;
+        topology.check().await?;
+        schema::migrate_topology(&topology, &config.clickhouse.clickhouse_database, u32::MAX)
+            .await?;
         let snapshot = match &config.experiments_snapshot {
             None => None,
             Some(source) => {
@@ -236,11 +239,11 @@ impl Application {
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         let readiness = Readiness::default();
-        let sink = Sink {
-            client,
-            insert_timeout: Duration::from_millis(config.insert_timeout_ms),
-            clickhouse: readiness.dependency(),
-        };
+        let sink = Sink::new(
+            topology,
+            Duration::from_millis(config.insert_timeout_ms),
+            readiness.dependency(),
+        );
         Ok(Self {
             listener,
             snapshot,
@@ -291,9 +294,9 @@ impl Application {
             .await;
         });
         let mirror = self.snapshot.map(|(current, watcher)| {
-            let client = self.worker.sink.client.clone();
+            let servers = self.worker.sink.topology.servers().cloned().collect();
             (
-                tokio::spawn(definitions::mirror(client, current, stop.clone())),
+                tokio::spawn(definitions::mirror(servers, current, stop.clone())),
                 watcher,
             )
         });

@@ -76,9 +76,15 @@ pub struct Config {
 /// Where the analysts' database is, for the consumer and the results command.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ClickHouseArgs {
-    /// ClickHouse HTTP interface.
+    /// ClickHouse HTTP interface. For a cluster: every server, the shards separated by
+    /// `;` in the cluster's order and the replicas of a shard by `,`.
     #[arg(long, env = "CLICKHOUSE_URL", default_value = "http://127.0.0.1:8123")]
     pub clickhouse_url: String,
+
+    /// Name of the ClickHouse cluster (its `remote_servers` entry). Set: replicated tables
+    /// sharded by session, read through Distributed ones. Unset: one server.
+    #[arg(long, env = "CLICKHOUSE_CLUSTER")]
+    pub clickhouse_cluster: Option<String>,
 
     /// ClickHouse database that holds the `events` table (the consumer creates it).
     #[arg(long, env = "CLICKHOUSE_DATABASE", default_value = "analytics")]
@@ -99,10 +105,16 @@ pub struct ClickHouseArgs {
 }
 
 impl ClickHouseArgs {
-    /// A client of the database.
+    /// A client of the database on the first server of `CLICKHOUSE_URL`.
     pub fn client(&self) -> clickhouse::Client {
+        let first = self.clickhouse_url.split([';', ',']).next().unwrap_or_default();
+        self.client_of(first.trim())
+    }
+
+    /// A client of the database on the server at `url`.
+    pub fn client_of(&self, url: &str) -> clickhouse::Client {
         clickhouse::Client::default()
-            .with_url(&self.clickhouse_url)
+            .with_url(url)
             .with_user(&self.clickhouse_user)
             .with_password(&self.clickhouse_password)
             .with_database(&self.clickhouse_database)

@@ -15,6 +15,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::app::stopped;
+use crate::topology::Server;
 
 /// How often the loaded snapshot is compared with the one last written.
 const LOOK_EVERY: Duration = Duration::from_millis(500);
@@ -79,20 +80,23 @@ async fn write(client: &Client, snapshot: &Snapshot) -> anyhow::Result<usize> {
     Ok(rows.len())
 }
 
-/// Writes each snapshot `current` holds, until `stop`.
+/// Writes each snapshot `current` holds, until `stop`, to one of `servers` (in a cluster
+/// the table is replicated to all): the next one after a failure.
 pub(crate) async fn mirror(
-    client: Client,
+    servers: Vec<Server>,
     current: Arc<ArcSwap<Snapshot>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut written: Option<Arc<Snapshot>> = None;
     let mut backoff = Backoff::standard();
+    let mut next = 0;
     loop {
         let snapshot = current.load_full();
         let wait = if written.as_ref().is_some_and(|w| Arc::ptr_eq(w, &snapshot)) {
             LOOK_EVERY
         } else {
-            match write(&client, &snapshot).await {
+            let server = &servers[next % servers.len()];
+            match write(&server.client, &snapshot).await {
                 Ok(count) => {
                     tracing::info!(version = %snapshot.version, variants = count,
                         "Experiment definitions written.");
@@ -103,7 +107,8 @@ pub(crate) async fn mirror(
                 }
                 Err(e) => {
                     tracing::warn!(error = %format!("{e:#}"), version = %snapshot.version,
-                        "Experiment definitions not written; retrying.");
+                        url = %server.url, "Experiment definitions not written; retrying.");
+                    next += 1;
                     backoff.next_wait()
                 }
             }

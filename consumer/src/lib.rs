@@ -10,6 +10,7 @@ mod replay;
 pub mod results;
 pub mod schema;
 mod sink;
+pub mod topology;
 
 pub use app::{Application, FETCH_WAIT_MAX_MS, Stats};
 pub use config::{ClickHouseArgs, Config};

@@ -1,9 +1,12 @@
 //! The analysts' schema, created and migrated at start: versioned migrations recorded in
 //! `schema_migrations`, each applied once; everything that depends on the server's
-//! version is decided in [`ServerCaps`] and nowhere else.
+//! version is decided in [`ServerCaps`] and nowhere else, everything that depends on the
+//! topology (one server or a cluster) in [`Step::render`].
 
 use anyhow::Context;
 use clickhouse::Client;
+
+use crate::topology::{SHARDING_KEY, Server, Topology, first_answering};
 
 /// What the connected server supports, read from `SELECT version()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,7 +46,7 @@ impl ServerCaps {
 
     /// The statement for this server: `{db}` is the database, `{millis}` the type of a
     /// time in milliseconds and `{received_at_ms}` the one of `received_at`.
-    fn render(self, statement: &str, database: &str) -> String {
+    fn render(self, statement: &str, database: &str, layout: &Layout) -> String {
         let (millis, received_at_ms) = if self.has_datetime64() {
             (
                 "DateTime64(3, 'UTC')",
@@ -54,6 +57,8 @@ impl ServerCaps {
         };
         statement
             .replace("{sessions_select}", SESSIONS_SELECT)
+            .replace("{on_cluster}", &layout.on_cluster)
+            .replace("{local}", layout.local)
             .replace("{db}", database)
             .replace("{millis}", millis)
             .replace("{received_at_ms}", received_at_ms)
@@ -79,14 +84,126 @@ SELECT
     maxState(test) AS tested,
     maxIfState(ifNull(time_on_page, 0), isNotNull(time_on_page)) AS max_time_on_page,
     maxState(toUInt8(isNotNull(time_on_page))) AS has_time_on_page
-FROM {db}.events
+FROM {db}.events{local}
 GROUP BY public_key, experiment_id, session_id";
 
-/// One schema change. `{db}` in the statements is replaced by the database name.
+/// One schema change.
 struct Migration {
     version: u32,
     description: &'static str,
-    statements: &'static [&'static str],
+    steps: &'static [Step],
+}
+
+/// One statement of a migration. Besides the placeholders of [`ServerCaps::render`],
+/// `{on_cluster}` is ` ON CLUSTER <name>` in a cluster (empty on one server), and
+/// `{local}` the suffix of the per-replica part of a sharded table (`_local` in a cluster:
+/// `events_local` holds a shard's rows, `events` reads them all).
+enum Step {
+    /// A table with a row per event or per session, sharded by session in a cluster:
+    /// `CREATE TABLE IF NOT EXISTS {table} ... ENGINE = {engine} ...`.
+    Sharded {
+        name: &'static str,
+        engine: &'static str,
+        create: &'static str,
+    },
+    /// A small table kept whole on every server of a cluster.
+    Whole {
+        name: &'static str,
+        engine: &'static str,
+        create: &'static str,
+    },
+    /// A statement run once, on one server (cluster-wide ones say `{on_cluster}`).
+    Once(&'static str),
+    /// In a cluster, run on every server, what `ON CLUSTER` cannot do on 18.x: altering a
+    /// Distributed table ("isn't replicated, but shard is replicated", code 371).
+    /// Nothing on one server.
+    EachServer(&'static str),
+    /// Run on one replica of each shard: moving rows between a shard's own tables.
+    EachShard(&'static str),
+}
+
+/// What the topology changes in the statements.
+struct Layout {
+    cluster: Option<String>,
+    on_cluster: String,
+    local: &'static str,
+}
+
+impl Layout {
+    fn of(topology: &Topology) -> Self {
+        Self {
+            on_cluster: topology
+                .cluster
+                .as_ref()
+                .map_or_else(String::new, |c| format!(" ON CLUSTER {c}")),
+            cluster: topology.cluster.clone(),
+            local: topology.local(),
+        }
+    }
+
+    /// A table's engine: replicated in a cluster, across each shard (`{shard}` macro) or
+    /// across every server (`all`). The `{replica}` macro must name each server uniquely.
+    fn engine(&self, engine: &str, name: &str, shards: &str) -> String {
+        match self.cluster {
+            None => format!("{engine}()"),
+            Some(_) => format!(
+                "Replicated{engine}('/clickhouse/tables/{shards}/{{db}}/{name}', '{{replica}}')"
+            ),
+        }
+    }
+}
+
+/// Where a rendered statement runs.
+#[derive(Debug, PartialEq, Eq)]
+enum Target {
+    Once,
+    EachServer,
+    EachShard,
+}
+
+impl Step {
+    /// The statements of this step for `layout`, before [`ServerCaps::render`].
+    fn render(&self, layout: &Layout) -> Vec<(Target, String)> {
+        match self {
+            Step::Sharded {
+                name,
+                engine,
+                create,
+            } => {
+                let local = create
+                    .replace("{table}", &format!("{{db}}.{name}{{local}}{{on_cluster}}"))
+                    .replace("{engine}", &layout.engine(engine, name, "{shard}"));
+                let mut statements = vec![(Target::Once, local)];
+                if let Some(cluster) = &layout.cluster {
+                    statements.push((
+                        Target::Once,
+                        format!(
+                            "CREATE TABLE IF NOT EXISTS {{db}}.{name}{{on_cluster}} \
+                             AS {{db}}.{name}{{local}} \
+                             ENGINE = Distributed({cluster}, {{db}}, {name}{{local}}, {SHARDING_KEY})"
+                        ),
+                    ));
+                }
+                statements
+            }
+            Step::Whole {
+                name,
+                engine,
+                create,
+            } => vec![(
+                Target::Once,
+                create
+                    .replace("{table}", &format!("{{db}}.{name}{{on_cluster}}"))
+                    .replace("{engine}", &layout.engine(engine, name, "all")),
+            )],
+            Step::Once(sql) => vec![(Target::Once, (*sql).to_owned())],
+            Step::EachServer(sql) if layout.cluster.is_some() => {
+                vec![(Target::EachServer, (*sql).to_owned())]
+            }
+            Step::EachServer(_) => Vec::new(),
+            Step::EachShard(sql) => vec![(Target::EachShard, (*sql).to_owned())],
+        }
+    }
 }
 
 /// Append only: a released migration never changes, a new one gets the next version.
@@ -94,8 +211,11 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         description: "events table",
-        statements: &[r"
-CREATE TABLE IF NOT EXISTS {db}.events (
+        steps: &[Step::Sharded {
+            name: "events",
+            engine: "ReplacingMergeTree",
+            create: r"
+CREATE TABLE IF NOT EXISTS {table} (
     event_id      UUID,
     received_at   DateTime('UTC'),
     public_key    LowCardinality(String),
@@ -118,17 +238,19 @@ CREATE TABLE IF NOT EXISTS {db}.events (
     test          UInt8,
     user_agent    String
 )
-ENGINE = ReplacingMergeTree()
+ENGINE = {engine}
 PARTITION BY toYYYYMM(received_at)
-ORDER BY (public_key, experiment_id, toDate(received_at), event_id)"],
+ORDER BY (public_key, experiment_id, toDate(received_at), event_id)",
+        }],
     },
     Migration {
         version: 2,
         description: "experiment_daily view",
         // A plain view over FINAL: exact (each event once, test traffic left out) and
         // cheap thanks to the sorting key; a materialized view would count redeliveries.
-        statements: &[r"
-CREATE VIEW IF NOT EXISTS {db}.experiment_daily AS
+        steps: &[Step::Once(
+            r"
+CREATE VIEW IF NOT EXISTS {db}.experiment_daily{on_cluster} AS
 SELECT
     public_key,
     experiment_id,
@@ -140,17 +262,30 @@ SELECT
     count() AS events
 FROM {db}.events FINAL
 WHERE test = 0
-GROUP BY public_key, experiment_id, variant_id, day"],
+GROUP BY public_key, experiment_id, variant_id, day",
+        )],
     },
     Migration {
         version: 3,
         description: "event times in milliseconds",
         // Rows stored before it read received_at's second for both.
-        statements: &[
-            "ALTER TABLE {db}.events ADD COLUMN received_at_ms {millis} \
-             DEFAULT {received_at_ms} AFTER received_at",
-            "ALTER TABLE {db}.events ADD COLUMN event_time {millis} \
-             DEFAULT received_at_ms AFTER received_at_ms",
+        steps: &[
+            Step::Once(
+                "ALTER TABLE {db}.events{local}{on_cluster} ADD COLUMN received_at_ms {millis} \
+                 DEFAULT {received_at_ms} AFTER received_at",
+            ),
+            Step::Once(
+                "ALTER TABLE {db}.events{local}{on_cluster} ADD COLUMN event_time {millis} \
+                 DEFAULT received_at_ms AFTER received_at_ms",
+            ),
+            Step::EachServer(
+                "ALTER TABLE {db}.events ADD COLUMN received_at_ms {millis} \
+                 DEFAULT {received_at_ms} AFTER received_at",
+            ),
+            Step::EachServer(
+                "ALTER TABLE {db}.events ADD COLUMN event_time {millis} \
+                 DEFAULT received_at_ms AFTER received_at_ms",
+            ),
         ],
     },
     Migration {
@@ -158,9 +293,12 @@ GROUP BY public_key, experiment_id, variant_id, day"],
         description: "experiment_sessions aggregate",
         // The view first, then the rows already stored: an insert in between is counted
         // by both, which the aggregates absorb.
-        statements: &[
-            r"
-CREATE TABLE IF NOT EXISTS {db}.experiment_sessions (
+        steps: &[
+            Step::Sharded {
+                name: "experiment_sessions",
+                engine: "AggregatingMergeTree",
+                create: r"
+CREATE TABLE IF NOT EXISTS {table} (
     public_key       LowCardinality(String),
     experiment_id    LowCardinality(String),
     session_id       String,
@@ -172,11 +310,14 @@ CREATE TABLE IF NOT EXISTS {db}.experiment_sessions (
     max_time_on_page AggregateFunction(maxIf, Float64, UInt8),
     has_time_on_page AggregateFunction(max, UInt8)
 )
-ENGINE = AggregatingMergeTree()
+ENGINE = {engine}
 ORDER BY (public_key, experiment_id, session_id)",
-            "CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.experiment_sessions_mv \
-             TO {db}.experiment_sessions AS {sessions_select}",
-            "INSERT INTO {db}.experiment_sessions {sessions_select}",
+            },
+            Step::Once(
+                "CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.experiment_sessions_mv{on_cluster} \
+                 TO {db}.experiment_sessions{local} AS {sessions_select}",
+            ),
+            Step::EachShard("INSERT INTO {db}.experiment_sessions{local} {sessions_select}"),
         ],
     },
     Migration {
@@ -185,9 +326,12 @@ ORDER BY (public_key, experiment_id, session_id)",
         // Written by the consumer at each snapshot version; a version written again (a
         // restart, another consumer) replaces its rows. The current definition of an
         // experiment is the version last written for it.
-        statements: &[
-            r"
-CREATE TABLE IF NOT EXISTS {db}.experiment_variants (
+        steps: &[
+            Step::Whole {
+                name: "experiment_variants",
+                engine: "ReplacingMergeTree",
+                create: r"
+CREATE TABLE IF NOT EXISTS {table} (
     experiment_id String,
     variant_id    String,
     version       String,
@@ -199,10 +343,12 @@ CREATE TABLE IF NOT EXISTS {db}.experiment_variants (
     parts         String,
     loaded_at     {millis}
 )
-ENGINE = ReplacingMergeTree()
+ENGINE = {engine}
 ORDER BY (experiment_id, version, variant_id)",
-            r"
-CREATE VIEW IF NOT EXISTS {db}.experiment_variants_current AS
+            },
+            Step::Once(
+                r"
+CREATE VIEW IF NOT EXISTS {db}.experiment_variants_current{on_cluster} AS
 SELECT experiment_id, variant_id, version, weight, is_control, status, start_at, end_at, parts
 FROM {db}.experiment_variants FINAL
 WHERE (experiment_id, version) IN (
@@ -210,16 +356,18 @@ WHERE (experiment_id, version) IN (
     FROM {db}.experiment_variants FINAL
     GROUP BY experiment_id
 )",
+            ),
         ],
     },
     Migration {
         version: 6,
         description: "experiment_results views",
-        statements: &[
+        steps: &[
             // Exposed sessions per variant, each session once: its variant, or
             // `__multiple__` if it saw several; test sessions left out.
-            r"
-CREATE VIEW IF NOT EXISTS {db}.experiment_variant_counts AS
+            Step::Once(
+                r"
+CREATE VIEW IF NOT EXISTS {db}.experiment_variant_counts{on_cluster} AS
 SELECT
     public_key, experiment_id, variant_id, exposed, converted,
     is_control, weight, defined
@@ -250,11 +398,13 @@ ANY LEFT JOIN (
     SELECT experiment_id, variant_id, is_control, weight, toUInt8(1) AS defined
     FROM {db}.experiment_variants_current
 ) USING (experiment_id, variant_id)",
+            ),
             // Each variant against the experiment's control (unpooled z-test), and the
             // sample-ratio check of the exposed sessions against the weights: chi-square,
             // in closed form for 1 to 9 degrees of freedom.
-            r"
-CREATE VIEW IF NOT EXISTS {db}.experiment_results AS
+            Step::Once(
+                r"
+CREATE VIEW IF NOT EXISTS {db}.experiment_results{on_cluster} AS
 SELECT
     public_key, experiment_id, variant_id, is_control, exposed, converted, conversion_rate,
     if(comparable, if(is_control = 1, 0, raw_diff), NULL) AS diff,
@@ -304,42 +454,77 @@ FROM (
         GROUP BY experiment_id
     ) USING (experiment_id)
 )",
+            ),
         ],
     },
 ];
 
-/// Creates the database and applies the migrations not yet recorded. Running it again,
-/// or from several consumers at once, changes nothing.
+/// Creates the database and applies the migrations not yet recorded on one server.
+/// Running it again, or from several consumers at once, changes nothing.
 pub async fn migrate(client: &Client, database: &str) -> anyhow::Result<()> {
-    migrate_up_to(client, database, u32::MAX).await
+    migrate_topology(&Topology::single(client.clone()), database, u32::MAX).await
 }
 
 /// [`migrate`], without the migrations after version `last`: the schema of an older
 /// release, for tests of the upgrade.
 pub async fn migrate_up_to(client: &Client, database: &str, last: u32) -> anyhow::Result<()> {
+    migrate_topology(&Topology::single(client.clone()), database, last).await
+}
+
+/// Creates the database and applies the migrations up to version `last` not yet
+/// recorded, on one server or across a cluster. In a cluster every statement is
+/// idempotent (`IF NOT EXISTS`, an existing column taken as added), so consumers
+/// starting together are safe there too; a cluster-wide statement waits for every server
+/// (`distributed_ddl_task_timeout`), so migrations need them all up.
+pub async fn migrate_topology(
+    topology: &Topology,
+    database: &str,
+    last: u32,
+) -> anyhow::Result<()> {
     if !database
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'_')
     {
         anyhow::bail!("database name {database:?} must be letters, digits and _ only");
     }
+    let layout = Layout::of(topology);
     // The database may not exist yet: talk to `default` until it does.
-    let server = client.clone().with_database("default");
+    let primary = first_answering(topology.servers()).await?;
+    let server = primary.client.clone().with_database("default");
     let caps = ServerCaps::of(&server).await?;
-    server
-        .query(&format!("CREATE DATABASE IF NOT EXISTS {database}"))
-        .execute()
+    let run = |client: &Client, sql: &str| {
+        let mut query = client.query(sql);
+        if let Some((name, value)) = caps.low_cardinality_setting() {
+            query = query.with_setting(name, value);
+        }
+        query.execute()
+    };
+    // In a cluster the record is replicated to every server, so any of them can tell.
+    let has_record: u64 = server
+        .query("SELECT count() FROM system.tables WHERE database = ? AND name = 'schema_migrations'")
+        .bind(database)
+        .fetch_one()
         .await
-        .with_context(|| format!("cannot create database {database}"))?;
-    server
-        .query(&format!(
-            "CREATE TABLE IF NOT EXISTS {database}.schema_migrations \
-             (version UInt32, description String, applied_at DateTime) \
-             ENGINE = MergeTree() ORDER BY version"
-        ))
-        .execute()
-        .await
-        .context("cannot create schema_migrations")?;
+        .context("cannot look for schema_migrations")?;
+    if has_record == 0 {
+        let bootstrap = [
+            Step::Once("CREATE DATABASE IF NOT EXISTS {db}{on_cluster}"),
+            Step::Whole {
+                name: "schema_migrations",
+                engine: "MergeTree",
+                create: "CREATE TABLE IF NOT EXISTS {table} \
+                         (version UInt32, description String, applied_at DateTime) \
+                         ENGINE = {engine} ORDER BY version",
+            },
+        ];
+        for step in &bootstrap {
+            for (_, sql) in step.render(&layout) {
+                run(&server, &caps.render(&sql, database, &layout))
+                    .await
+                    .context("cannot create the database and schema_migrations")?;
+            }
+        }
+    }
     let applied: Vec<u32> = server
         .query(&format!(
             "SELECT DISTINCT version FROM {database}.schema_migrations"
@@ -352,23 +537,34 @@ pub async fn migrate_up_to(client: &Client, database: &str, last: u32) -> anyhow
         .iter()
         .filter(|m| m.version <= last && !applied.contains(&m.version));
     for migration in pending {
-        for statement in migration.statements {
-            let mut query = server.query(&caps.render(statement, database));
-            if let Some((name, value)) = caps.low_cardinality_setting() {
-                query = query.with_setting(name, value);
-            }
-            match query.execute().await {
-                Ok(()) => {}
-                // Another consumer migrating at the same time added it (18.x has no
-                // `ADD COLUMN IF NOT EXISTS`).
-                Err(e) if statement.contains("ADD COLUMN") && is_existing_column(&e) => {}
-                Err(e) => {
-                    return Err(e).with_context(|| {
-                        format!(
-                            "migration {} ({}) failed",
-                            migration.version, migration.description
-                        )
-                    });
+        for (target, statement) in migration.steps.iter().flat_map(|s| s.render(&layout)) {
+            let sql = caps.render(&statement, database, &layout);
+            let servers: Vec<&Server> = match target {
+                Target::Once => vec![primary],
+                Target::EachServer => topology.servers().collect(),
+                Target::EachShard => {
+                    let mut firsts = Vec::new();
+                    for replicas in &topology.shards {
+                        firsts.push(first_answering(replicas).await?);
+                    }
+                    firsts
+                }
+            };
+            for target in servers {
+                let client = target.client.clone().with_database("default");
+                match run(&client, &sql).await {
+                    Ok(()) => {}
+                    // Another consumer migrating at the same time added it (18.x has no
+                    // `ADD COLUMN IF NOT EXISTS`).
+                    Err(e) if sql.contains("ADD COLUMN") && is_existing_column(&e) => {}
+                    Err(e) => {
+                        return Err(e).with_context(|| {
+                            format!(
+                                "migration {} ({}) failed on {}",
+                                migration.version, migration.description, target.url
+                            )
+                        });
+                    }
                 }
             }
         }

@@ -1,8 +1,10 @@
-//! Rows of `events` and their insertion: one RowBinary INSERT per batch. Failures that may
-//! pass (network, timeouts, server overload, schema being fixed) are retried with capped
-//! exponential backoff until ClickHouse acknowledges or shutdown is asked for; a refusal
-//! of the data itself is returned to the caller, which sets the rows aside.
+//! Rows of `events` and their insertion: one RowBinary INSERT per batch and shard. Failures
+//! that may pass (network, timeouts, server overload, schema being fixed) are retried on
+//! the shard's next replica, with capped exponential backoff after each round, until
+//! ClickHouse acknowledges or shutdown is asked for; a refusal of the data itself is
+//! returned to the caller, which sets the rows aside.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use clickhouse::{Client, Row};
@@ -10,6 +12,8 @@ use common::event::EventMessage;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use uuid::Uuid;
+
+use crate::topology::Topology;
 
 /// One row of `analytics.events`. Absent optional text is stored as `''`, absent
 /// numbers and `conversion` as NULL, an absent `test` as 0.
@@ -112,17 +116,33 @@ fn exception_code(text: &str) -> Option<u32> {
 }
 
 pub(crate) struct Sink {
-    pub client: Client,
+    pub topology: Topology,
+    /// Per shard, the replica that took the last insert: tried first next time, so a
+    /// replica that hangs costs one timeout, not one per batch.
+    pub preferred: Vec<AtomicUsize>,
     pub insert_timeout: Duration,
     /// Not ready while inserts fail: ClickHouse is the consumer's dependency.
     pub clickhouse: common::http::Dependency,
 }
 
 impl Sink {
-    async fn insert_once(&self, rows: &[EventRow]) -> clickhouse::error::Result<()> {
-        let mut insert = self
-            .client
-            .insert::<EventRow>("events")
+    pub fn new(
+        topology: Topology,
+        insert_timeout: Duration,
+        clickhouse: common::http::Dependency,
+    ) -> Self {
+        Self {
+            preferred: topology.shards.iter().map(|_| AtomicUsize::new(0)).collect(),
+            topology,
+            insert_timeout,
+            clickhouse,
+        }
+    }
+
+    async fn insert_once(&self, client: &Client, rows: &[&EventRow]) -> clickhouse::error::Result<()> {
+        let table = format!("events{}", self.topology.local());
+        let mut insert = client
+            .insert::<EventRow>(&table)
             .await?
             .with_timeouts(Some(self.insert_timeout), Some(self.insert_timeout));
         for row in rows {
@@ -131,21 +151,58 @@ impl Sink {
         insert.end().await
     }
 
-    /// Inserts `rows`, retrying what may pass until it does.
-    pub async fn insert(&self, rows: &[EventRow], shutdown: &mut watch::Receiver<bool>) -> Outcome {
-        if rows.is_empty() {
-            return Outcome::Inserted;
+    /// Inserts `rows`, each on its session's shard, retrying what may pass until it does.
+    /// Inserted only when every shard acknowledged its rows.
+    pub async fn insert(&self, rows: &[EventRow], shutdown: &watch::Receiver<bool>) -> Outcome {
+        let mut by_shard: Vec<Vec<&EventRow>> = vec![Vec::new(); self.topology.shards.len()];
+        for row in rows {
+            by_shard[self.topology.shard_of(&row.session_id)].push(row);
         }
+        let outcomes = futures::future::join_all(
+            by_shard
+                .iter()
+                .enumerate()
+                .filter(|(_, rows)| !rows.is_empty())
+                .map(|(shard, rows)| self.insert_shard(shard, rows, shutdown.clone())),
+        )
+        .await;
+        let mut result = Outcome::Inserted;
+        for outcome in outcomes {
+            match outcome {
+                Outcome::Stopped => return Outcome::Stopped,
+                rejected @ Outcome::Rejected(_) => result = rejected,
+                Outcome::Inserted => {}
+            }
+        }
+        if result == Outcome::Inserted && !rows.is_empty() {
+            metrics::histogram!("consumer_batch_rows").record(rows.len() as f64);
+            metrics::counter!("consumer_rows_inserted_total").increment(rows.len() as u64);
+        }
+        result
+    }
+
+    /// Inserts one shard's rows on one of its replicas: on a failure that may pass, the
+    /// next replica; after a round of failures, a pause. A retried insert is the same
+    /// rows in the same order, so a replica that did store the first attempt (whose answer
+    /// was lost) drops the copy as a duplicate block.
+    async fn insert_shard(
+        &self,
+        shard: usize,
+        rows: &[&EventRow],
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Outcome {
+        let replicas = &self.topology.shards[shard];
         let mut backoff = common::backoff::Backoff::standard();
+        let mut failures = 0;
         loop {
+            let replica = self.preferred[shard].load(Ordering::Relaxed) % replicas.len();
+            let server = &replicas[replica];
             let started = Instant::now();
-            match self.insert_once(rows).await {
+            match self.insert_once(&server.client, rows).await {
                 Ok(()) => {
                     self.clickhouse.set_ok(true);
                     metrics::histogram!("consumer_insert_seconds")
                         .record(started.elapsed().as_secs_f64());
-                    metrics::histogram!("consumer_batch_rows").record(rows.len() as f64);
-                    metrics::counter!("consumer_rows_inserted_total").increment(rows.len() as u64);
                     return Outcome::Inserted;
                 }
                 Err(e) if is_permanent(&e) => {
@@ -155,12 +212,19 @@ impl Sink {
                 Err(e) => {
                     self.clickhouse.set_ok(false);
                     metrics::counter!("consumer_insert_retries_total").increment(1);
-                    tracing::warn!(error = %e, rows = rows.len(), "Insert failed; retrying.");
+                    tracing::warn!(error = %e, rows = rows.len(), shard = shard + 1,
+                        url = %server.url, "Insert failed; retrying.");
+                    self.preferred[shard].store(replica + 1, Ordering::Relaxed);
+                    failures += 1;
                 }
             }
-            tokio::select! {
-                () = tokio::time::sleep(backoff.next_wait()) => {}
-                () = crate::app::stopped(shutdown) => return Outcome::Stopped,
+            if failures % replicas.len() == 0 {
+                tokio::select! {
+                    () = tokio::time::sleep(backoff.next_wait()) => {}
+                    () = crate::app::stopped(&mut shutdown) => return Outcome::Stopped,
+                }
+            } else if *shutdown.borrow() {
+                return Outcome::Stopped;
             }
         }
     }

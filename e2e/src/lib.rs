@@ -477,7 +477,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-fn send_signal(pid: u32, signal: &str) {
+pub fn send_signal(pid: u32, signal: &str) {
     let status = std::process::Command::new("kill")
         .arg(signal)
         .arg(pid.to_string())

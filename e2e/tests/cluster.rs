@@ -1,0 +1,383 @@
+//! The consumer against a real ClickHouse cluster: two shards of two replicas (18.16) on
+//! ZooKeeper, started once by `scripts/test` (`TEST_CLICKHOUSE_CLUSTER_*`). The tests take
+//! turns: one stops servers that the others' cluster-wide statements would wait for.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use consumer::topology::Topology;
+use e2e::{ConsumerNames, SnapshotFile};
+use serde_json::json;
+use tokio::sync::Mutex;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+
+const CLUSTER: &str = "analytics";
+
+/// The test cluster: its servers' URLs per shard, and how to stop and start them.
+struct Cluster {
+    url: String,
+    dir: PathBuf,
+    ports: Vec<String>,
+}
+
+impl Cluster {
+    fn from_env() -> Self {
+        let var = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.into());
+        let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        Self {
+            url: var(
+                "TEST_CLICKHOUSE_CLUSTER_URL",
+                "http://127.0.0.1:28123,http://127.0.0.1:28124;\
+                 http://127.0.0.1:28125,http://127.0.0.1:28126",
+            ),
+            dir: PathBuf::from(var(
+                "TEST_CLICKHOUSE_CLUSTER_DIR",
+                &repo.join(".run/test/cluster").display().to_string(),
+            )),
+            // ZooKeeper, then the first HTTP, native and interserver ports.
+            ports: var("TEST_CLICKHOUSE_CLUSTER_PORTS", "22181 28123 29000 29009")
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect(),
+        }
+    }
+
+    /// Server `n` (1 to 4: shard 1 is 1 and 2, shard 2 is 3 and 4).
+    fn server(&self, n: usize) -> String {
+        self.url.split([';', ',']).nth(n - 1).expect("four servers").to_owned()
+    }
+
+    fn client(&self, n: usize, database: &str) -> clickhouse::Client {
+        e2e::clickhouse_at(&self.server(n), database)
+    }
+
+    fn topology(&self, database: &str) -> Topology {
+        let args = consumer_args(&self.url, database);
+        Topology::from_args(&args).expect("a cluster topology")
+    }
+
+    fn pid(&self, n: usize) -> u32 {
+        let file = self.dir.join(format!("ch{n}/clickhouse.pid"));
+        std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+            .trim()
+            .parse()
+            .expect("a pid")
+    }
+
+    fn signal(&self, n: usize, signal: &str) {
+        e2e::send_signal(self.pid(n), signal);
+    }
+
+    /// Starts whatever of the cluster is not running, as `scripts/test` did.
+    fn start(&self) {
+        let lib = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/lib.sh");
+        let status = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(r#"source "$0" && start_clickhouse_cluster "$@""#)
+            .arg(lib)
+            .arg(&self.dir)
+            .args(&self.ports)
+            .status()
+            .expect("bash runs");
+        assert!(status.success(), "the cluster did not start");
+    }
+
+    async fn drop_database(&self, database: &str) {
+        let _ = self
+            .client(1, "default")
+            .query(&format!("DROP DATABASE IF EXISTS {database} ON CLUSTER {CLUSTER}"))
+            .execute()
+            .await;
+    }
+}
+
+fn consumer_args(url: &str, database: &str) -> consumer::ClickHouseArgs {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        clickhouse: consumer::ClickHouseArgs,
+    }
+    Args::parse_from([
+        "test".to_owned(),
+        format!("--clickhouse-url={url}"),
+        format!("--clickhouse-cluster={CLUSTER}"),
+        format!("--clickhouse-database={database}"),
+    ])
+    .clickhouse
+}
+
+/// `(count() FINAL, distinct event ids)` of the Distributed `events` seen from server `n`.
+async fn counted_once(cluster: &Cluster, n: usize, database: &str) -> Option<(u64, u64)> {
+    cluster
+        .client(n, database)
+        .query("SELECT count(), uniqExact(event_id) FROM events FINAL")
+        .fetch_one()
+        .await
+        .ok()
+}
+
+/// Waits until `events` counts `want` events once each, then checks that every row is on
+/// its session's shard and that both replicas of each shard hold the same events.
+async fn assert_landed_once(cluster: &Cluster, database: &str, want: u64) {
+    let (once, ids) = e2e::eventually(Duration::from_secs(120), "every event in the cluster", || async {
+        counted_once(cluster, 4, database).await.filter(|(n, _)| *n >= want)
+    })
+    .await;
+    assert_eq!((once, ids), (want, want), "each event once on the Distributed table");
+    for n in 1..=4 {
+        let shard = (n - 1) / 2;
+        let misplaced: u64 = cluster
+            .client(n, database)
+            .query("SELECT count() FROM events_local WHERE sipHash64(session_id) % 2 != ?")
+            .bind(shard as u64)
+            .fetch_one()
+            .await
+            .expect("local rows");
+        assert_eq!(misplaced, 0, "server {n} holds rows of the other shard");
+    }
+    for pair in [(1, 2), (3, 4)] {
+        let local = |n: usize| async move {
+            cluster
+                .client(n, database)
+                .query("SELECT count(), uniqExact(event_id) FROM events_local FINAL")
+                .fetch_one::<(u64, u64)>()
+                .await
+                .ok()
+        };
+        let (first, second) = e2e::eventually(
+            Duration::from_secs(120),
+            "both replicas of a shard alike",
+            || async {
+                let (a, b) = (local(pair.0).await?, local(pair.1).await?);
+                (a == b && a.0 > 0).then_some((a, b))
+            },
+        )
+        .await;
+        assert_eq!(first.0, first.1, "server {} counts an event twice", pair.0);
+        assert_eq!(second.0, second.1, "server {} counts an event twice", pair.1);
+    }
+}
+
+#[tokio::test]
+async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let cluster = Cluster::from_env();
+    let database = e2e::unique("cluster_");
+    let topology = cluster.topology(&database);
+    // Two consumers starting together, then a restart.
+    let (a, b) = tokio::join!(
+        consumer::schema::migrate_topology(&topology, &database, u32::MAX),
+        consumer::schema::migrate_topology(&topology, &database, u32::MAX),
+    );
+    a.expect("first migrates");
+    b.expect("second migrates");
+    consumer::schema::migrate_topology(&topology, &database, u32::MAX)
+        .await
+        .expect("migrating again changes nothing");
+
+    for n in 1..=4 {
+        let client = cluster.client(n, &database);
+        let tables: Vec<(String, String)> = client
+            .query("SELECT name, engine FROM system.tables WHERE database = ? ORDER BY name")
+            .bind(&database)
+            .fetch_all()
+            .await
+            .expect("tables");
+        let tables: Vec<(&str, &str)> =
+            tables.iter().map(|(n, e)| (n.as_str(), e.as_str())).collect();
+        assert_eq!(
+            tables,
+            [
+                ("events", "Distributed"),
+                ("events_local", "ReplicatedReplacingMergeTree"),
+                ("experiment_daily", "View"),
+                ("experiment_results", "View"),
+                ("experiment_sessions", "Distributed"),
+                ("experiment_sessions_local", "ReplicatedAggregatingMergeTree"),
+                ("experiment_sessions_mv", "MaterializedView"),
+                ("experiment_variant_counts", "View"),
+                ("experiment_variants", "ReplicatedReplacingMergeTree"),
+                ("experiment_variants_current", "View"),
+                ("schema_migrations", "ReplicatedMergeTree"),
+            ],
+            "server {n}"
+        );
+        // The Distributed table was altered on every server, not only where the
+        // migration ran.
+        let columns: Vec<String> = client
+            .query("SELECT name FROM system.columns WHERE database = ? AND table = 'events'")
+            .bind(&database)
+            .fetch_all()
+            .await
+            .expect("columns");
+        assert!(
+            columns.iter().any(|c| c == "event_time"),
+            "server {n}: {columns:?}"
+        );
+        // One record of what ran, replicated to every server.
+        let versions: Vec<u32> = e2e::eventually(
+            Duration::from_secs(30),
+            "schema_migrations replicated",
+            || async {
+                let v: Vec<u32> = client
+                    .query("SELECT DISTINCT version FROM schema_migrations ORDER BY version")
+                    .fetch_all()
+                    .await
+                    .ok()?;
+                (v.len() == 6).then_some(v)
+            },
+        )
+        .await;
+        assert_eq!(versions, [1, 2, 3, 4, 5, 6]);
+    }
+    cluster.drop_database(&database).await;
+}
+
+#[tokio::test]
+async fn events_land_once_on_their_session_shard_with_redeliveries_and_retries() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let cluster = Cluster::from_env();
+    let file = SnapshotFile::new(&json!({
+        "version": "cluster-1",
+        "experiments": [{ "id": "exp_c", "status": "live", "variants": [
+            { "id": "var_a", "weight": 50, "control": true, "parts": {} },
+            { "id": "var_b", "weight": 50, "control": false, "parts": {} }] }],
+        "keys": [{ "publicKey": "pk_cluster", "experiments": ["exp_c"] }]
+    }));
+    let names = ConsumerNames::unique();
+    let snapshot = format!("--experiments-snapshot={}", file.path.display());
+    let url = format!("--clickhouse-url={}", cluster.url);
+    let consumer = e2e::start_consumer(e2e::consumer_config(
+        &names,
+        &[&url, "--clickhouse-cluster=analytics", &snapshot],
+    ))
+    .await;
+    let ingest = e2e::start_ingest(e2e::ingest_config(&file.path, &names.topic, &[])).await;
+    let http = reqwest::Client::new();
+
+    // 40 sessions of 3 events: an impression, a click and, for half, a conversion. Each
+    // batch is posted twice, as a client whose first answer was lost.
+    let mut events = 0;
+    for batch in 0..8 {
+        let mut body = Vec::new();
+        for s in 0..5 {
+            let session = format!("{}-{batch}-{s}", names.group);
+            let variant = if s % 2 == 0 { "var_a" } else { "var_b" };
+            body.push(json!({ "eventName": "impression", "experimentId": "exp_c",
+                "sessionId": session, "variantId": variant, "eventId": uuid::Uuid::new_v4() }));
+            body.push(json!({ "eventName": "click", "experimentId": "exp_c",
+                "sessionId": session, "variantId": variant, "eventId": uuid::Uuid::new_v4() }));
+            if s < 3 {
+                body.push(json!({ "eventName": "conversion", "experimentId": "exp_c",
+                    "sessionId": session, "variantId": variant, "eventId": uuid::Uuid::new_v4() }));
+            }
+        }
+        events += body.len() as u64;
+        for _ in 0..2 {
+            let response = http
+                .post(ingest.url("/api/v1/analytics"))
+                .header("X-public-key", "pk_cluster")
+                .json(&json!({ "events": body }))
+                .send()
+                .await
+                .expect("ingest answers");
+            assert_eq!(response.status(), 202);
+        }
+    }
+    // Kafka delivers some messages a second time, byte for byte.
+    let messages = e2e::read_topic(&names.topic, 10, Duration::from_secs(30)).await;
+    let again: Vec<(Option<&[u8]>, &[u8])> = messages
+        .iter()
+        .map(|m| {
+            use rdkafka::Message;
+            (m.key(), m.payload().expect("payload"))
+        })
+        .collect();
+    e2e::produce_all(&e2e::kafka_brokers(), &names.topic, &again).await;
+
+    assert_landed_once(&cluster, &names.database, events).await;
+    // The results read the sessions of both shards, each once.
+    let exposed: Vec<(String, u64, u64)> = e2e::eventually(
+        Duration::from_secs(30),
+        "the variants' counts",
+        || async {
+            let rows: Vec<(String, u64, u64)> = cluster
+                .client(2, &names.database)
+                .query(
+                    "SELECT variant_id, exposed, converted FROM experiment_variant_counts \
+                     WHERE experiment_id = 'exp_c' ORDER BY variant_id",
+                )
+                .fetch_all()
+                .await
+                .ok()?;
+            (rows.len() == 2).then_some(rows)
+        },
+    )
+    .await;
+    // Sessions 0, 2, 4 of each batch saw `a`, sessions 0, 1, 2 converted.
+    assert_eq!(exposed, [("var_a".into(), 24, 16), ("var_b".into(), 16, 8)]);
+
+    ingest.stop().await.expect("ingest stops");
+    consumer.stop().await.expect("consumer stops");
+    cluster.drop_database(&names.database).await;
+}
+
+#[tokio::test]
+async fn a_replica_crashed_or_hung_mid_stream_loses_and_duplicates_nothing() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let cluster = Cluster::from_env();
+    let names = ConsumerNames::unique();
+    let url = format!("--clickhouse-url={}", cluster.url);
+    // Default settings: a hung replica costs one insert timeout (30 s).
+    let consumer = e2e::start_consumer(e2e::consumer_config(
+        &names,
+        &[&url, "--clickhouse-cluster=analytics"],
+    ))
+    .await;
+
+    let brokers = e2e::kafka_brokers();
+    let topic = names.topic.clone();
+    let group = names.group.clone();
+    // 50 events every 250 ms for about 70 s, in sessions of both shards.
+    let producer = tokio::spawn(async move {
+        let mut sent = 0u64;
+        for round in 0..280 {
+            let payloads: Vec<Vec<u8>> = (0..50)
+                .map(|i| {
+                    let session = format!("{group}-{round}-{i}");
+                    serde_json::to_vec(&e2e::event_message("pk_faults", &session, "click"))
+                        .expect("JSON")
+                })
+                .collect();
+            let messages: Vec<(Option<&[u8]>, &[u8])> =
+                payloads.iter().map(|p| (None, p.as_slice())).collect();
+            e2e::produce_all(&brokers, &topic, &messages).await;
+            sent += 50;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        sent
+    });
+
+    // Some rows in, then the first replica of shard 1 crashes and restarts at once.
+    e2e::eventually(Duration::from_secs(60), "the first rows", || async {
+        counted_once(&cluster, 4, &names.database)
+            .await
+            .filter(|(n, _)| *n > 0)
+    })
+    .await;
+    cluster.signal(1, "-KILL");
+    cluster.start();
+    // Then the first replica of shard 2 hangs for longer than the insert timeout.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    cluster.signal(3, "-STOP");
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    cluster.signal(3, "-CONT");
+
+    let sent = producer.await.expect("producer ran");
+    assert_landed_once(&cluster, &names.database, sent).await;
+    consumer.stop().await.expect("consumer stops");
+    cluster.drop_database(&names.database).await;
+}
