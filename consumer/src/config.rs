@@ -107,7 +107,11 @@ pub struct ClickHouseArgs {
 impl ClickHouseArgs {
     /// A client of the database on the first server of `CLICKHOUSE_URL`.
     pub fn client(&self) -> clickhouse::Client {
-        let first = self.clickhouse_url.split([';', ',']).next().unwrap_or_default();
+        let first = self
+            .clickhouse_url
+            .split([';', ','])
+            .next()
+            .unwrap_or_default();
         self.client_of(first.trim())
     }
 

@@ -501,7 +501,9 @@ pub async fn migrate_topology(
     };
     // In a cluster the record is replicated to every server, so any of them can tell.
     let has_record: u64 = server
-        .query("SELECT count() FROM system.tables WHERE database = ? AND name = 'schema_migrations'")
+        .query(
+            "SELECT count() FROM system.tables WHERE database = ? AND name = 'schema_migrations'",
+        )
         .bind(database)
         .fetch_one()
         .await

@@ -132,14 +132,22 @@ impl Sink {
         clickhouse: common::http::Dependency,
     ) -> Self {
         Self {
-            preferred: topology.shards.iter().map(|_| AtomicUsize::new(0)).collect(),
+            preferred: topology
+                .shards
+                .iter()
+                .map(|_| AtomicUsize::new(0))
+                .collect(),
             topology,
             insert_timeout,
             clickhouse,
         }
     }
 
-    async fn insert_once(&self, client: &Client, rows: &[&EventRow]) -> clickhouse::error::Result<()> {
+    async fn insert_once(
+        &self,
+        client: &Client,
+        rows: &[&EventRow],
+    ) -> clickhouse::error::Result<()> {
         let table = format!("events{}", self.topology.local());
         let mut insert = client
             .insert::<EventRow>(&table)

@@ -53,7 +53,10 @@ impl Topology {
             return Ok(Self::single(args.client()));
         };
         anyhow::ensure!(
-            !cluster.is_empty() && cluster.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+            !cluster.is_empty()
+                && cluster
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_'),
             "CLICKHOUSE_CLUSTER {cluster:?} must be letters, digits and _ only"
         );
         let shards: Vec<Vec<Server>> = args
@@ -194,7 +197,10 @@ mod tests {
             .collect();
         assert_eq!(
             urls,
-            [["http://a:8123", "http://b:8123"], ["http://c:8123", "http://d:8123"]]
+            [
+                ["http://a:8123", "http://b:8123"],
+                ["http://c:8123", "http://d:8123"]
+            ]
         );
         assert_eq!(cluster.local(), "_local");
         assert!(topology(&["--clickhouse-url=http://a:8123,http://b:8123"]).is_err());
@@ -205,8 +211,11 @@ mod tests {
 
     #[test]
     fn the_shard_is_clickhouse_siphash64_of_the_session() {
-        let cluster = topology(&["--clickhouse-cluster=c", "--clickhouse-url=http://a;http://b"])
-            .expect("a cluster");
+        let cluster = topology(&[
+            "--clickhouse-cluster=c",
+            "--clickhouse-url=http://a;http://b",
+        ])
+        .expect("a cluster");
         // SELECT sipHash64('abc') on ClickHouse 18.16: 4596069200710135518 (even).
         let mut hasher = SipHasher24::new_with_keys(0, 0);
         hasher.write(b"abc");

@@ -23,7 +23,8 @@ struct Cluster {
 
 impl Cluster {
     fn from_env() -> Self {
-        let var = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.into());
+        let var =
+            |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.into());
         let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
         Self {
             url: var(
@@ -45,7 +46,11 @@ impl Cluster {
 
     /// Server `n` (1 to 4: shard 1 is 1 and 2, shard 2 is 3 and 4).
     fn server(&self, n: usize) -> String {
-        self.url.split([';', ',']).nth(n - 1).expect("four servers").to_owned()
+        self.url
+            .split([';', ','])
+            .nth(n - 1)
+            .expect("four servers")
+            .to_owned()
     }
 
     fn client(&self, n: usize, database: &str) -> clickhouse::Client {
@@ -87,7 +92,9 @@ impl Cluster {
     async fn drop_database(&self, database: &str) {
         let _ = self
             .client(1, "default")
-            .query(&format!("DROP DATABASE IF EXISTS {database} ON CLUSTER {CLUSTER}"))
+            .query(&format!(
+                "DROP DATABASE IF EXISTS {database} ON CLUSTER {CLUSTER}"
+            ))
             .execute()
             .await;
     }
@@ -122,11 +129,21 @@ async fn counted_once(cluster: &Cluster, n: usize, database: &str) -> Option<(u6
 /// Waits until `events` counts `want` events once each, then checks that every row is on
 /// its session's shard and that both replicas of each shard hold the same events.
 async fn assert_landed_once(cluster: &Cluster, database: &str, want: u64) {
-    let (once, ids) = e2e::eventually(Duration::from_secs(120), "every event in the cluster", || async {
-        counted_once(cluster, 4, database).await.filter(|(n, _)| *n >= want)
-    })
+    let (once, ids) = e2e::eventually(
+        Duration::from_secs(120),
+        "every event in the cluster",
+        || async {
+            counted_once(cluster, 4, database)
+                .await
+                .filter(|(n, _)| *n >= want)
+        },
+    )
     .await;
-    assert_eq!((once, ids), (want, want), "each event once on the Distributed table");
+    assert_eq!(
+        (once, ids),
+        (want, want),
+        "each event once on the Distributed table"
+    );
     for n in 1..=4 {
         let shard = (n - 1) / 2;
         let misplaced: u64 = cluster
@@ -157,7 +174,11 @@ async fn assert_landed_once(cluster: &Cluster, database: &str, want: u64) {
         )
         .await;
         assert_eq!(first.0, first.1, "server {} counts an event twice", pair.0);
-        assert_eq!(second.0, second.1, "server {} counts an event twice", pair.1);
+        assert_eq!(
+            second.0, second.1,
+            "server {} counts an event twice",
+            pair.1
+        );
     }
 }
 
@@ -186,8 +207,10 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
             .fetch_all()
             .await
             .expect("tables");
-        let tables: Vec<(&str, &str)> =
-            tables.iter().map(|(n, e)| (n.as_str(), e.as_str())).collect();
+        let tables: Vec<(&str, &str)> = tables
+            .iter()
+            .map(|(n, e)| (n.as_str(), e.as_str()))
+            .collect();
         assert_eq!(
             tables,
             [
@@ -196,7 +219,10 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                 ("experiment_daily", "View"),
                 ("experiment_results", "View"),
                 ("experiment_sessions", "Distributed"),
-                ("experiment_sessions_local", "ReplicatedAggregatingMergeTree"),
+                (
+                    "experiment_sessions_local",
+                    "ReplicatedAggregatingMergeTree"
+                ),
                 ("experiment_sessions_mv", "MaterializedView"),
                 ("experiment_variant_counts", "View"),
                 ("experiment_variants", "ReplicatedReplacingMergeTree"),
@@ -300,10 +326,8 @@ async fn events_land_once_on_their_session_shard_with_redeliveries_and_retries()
 
     assert_landed_once(&cluster, &names.database, events).await;
     // The results read the sessions of both shards, each once.
-    let exposed: Vec<(String, u64, u64)> = e2e::eventually(
-        Duration::from_secs(30),
-        "the variants' counts",
-        || async {
+    let exposed: Vec<(String, u64, u64)> =
+        e2e::eventually(Duration::from_secs(30), "the variants' counts", || async {
             let rows: Vec<(String, u64, u64)> = cluster
                 .client(2, &names.database)
                 .query(
@@ -314,9 +338,8 @@ async fn events_land_once_on_their_session_shard_with_redeliveries_and_retries()
                 .await
                 .ok()?;
             (rows.len() == 2).then_some(rows)
-        },
-    )
-    .await;
+        })
+        .await;
     // Sessions 0, 2, 4 of each batch saw `a`, sessions 0, 1, 2 converted.
     assert_eq!(exposed, [("var_a".into(), 24, 16), ("var_b".into(), 16, 8)]);
 
@@ -370,10 +393,25 @@ async fn a_replica_crashed_or_hung_mid_stream_loses_and_duplicates_nothing() {
     .await;
     cluster.signal(1, "-KILL");
     cluster.start();
-    // Then the first replica of shard 2 hangs for longer than the insert timeout.
+    // Then the first replica of shard 2 hangs for longer than the insert timeout: shard
+    // 2's rows go to its other replica (which cannot fetch them from the hung one).
     tokio::time::sleep(Duration::from_secs(5)).await;
+    let local_rows = || async {
+        cluster
+            .client(4, &names.database)
+            .query("SELECT count() FROM events_local")
+            .fetch_one::<u64>()
+            .await
+            .ok()
+    };
     cluster.signal(3, "-STOP");
-    tokio::time::sleep(Duration::from_secs(40)).await;
+    let before = local_rows().await.expect("server 4 answers");
+    e2e::eventually(
+        Duration::from_secs(60),
+        "shard 2 written to its second replica while the first hangs",
+        || async { local_rows().await.filter(|n| *n >= before + 500) },
+    )
+    .await;
     cluster.signal(3, "-CONT");
 
     let sent = producer.await.expect("producer ran");

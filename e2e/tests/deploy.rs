@@ -58,7 +58,75 @@ fn str_of<'a>(v: &'a Value, what: &str) -> &'a str {
 #[test]
 fn compose_services_are_healthchecked_pinned_and_configured_with_real_settings() {
     let docs = documents("docker-compose.yml");
-    let services = docs[0]["services"].as_mapping().expect("services");
+    check_compose_services(&docs[0]);
+}
+
+/// The cluster override, merged over the base file by docker-compose itself: the same
+/// rules, four ClickHouse servers, and every configuration file it mounts exists.
+#[test]
+fn compose_cluster_override_merges_into_a_checked_cluster() {
+    let output = std::process::Command::new("docker-compose")
+        .arg("--project-directory")
+        .arg(repo())
+        .args([
+            "-f",
+            "docker-compose.yml",
+            "-f",
+            "docker-compose.cluster.yml",
+            "config",
+        ])
+        .current_dir(repo())
+        .output()
+        .expect("docker-compose runs");
+    assert!(
+        output.status.success(),
+        "docker-compose config: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let merged: Value = serde_yaml::from_slice(&output.stdout).expect("merged YAML");
+    check_compose_services(&merged);
+    let services = merged["services"].as_mapping().expect("services");
+    let servers = services
+        .iter()
+        .filter(|(_, s)| str_of(&s["image"], "image").starts_with("clickhouse/clickhouse-server"))
+        .count();
+    assert_eq!(servers, 4, "two shards of two replicas");
+    let consumer = &merged["services"]["consumer"]["environment"];
+    assert_eq!(
+        str_of(&consumer["CLICKHOUSE_CLUSTER"], "cluster"),
+        "analytics"
+    );
+    let shards: Vec<usize> = str_of(&consumer["CLICKHOUSE_URL"], "url")
+        .split(';')
+        .map(|s| s.split(',').count())
+        .collect();
+    assert_eq!(shards, [2, 2]);
+    // docker-compose v1 writes `source:target:mode`, a bind mount's source absolute.
+    let mut mounts = 0;
+    for (name, service) in services {
+        for volume in service["volumes"].as_sequence().into_iter().flatten() {
+            let source = str_of(volume, "volume")
+                .split(':')
+                .next()
+                .unwrap_or_default();
+            if source.starts_with('/') {
+                mounts += 1;
+                assert!(
+                    Path::new(source).exists(),
+                    "{}: {source} does not exist",
+                    str_of(name, "service")
+                );
+            }
+        }
+    }
+    assert!(
+        mounts >= 9,
+        "the servers' and Keeper's files are mounted ({mounts})"
+    );
+}
+
+fn check_compose_services(compose: &Value) {
+    let services = compose["services"].as_mapping().expect("services");
     let mut ours = 0;
     for (name, service) in services {
         let name = str_of(name, "service name");
