@@ -12,6 +12,10 @@ TANSU_FEATURES=dynostore,libsql
 TANSU_ROOT=${TANSU_ROOT:-$HOME/.local/share/tansu-$TANSU_VERSION-${TANSU_FEATURES//,/-}}
 TANSU="$TANSU_ROOT/bin/tansu"
 
+# chdb-core: ClickHouse 26.x in-process (PyPI), to check the schema against a modern server.
+CHDB_VERSION=26.9.0
+CHDB_VENV=${CHDB_VENV:-$HOME/.local/share/chdb-core-$CHDB_VERSION}
+
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
@@ -29,6 +33,7 @@ ensure_packages() {
   # ZooKeeper coordinates the replicas of the ClickHouse cluster (tests, and
   # CLICKHOUSE_TOPOLOGY=cluster scripts/up).
   [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+  python3 -m venv --help >/dev/null 2>&1 || missing+=(python3-venv)
   if [ ${#missing[@]} -gt 0 ]; then
     log "Installing ${missing[*]} (apt-get)"
     apt-get update -qq >/dev/null
@@ -42,6 +47,15 @@ ensure_tansu() {
     log "Installing tansu $TANSU_VERSION into $TANSU_ROOT (cargo install, about 15 minutes once)"
     cargo install tansu --locked --version "$TANSU_VERSION" --features "$TANSU_FEATURES" \
       --root "$TANSU_ROOT" --quiet
+  fi
+}
+
+# A virtual environment with chdb-core (a 180 MB wheel, about 30 s once).
+ensure_chdb() {
+  if ! "$CHDB_VENV/bin/python" -c "import chdb" 2>/dev/null; then
+    log "Installing chdb-core $CHDB_VERSION into $CHDB_VENV (pip)"
+    python3 -m venv "$CHDB_VENV"
+    "$CHDB_VENV/bin/pip" install --quiet --no-deps "chdb-core==$CHDB_VERSION"
   fi
 }
 

@@ -6,7 +6,7 @@
 use anyhow::Context;
 use clickhouse::Client;
 
-use crate::topology::{SHARDING_KEY, Server, Topology, first_answering};
+use crate::topology::{LOCAL_SUFFIX, SHARDING_KEY, Server, Topology, first_answering};
 
 /// What the connected server supports, read from `SELECT version()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,14 +130,11 @@ struct Layout {
 }
 
 impl Layout {
-    fn of(topology: &Topology) -> Self {
+    fn new(cluster: Option<&str>) -> Self {
         Self {
-            on_cluster: topology
-                .cluster
-                .as_ref()
-                .map_or_else(String::new, |c| format!(" ON CLUSTER {c}")),
-            cluster: topology.cluster.clone(),
-            local: topology.local(),
+            on_cluster: cluster.map_or_else(String::new, |c| format!(" ON CLUSTER {c}")),
+            cluster: cluster.map(str::to_owned),
+            local: if cluster.is_some() { LOCAL_SUFFIX } else { "" },
         }
     }
 
@@ -362,6 +359,9 @@ WHERE (experiment_id, version) IN (
     Migration {
         version: 6,
         description: "experiment_results views",
+        // The joined subqueries are named: servers from 20.x refuse them otherwise
+        // (joined_subquery_requires_alias), so this migration could not apply there as
+        // first released, and servers that applied it (18.x, 19.x) never run it again.
         steps: &[
             // Exposed sessions per variant, each session once: its variant, or
             // `__multiple__` if it saw several; test sessions left out.
@@ -393,11 +393,11 @@ FROM (
     )
     WHERE n_variants > 0 AND any_test = 0
     GROUP BY public_key, experiment_id, variant_id
-)
+) AS counts
 ANY LEFT JOIN (
     SELECT experiment_id, variant_id, is_control, weight, toUInt8(1) AS defined
     FROM {db}.experiment_variants_current
-) USING (experiment_id, variant_id)",
+) AS definitions USING (experiment_id, variant_id)",
             ),
             // Each variant against the experiment's control (unpooled z-test), and the
             // sample-ratio check of the exposed sessions against the weights: chi-square,
@@ -445,19 +445,62 @@ FROM (
                 sumIf(exposed * exposed / weight, weight > 0) AS srm_sum
             FROM {db}.experiment_variant_counts
             GROUP BY public_key, experiment_id
-        ) USING (public_key, experiment_id)
-    )
+        ) AS per_experiment USING (public_key, experiment_id)
+    ) AS counts
     ANY LEFT JOIN (
         SELECT experiment_id, sum(weight) AS srm_w, count() AS srm_k
         FROM {db}.experiment_variants_current
         WHERE weight > 0
         GROUP BY experiment_id
-    ) USING (experiment_id)
+    ) AS weights USING (experiment_id)
 )",
             ),
         ],
     },
 ];
+
+/// What exists before the first migration: the database and the record of migrations.
+const BOOTSTRAP: &[Step] = &[
+    Step::Once("CREATE DATABASE IF NOT EXISTS {db}{on_cluster}"),
+    Step::Whole {
+        name: "schema_migrations",
+        engine: "MergeTree",
+        create: "CREATE TABLE IF NOT EXISTS {table} \
+                 (version UInt32, description String, applied_at DateTime) \
+                 ENGINE = {engine} ORDER BY version",
+    },
+];
+
+/// One statement of the schema as it runs against a given server.
+#[derive(Debug, serde::Serialize)]
+pub struct Statement {
+    /// `once`, `each_server` or `each_shard`.
+    pub runs: &'static str,
+    pub sql: String,
+    /// Settings sent with it.
+    pub settings: Vec<(&'static str, &'static str)>,
+}
+
+/// Every statement of the schema, bootstrap and migrations in order, as the consumer
+/// would send them to a server of version `caps`, on one server (`cluster` `None`) or
+/// across the named cluster: for checking them against servers that cannot run here.
+pub fn statements(caps: ServerCaps, cluster: Option<&str>, database: &str) -> Vec<Statement> {
+    let layout = Layout::new(cluster);
+    BOOTSTRAP
+        .iter()
+        .chain(MIGRATIONS.iter().flat_map(|m| m.steps))
+        .flat_map(|step| step.render(&layout))
+        .map(|(target, sql)| Statement {
+            runs: match target {
+                Target::Once => "once",
+                Target::EachServer => "each_server",
+                Target::EachShard => "each_shard",
+            },
+            sql: caps.render(&sql, database, &layout),
+            settings: caps.low_cardinality_setting().into_iter().collect(),
+        })
+        .collect()
+}
 
 /// Creates the database and applies the migrations not yet recorded on one server.
 /// Running it again, or from several consumers at once, changes nothing.
@@ -487,7 +530,7 @@ pub async fn migrate_topology(
     {
         anyhow::bail!("database name {database:?} must be letters, digits and _ only");
     }
-    let layout = Layout::of(topology);
+    let layout = Layout::new(topology.cluster.as_deref());
     // The database may not exist yet: talk to `default` until it does.
     let primary = first_answering(topology.servers()).await?;
     let server = primary.client.clone().with_database("default");
@@ -509,17 +552,7 @@ pub async fn migrate_topology(
         .await
         .context("cannot look for schema_migrations")?;
     if has_record == 0 {
-        let bootstrap = [
-            Step::Once("CREATE DATABASE IF NOT EXISTS {db}{on_cluster}"),
-            Step::Whole {
-                name: "schema_migrations",
-                engine: "MergeTree",
-                create: "CREATE TABLE IF NOT EXISTS {table} \
-                         (version UInt32, description String, applied_at DateTime) \
-                         ENGINE = {engine} ORDER BY version",
-            },
-        ];
-        for step in &bootstrap {
+        for step in BOOTSTRAP {
             for (_, sql) in step.render(&layout) {
                 run(&server, &caps.render(&sql, database, &layout))
                     .await
@@ -610,6 +643,82 @@ mod tests {
         let new = ServerCaps::parse("24.8.4.13").expect("parses");
         assert!(new.low_cardinality_setting().is_none());
         assert!(ServerCaps::parse("nope").is_err());
+    }
+
+    #[test]
+    fn the_topology_decides_engines_names_and_where_statements_run() {
+        let old = ServerCaps::parse("18.16.1").expect("parses");
+        let single = statements(old, None, "analytics");
+        let events = &single[2].sql;
+        assert!(
+            events.contains("CREATE TABLE IF NOT EXISTS analytics.events ("),
+            "{events}"
+        );
+        assert!(events.contains("ENGINE = ReplacingMergeTree()"), "{events}");
+        assert!(
+            single
+                .iter()
+                .all(|s| s.runs != "each_server" && !s.sql.contains("CLUSTER"))
+        );
+        assert!(
+            single.iter().all(|s| !s.settings.is_empty()),
+            "18.x gets its setting"
+        );
+
+        let cluster = statements(old, Some("analytics"), "analytics");
+        let sql: Vec<&str> = cluster.iter().map(|s| s.sql.as_str()).collect();
+        assert!(
+            sql[2].contains("analytics.events_local ON CLUSTER analytics (\n    event_id"),
+            "{}",
+            sql[2]
+        );
+        assert!(sql[2].contains(
+            "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/analytics/events', '{replica}')"
+        ));
+        assert!(
+            sql[3].contains(
+                "ENGINE = Distributed(analytics, analytics, events_local, sipHash64(session_id))"
+            ),
+            "{}",
+            sql[3]
+        );
+        assert!(sql.iter().any(|s| s.contains(
+            "ReplicatedReplacingMergeTree('/clickhouse/tables/all/analytics/experiment_variants', '{replica}')"
+        )));
+        // The Distributed table is altered on each server; the rest runs once, cluster-wide
+        // where it creates something, except the backfill, once per shard.
+        let each_server: Vec<&str> = cluster
+            .iter()
+            .filter(|s| s.runs == "each_server")
+            .map(|s| s.sql.as_str())
+            .collect();
+        assert_eq!(each_server.len(), 2);
+        assert!(
+            each_server
+                .iter()
+                .all(|s| s.starts_with("ALTER TABLE analytics.events ADD"))
+        );
+        let backfill: Vec<&Statement> = cluster.iter().filter(|s| s.runs == "each_shard").collect();
+        assert_eq!(backfill.len(), 1);
+        assert!(
+            backfill[0]
+                .sql
+                .starts_with("INSERT INTO analytics.experiment_sessions_local")
+        );
+        assert!(backfill[0].sql.contains("FROM analytics.events_local"));
+        assert!(
+            cluster
+                .iter()
+                .filter(|s| s.runs == "once" && s.sql.contains("CREATE"))
+                .all(|s| s.sql.contains(" ON CLUSTER analytics"))
+        );
+
+        let new = ServerCaps::parse("26.9.2.1").expect("parses");
+        assert!(
+            statements(new, Some("analytics"), "analytics")
+                .iter()
+                .all(|s| s.settings.is_empty())
+        );
     }
 
     #[test]

@@ -12,6 +12,9 @@ use siphasher::sip::SipHasher24;
 
 use crate::ClickHouseArgs;
 
+/// The suffix of a sharded table's per-replica part in a cluster (`events_local`).
+pub const LOCAL_SUFFIX: &str = "_local";
+
 /// The sharding key of the Distributed tables, in ClickHouse's words.
 pub const SHARDING_KEY: &str = "sipHash64(session_id)";
 
@@ -103,7 +106,11 @@ impl Topology {
     /// The name of a sharded table's per-replica part: `events_local` in a cluster (the
     /// Distributed table keeps the plain name), the table itself on one server.
     pub fn local(&self) -> &'static str {
-        if self.cluster.is_some() { "_local" } else { "" }
+        if self.cluster.is_some() {
+            LOCAL_SUFFIX
+        } else {
+            ""
+        }
     }
 
     /// Refuses a cluster whose servers are grouped unlike the `{shard}` macros say: rows

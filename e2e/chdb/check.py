@@ -1,0 +1,59 @@
+"""Runs the consumer's schema statements through chdb (ClickHouse 26.x in-process), so a
+statement a modern server refuses fails here. Input: a JSON file of
+{"layout": "single" | "cluster", "statements": [{"runs", "sql", "settings"}]}, argument 1,
+and the configuration file of chdb's server (macros, the `analytics` cluster, an in-memory
+Keeper), argument 2.
+
+Two things of a cluster cannot run in chdb, which has no server threads:
+- distributed DDL: a cluster-wide statement's whole text is parsed (EXPLAIN AST), then it
+  is run without `ON CLUSTER <name>`, which is what each server of the cluster runs;
+- replication: a Replicated table stays read-only. Once its CREATE has run (so its engine
+  definition is checked), it is made again with the same definition and the plain engine,
+  so that the statements after it (ALTERs, materialized views, inserts) are checked too.
+Prints one line per statement; exits 1 on the first refusal.
+"""
+
+import json
+import os
+import re
+import sys
+import tempfile
+
+from chdb import session
+
+ON_CLUSTER = re.compile(r" ON CLUSTER \w+")
+REPLICATED = re.compile(r"Replicated(\w*MergeTree)\('[^']*', '[^']*'\)")
+CREATED = re.compile(r"CREATE TABLE IF NOT EXISTS (\S+)")
+
+
+def main() -> int:
+    with open(sys.argv[1], encoding="utf-8") as f:
+        plan = json.load(f)
+    folder = tempfile.mkdtemp(prefix="chdb-schema-")
+    db = session.Session(f"{folder}?config-file={sys.argv[2]}")
+    # chdb turns a bare expression into a SELECT; a server does not.
+    db.query("SET implicit_select = 0")
+    for number, statement in enumerate(plan["statements"], 1):
+        sql = statement["sql"]
+        try:
+            for name, value in statement["settings"]:
+                db.query(f"SET {name} = {value}")
+            if ON_CLUSTER.search(sql):
+                db.query(f"EXPLAIN AST {sql}")
+                sql = ON_CLUSTER.sub("", sql)
+            db.query(sql)
+            if REPLICATED.search(sql):
+                db.query(f"DROP TABLE {CREATED.search(sql).group(1)}")
+                db.query(REPLICATED.sub(r"\1()", sql))
+        except Exception as error:  # chdb raises its own RuntimeError subclasses
+            print(f"REFUSED {plan['layout']} #{number}: {sql}\n{error}", flush=True)
+            return 1
+        print(f"ok {plan['layout']} #{number} ({statement['runs']}): {' '.join(sql.split())[:90]}")
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    # chdb's teardown can abort the process after a failed query; the verdict is made.
+    os._exit(code)

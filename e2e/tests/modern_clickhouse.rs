@@ -1,0 +1,60 @@
+//! Every statement of the schema, in its single-server and cluster forms, as the consumer
+//! would send it to a modern server, run through chdb: ClickHouse 26.x in-process (PyPI
+//! `chdb-core`, which `scripts/test` installs), since no modern server runs here. A
+//! statement that modern ClickHouse refuses fails this test.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use consumer::schema::ServerCaps;
+
+fn python() -> PathBuf {
+    std::env::var_os("TEST_CHDB_PYTHON").map_or_else(
+        || {
+            let home = std::env::var_os("HOME").expect("HOME");
+            PathBuf::from(home).join(".local/share/chdb-core-26.9.0/bin/python")
+        },
+        PathBuf::from,
+    )
+}
+
+fn run(command: &mut Command) -> String {
+    let output = command.output().expect("python runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{command:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn every_schema_statement_runs_on_modern_clickhouse() {
+    let version = run(Command::new(python()).args([
+        "-c",
+        "import chdb; print(str(chdb.query('SELECT version()', 'TSVRaw')).strip())",
+    ]));
+    // The version the consumer's decision point sees on such a server.
+    let caps = ServerCaps::parse(version.trim()).expect("a version");
+    assert!(caps.major >= 26, "chdb runs ClickHouse {version}");
+    let folder = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("chdb");
+    let dir = tempfile::tempdir().expect("temporary folder");
+    for (layout, cluster) in [("single", None), ("cluster", Some("analytics"))] {
+        let statements = consumer::schema::statements(caps, cluster, "analytics");
+        // 26.x refuses the 18.x LowCardinality switch in every placement.
+        assert!(
+            statements.iter().all(|s| s.settings.is_empty()),
+            "{layout}: a setting for old servers is sent to {version}"
+        );
+        let plan = dir.path().join(format!("{layout}.json"));
+        let document = serde_json::json!({ "layout": layout, "statements": statements });
+        std::fs::write(&plan, document.to_string()).expect("plan written");
+        let out = run(Command::new(python())
+            .arg(folder.join("check.py"))
+            .arg(&plan)
+            .arg(folder.join("config.xml")));
+        let ran = out.lines().filter(|l| l.starts_with("ok ")).count();
+        assert_eq!(ran, statements.len(), "{layout}:\n{out}");
+    }
+}
