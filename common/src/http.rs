@@ -1,5 +1,5 @@
-//! HTTP pieces every service uses: the one JSON error shape, the operational routes
-//! (`/healthz`, `/readyz`, `/metrics`) and the shutdown signal.
+//! HTTP pieces every service uses: the operational routes (`/healthz`, `/readyz`,
+//! `/metrics`) and the shutdown signal.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use axum::Json;
 use axum::Router;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::get;
 use serde_json::json;
 
@@ -46,59 +46,6 @@ impl RequestCounter {
                 "status" => status.as_str().to_owned())
             .increment(1),
         }
-    }
-}
-
-/// An error answer: `{"error": {"code": "snake_case_code", "message": "A sentence."}}`.
-#[derive(Debug, Clone)]
-pub struct ApiError {
-    pub status: StatusCode,
-    pub code: &'static str,
-    pub message: String,
-    /// Seconds, sent as `Retry-After`.
-    pub retry_after: Option<u32>,
-}
-
-impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            code,
-            message: message.into(),
-            retry_after: None,
-        }
-    }
-
-    pub fn body(&self) -> serde_json::Value {
-        json!({ "error": { "code": self.code, "message": self.message } })
-    }
-
-    pub fn method_not_allowed() -> Self {
-        Self::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            "This method is not allowed on this path.",
-        )
-    }
-
-    pub fn not_found() -> Self {
-        Self::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "There is nothing at this path.",
-        )
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut response = (self.status, Json(self.body())).into_response();
-        if let Some(secs) = self.retry_after {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        response
     }
 }
 
@@ -273,7 +220,10 @@ impl<T: KeyOrigins> CorsConfig<T> {
     /// The `Access-Control-Allow-Origin` value for this request, if any.
     fn allow_origin(&self, headers: &axum::http::HeaderMap) -> Option<HeaderValue> {
         let origin = headers.get(header::ORIGIN)?;
-        let Some(key) = headers.get("x-public-key").and_then(|k| k.to_str().ok()) else {
+        let Some(key) = headers
+            .get(crate::key::PUBLIC_KEY_HEADER)
+            .and_then(|k| k.to_str().ok())
+        else {
             return Some(origin.clone());
         };
         let text = origin.to_str().ok()?;
@@ -431,6 +381,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::response::IntoResponse;
     use tower::{Layer, ServiceExt};
 
     #[test]
@@ -461,10 +412,7 @@ mod tests {
         let layer = cors_layer(
             Arc::new(arc_swap::ArcSwap::from_pointee(snapshot)),
             &[axum::http::Method::GET, axum::http::Method::HEAD],
-            &[
-                header::ACCEPT,
-                axum::http::HeaderName::from_static("x-public-key"),
-            ],
+            &[header::ACCEPT, crate::key::PUBLIC_KEY_HEADER],
         );
         let inner = tower::service_fn(|_: axum::http::Request<axum::body::Body>| async {
             Ok::<_, std::convert::Infallible>(StatusCode::IM_A_TEAPOT.into_response())

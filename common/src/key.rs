@@ -2,6 +2,11 @@
 
 use std::fmt;
 
+use axum::http::HeaderName;
+
+/// The header that carries the public key (`X-public-key`).
+pub const PUBLIC_KEY_HEADER: HeaderName = HeaderName::from_static("x-public-key");
+
 /// Longest accepted public key, prefix included.
 pub const MAX_KEY_LEN: usize = 128;
 

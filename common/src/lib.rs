@@ -3,6 +3,7 @@
 //! error shape, Kafka topic helpers and telemetry set-up.
 
 pub mod backoff;
+pub mod error;
 pub mod event;
 pub mod http;
 pub mod kafka;

@@ -8,7 +8,8 @@ use anyhow::Context;
 use arc_swap::ArcSwap;
 use axum::Router;
 use axum::http::{HeaderName, HeaderValue, Method, header};
-use common::http::{ApiError, Readiness};
+use common::error::RouteError;
+use common::http::Readiness;
 use common::reload::load_and_watch;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -62,7 +63,7 @@ impl Application {
             &[Method::GET, Method::HEAD],
             &[
                 header::ACCEPT,
-                HeaderName::from_static("x-public-key"),
+                common::key::PUBLIC_KEY_HEADER,
                 HeaderName::from_static("x-experiment-ids"),
                 HeaderName::from_static("x-service-test"),
             ],
@@ -73,7 +74,7 @@ impl Application {
             .layer(common::http::allow_layer(routes::ALLOW))
             .with_state(state)
             .merge(common::http::ops_router(readiness.clone()))
-            .fallback(|| async { ApiError::not_found() });
+            .fallback(|| async { RouteError::NotFound });
         Ok(Self {
             listener,
             router,

@@ -5,11 +5,12 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use common::http::ApiError;
-use common::key::PublicKey;
+use common::error::RouteError;
+use common::key::{PUBLIC_KEY_HEADER, PublicKey};
 use time::OffsetDateTime;
 
 use crate::app::AppState;
+use crate::error::ConfigApiError;
 use crate::prepared::Selection;
 
 pub(crate) const EXPERIMENTS_PATH: &str = "/api/v1/experiments";
@@ -19,12 +20,8 @@ const VARY: &str = "X-public-key, X-experiment-ids, X-service-test";
 pub(crate) fn experiments_router() -> Router<AppState> {
     Router::new().route(
         EXPERIMENTS_PATH,
-        get(experiments).fallback(|| async { ApiError::method_not_allowed() }),
+        get(experiments).fallback(|| async { RouteError::MethodNotAllowed }),
     )
-}
-
-fn unauthorized(code: &'static str, message: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::UNAUTHORIZED, code, message)
 }
 
 /// Takes the whole request: the `HeaderMap` extractor would clone every header.
@@ -32,7 +29,7 @@ async fn experiments(State(state): State<AppState>, request: Request) -> Respons
     let response = match answer(&state, request.headers()) {
         Ok(response) => response,
         Err(e) => {
-            if e.code == "unknown_public_key" {
+            if matches!(e, ConfigApiError::UnknownPublicKey) {
                 metrics::counter!("config_api_unknown_key_requests_total").increment(1);
             }
             e.into_response()
@@ -42,29 +39,18 @@ async fn experiments(State(state): State<AppState>, request: Request) -> Respons
     response
 }
 
-fn answer(state: &AppState, headers: &HeaderMap) -> Result<Response, ApiError> {
-    let Some(raw_key) = headers.get("x-public-key") else {
-        return Err(unauthorized(
-            "missing_public_key",
-            "Send the public key in the X-public-key header.",
-        ));
+fn answer(state: &AppState, headers: &HeaderMap) -> Result<Response, ConfigApiError> {
+    let Some(raw_key) = headers.get(PUBLIC_KEY_HEADER) else {
+        return Err(ConfigApiError::MissingPublicKey);
     };
     let key = raw_key
         .to_str()
         .map_err(|_| "not text".to_owned())
         .and_then(PublicKey::parse)
-        .map_err(|e| {
-            unauthorized(
-                "invalid_public_key",
-                format!("The public key is malformed: {e}."),
-            )
-        })?;
+        .map_err(ConfigApiError::InvalidPublicKey)?;
     let prepared = state.prepared.load();
     let Some(entry) = common::http::KeyOrigins::snapshot(&**prepared).key(key.as_str()) else {
-        return Err(unauthorized(
-            "unknown_public_key",
-            "This public key is not known.",
-        ));
+        return Err(ConfigApiError::UnknownPublicKey);
     };
     let test_mode = headers
         .get("x-service-test")

@@ -9,8 +9,9 @@ use std::time::Duration;
 use anyhow::Context;
 use arc_swap::ArcSwap;
 use axum::Router;
-use axum::http::{HeaderName, Method, header};
-use common::http::{ApiError, Dependency, Readiness};
+use axum::http::{Method, header};
+use common::error::RouteError;
+use common::http::{Dependency, Readiness};
 use common::reload::load_and_watch;
 use common::snapshot::Snapshot;
 use rdkafka::ClientConfig;
@@ -181,7 +182,7 @@ fn router(state: AppState, readiness: Readiness) -> Router {
         &[
             header::CONTENT_TYPE,
             header::ACCEPT,
-            HeaderName::from_static("x-public-key"),
+            common::key::PUBLIC_KEY_HEADER,
         ],
     );
     Router::new()
@@ -190,7 +191,7 @@ fn router(state: AppState, readiness: Readiness) -> Router {
         .layer(common::http::allow_layer(routes::ALLOW))
         .with_state(state)
         .merge(common::http::ops_router(readiness))
-        .fallback(|| async { ApiError::not_found() })
+        .fallback(|| async { RouteError::NotFound })
 }
 
 /// The producer settings of the ingest: every event acknowledged by all in-sync replicas

@@ -3,6 +3,7 @@
 
 mod app;
 mod config;
+pub mod error;
 mod limits;
 mod routes;
 

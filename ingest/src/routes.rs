@@ -12,15 +12,16 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use common::error::RouteError;
 use common::event::{Envelope, EventMessage};
-use common::http::ApiError;
-use common::key::PublicKey;
+use common::key::{PUBLIC_KEY_HEADER, PublicKey};
 use common::producer::{Enqueued, Outgoing};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::app::AppState;
+use crate::error::IngestError;
 
 pub(crate) const ANALYTICS_PATH: &str = "/api/v1/analytics";
 pub(crate) const ALLOW: &str = "POST, OPTIONS";
@@ -31,37 +32,10 @@ pub(crate) fn analytics_router() -> Router<AppState> {
         post(analytics).fallback(|| async {
             (
                 [(header::ALLOW, "POST, OPTIONS")],
-                ApiError::method_not_allowed(),
+                RouteError::MethodNotAllowed,
             )
         }),
     )
-}
-
-fn bad_request(code: &'static str, message: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, code, message)
-}
-
-fn unauthorized(code: &'static str, message: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::UNAUTHORIZED, code, message)
-}
-
-fn too_large(limit: usize) -> ApiError {
-    ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "payload_too_large",
-        format!("The request body is larger than {limit} bytes."),
-    )
-}
-
-fn unavailable(message: impl Into<String>) -> ApiError {
-    ApiError {
-        retry_after: Some(5),
-        ..ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "kafka_unavailable",
-            message,
-        )
-    }
 }
 
 /// Takes the whole request: the `HeaderMap` extractor would clone every header.
@@ -76,38 +50,29 @@ async fn analytics(State(state): State<AppState>, request: Request) -> Response 
     response
 }
 
-async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+async fn handle(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, IngestError> {
     check_content_type(headers)?;
     let bytes = tokio::time::timeout(
         state.body_read_timeout,
         read_body(headers, body, state.max_body_bytes),
     )
     .await
-    .map_err(|_| {
-        ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "request_timeout",
-            "The request body did not arrive in time.",
-        )
-    })??;
+    .map_err(|_| IngestError::RequestTimeout)??;
     let parsed = Parsed::from_bytes(&bytes)?;
 
     let key = public_key(headers, parsed.pkey?)?;
     let snapshot = state.snapshot.load();
     let Some(entry) = snapshot.key(key.as_str()) else {
-        return Err(unauthorized(
-            "unknown_public_key",
-            "This public key is not known.",
-        ));
+        return Err(IngestError::UnknownPublicKey);
     };
     if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok())
         && !entry.allows_origin(origin)
     {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "origin_not_allowed",
-            "This public key does not accept events from this origin.",
-        ));
+        return Err(IngestError::OriginNotAllowed);
     }
     let events = parsed.events?;
 
@@ -135,12 +100,7 @@ async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Res
         }
     }
     if accepted.is_empty() {
-        let body = json!({
-            "accepted": 0,
-            "rejected": rejected,
-            "error": { "code": "no_valid_events", "message": "No event of the batch is valid." },
-        });
-        return Ok((StatusCode::BAD_REQUEST, Json(body)).into_response());
+        return Err(IngestError::NoValidEvents { rejected });
     }
 
     let rate = entry
@@ -152,17 +112,9 @@ async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Res
     {
         metrics::counter!("ingest_rate_limited_requests_total").increment(1);
         metrics::counter!("ingest_rate_limited_events_total").increment(accepted.len() as u64);
-        let seconds = wait.as_secs_f64().ceil().max(1.0) as u32;
-        return Err(ApiError {
-            retry_after: Some(seconds),
-            ..ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limited",
-                format!(
-                    "This key sends more than {} events per second; retry in {seconds} s.",
-                    rate.unwrap_or_default()
-                ),
-            )
+        return Err(IngestError::RateLimited {
+            rate: rate.unwrap_or_default(),
+            retry_after: wait.as_secs_f64().ceil().max(1.0) as u32,
         });
     }
     publish(state, &accepted).await?;
@@ -175,9 +127,9 @@ async fn handle(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Res
 /// client's clock when it sent them (`sentAt`). The problems are kept apart so that they
 /// are reported in order: the key first.
 struct Parsed<'a> {
-    pkey: Result<Option<Cow<'a, str>>, ApiError>,
-    events: Result<Vec<Cow<'a, RawValue>>, ApiError>,
-    sent_at: Result<Option<f64>, ApiError>,
+    pkey: Result<Option<Cow<'a, str>>, IngestError>,
+    events: Result<Vec<Cow<'a, RawValue>>, IngestError>,
+    sent_at: Result<Option<f64>, IngestError>,
 }
 
 /// The usual body, read without building a tree of the whole document.
@@ -192,7 +144,7 @@ struct Usual<'a> {
 }
 
 impl<'a> Parsed<'a> {
-    fn from_bytes(bytes: &'a [u8]) -> Result<Self, ApiError> {
+    fn from_bytes(bytes: &'a [u8]) -> Result<Self, IngestError> {
         // serde would also fill a struct from an array, by position: objects only.
         let object = bytes.trim_ascii_start().first() == Some(&b'{');
         if object
@@ -209,25 +161,16 @@ impl<'a> Parsed<'a> {
     }
 
     /// Any other body, with the answer that names what is wrong.
-    fn from_value(bytes: &[u8]) -> Result<Self, ApiError> {
-        let document: Value = serde_json::from_slice(bytes).map_err(|e| {
-            bad_request(
-                "malformed_json",
-                format!("The body is not valid JSON: {e}."),
-            )
-        })?;
+    fn from_value(bytes: &[u8]) -> Result<Self, IngestError> {
+        let document: Value = serde_json::from_slice(bytes).map_err(IngestError::MalformedJson)?;
         let Value::Object(mut document) = document else {
-            return Err(bad_request(
-                "invalid_body",
-                "The body must be a JSON object.",
-            ));
+            return Err(IngestError::InvalidBody("The body must be a JSON object."));
         };
         let pkey = match document.remove("pkey") {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(Cow::Owned(s))),
-            Some(_) => Err(unauthorized(
-                "invalid_public_key",
-                "The field pkey must be a string.",
+            Some(_) => Err(IngestError::InvalidPublicKey(
+                "The field pkey must be a string.".into(),
             )),
         };
         let events = match document.remove("events") {
@@ -235,21 +178,17 @@ impl<'a> Parsed<'a> {
                 .iter()
                 .map(|e| serde_json::value::to_raw_value(e).map(Cow::Owned))
                 .collect::<Result<_, _>>()
-                .map_err(|e| {
-                    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
-                }),
-            Some(Value::Array(_)) => Err(bad_request("invalid_body", "The events array is empty.")),
-            Some(_) => Err(bad_request(
-                "invalid_body",
+                .map_err(|e| IngestError::Internal(e.to_string())),
+            Some(Value::Array(_)) => Err(IngestError::InvalidBody("The events array is empty.")),
+            Some(_) => Err(IngestError::InvalidBody(
                 "The field events must be an array.",
             )),
-            None => Err(bad_request("invalid_body", "The field events is required.")),
+            None => Err(IngestError::InvalidBody("The field events is required.")),
         };
         let sent_at = match document.remove("sentAt") {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Number(n)) if n.as_f64().is_some_and(f64::is_finite) => Ok(n.as_f64()),
-            Some(_) => Err(bad_request(
-                "invalid_body",
+            Some(_) => Err(IngestError::InvalidBody(
                 "The field sentAt must be a number: the client's clock in milliseconds since the Unix epoch.",
             )),
         };
@@ -262,7 +201,7 @@ impl<'a> Parsed<'a> {
 }
 
 /// `application/json`, `text/plain` (what `sendBeacon` sends for a string) or none.
-fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+fn check_content_type(headers: &HeaderMap) -> Result<(), IngestError> {
     let Some(value) = headers.get(header::CONTENT_TYPE) else {
         return Ok(());
     };
@@ -277,23 +216,19 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     if matches!(essence.as_str(), "application/json" | "text/plain") {
         Ok(())
     } else {
-        Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            "Send the body as application/json or text/plain.",
-        ))
+        Err(IngestError::UnsupportedMediaType)
     }
 }
 
 /// Reads at most `limit` bytes off the wire, and at most `limit` after gzip decoding.
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<u8>, IngestError> {
     let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
         let over_limit = std::error::Error::source(&e)
             .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
         if over_limit {
-            too_large(limit)
+            IngestError::PayloadTooLarge(limit)
         } else {
-            bad_request("unreadable_body", "The request body could not be read.")
+            IngestError::UnreadableBody
         }
     })?;
     let encoding = headers
@@ -306,67 +241,47 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<
             flate2::read::GzDecoder::new(&bytes[..])
                 .take(limit as u64 + 1)
                 .read_to_end(&mut decoded)
-                .map_err(|_| {
-                    bad_request("malformed_gzip", "The gzip body could not be decoded.")
-                })?;
+                .map_err(|_| IngestError::MalformedGzip)?;
             if decoded.len() > limit {
-                return Err(too_large(limit));
+                return Err(IngestError::PayloadTooLarge(limit));
             }
             Ok(decoded)
         }
-        Some(_) => Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_content_encoding",
-            "Only gzip content encoding is accepted.",
-        )),
+        Some(_) => Err(IngestError::UnsupportedContentEncoding),
     }
 }
 
 /// The key from `X-public-key` or the body's `pkey`; both present must agree.
-fn public_key(headers: &HeaderMap, pkey: Option<Cow<'_, str>>) -> Result<PublicKey, ApiError> {
-    let header = match headers.get("x-public-key") {
+fn public_key(headers: &HeaderMap, pkey: Option<Cow<'_, str>>) -> Result<PublicKey, IngestError> {
+    let header = match headers.get(PUBLIC_KEY_HEADER) {
         None => None,
         Some(v) => Some(v.to_str().map_err(|_| {
-            unauthorized(
-                "invalid_public_key",
-                "The X-public-key header is not a valid key.",
-            )
+            IngestError::InvalidPublicKey("The X-public-key header is not a valid key.".into())
         })?),
     };
     let body = pkey.as_deref();
     let raw = match (header, body) {
         (Some(h), Some(b)) if h != b => {
-            return Err(bad_request(
-                "conflicting_public_keys",
-                "The X-public-key header and the pkey field name different keys.",
-            ));
+            return Err(IngestError::ConflictingPublicKeys);
         }
         (Some(k), _) | (None, Some(k)) => k,
         (None, None) => {
-            return Err(unauthorized(
-                "missing_public_key",
-                "Send the public key in the X-public-key header or the pkey field.",
-            ));
+            return Err(IngestError::MissingPublicKey);
         }
     };
-    PublicKey::parse(raw).map_err(|e| {
-        unauthorized(
-            "invalid_public_key",
-            format!("The public key is malformed: {e}."),
-        )
-    })
+    PublicKey::parse(raw)
+        .map_err(|e| IngestError::InvalidPublicKey(format!("The public key is malformed: {e}.")))
 }
 
 /// Enqueues the batch whole (or nothing of it), then waits for all acknowledgements
 /// within the delivery timeout. Any failure answers 503: the client retries, and
 /// `event_id` lets analysts count a retried event once.
-async fn publish(state: &AppState, messages: &[EventMessage]) -> Result<(), ApiError> {
+async fn publish(state: &AppState, messages: &[EventMessage]) -> Result<(), IngestError> {
     let started = Instant::now();
     let mut payloads = Vec::with_capacity(messages.len());
     for message in messages {
-        payloads.push(serde_json::to_vec(message).map_err(|e| {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
-        })?);
+        payloads
+            .push(serde_json::to_vec(message).map_err(|e| IngestError::Internal(e.to_string()))?);
     }
     let outgoing = messages
         .iter()
@@ -387,7 +302,7 @@ async fn publish(state: &AppState, messages: &[EventMessage]) -> Result<(), ApiE
         .map_err(|e| {
             tracing::warn!(error = %e, "Events not enqueued.");
             metrics::counter!("ingest_delivery_errors_total", "reason" => "enqueue").increment(1);
-            unavailable("The event queue is full; retry later.")
+            IngestError::KafkaUnavailable("The event queue is full; retry later.")
         })?;
     // librdkafka times messages out after message.timeout.ms; this bound is a backstop.
     let all = futures::future::join_all(deliveries);
@@ -395,7 +310,9 @@ async fn publish(state: &AppState, messages: &[EventMessage]) -> Result<(), ApiE
         .await
         .map_err(|_| {
             metrics::counter!("ingest_delivery_errors_total", "reason" => "timeout").increment(1);
-            unavailable("Kafka did not acknowledge the events in time; retry later.")
+            IngestError::KafkaUnavailable(
+                "Kafka did not acknowledge the events in time; retry later.",
+            )
         })?;
     metrics::histogram!("ingest_delivery_seconds").record(started.elapsed().as_secs_f64());
     for result in results {
@@ -406,9 +323,15 @@ async fn publish(state: &AppState, messages: &[EventMessage]) -> Result<(), ApiE
                 state.producer.replace_if_broken(Some(&e));
                 metrics::counter!("ingest_delivery_errors_total", "reason" => "delivery")
                     .increment(1);
-                return Err(unavailable("Kafka did not take the events; retry later."));
+                return Err(IngestError::KafkaUnavailable(
+                    "Kafka did not take the events; retry later.",
+                ));
             }
-            Err(_) => return Err(unavailable("The producer is shutting down; retry later.")),
+            Err(_) => {
+                return Err(IngestError::KafkaUnavailable(
+                    "The producer is shutting down; retry later.",
+                ));
+            }
         }
     }
     Ok(())

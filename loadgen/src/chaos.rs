@@ -170,7 +170,7 @@ async fn client(
                 http.post(&url)
                     .header("content-type", "application/json")
                     .header("accept", "application/json")
-                    .header("x-public-key", &batch.key)
+                    .header(common::key::PUBLIC_KEY_HEADER, &batch.key)
             };
             let (answer, retry_after) = match request.body(body.clone()).send().await {
                 Ok(response) => {

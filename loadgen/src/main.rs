@@ -391,7 +391,7 @@ impl Workload for Browser {
             builder
                 .header(header::CONTENT_TYPE, "application/json")
                 .header(header::ACCEPT, "application/json")
-                .header("x-public-key", &batch.key)
+                .header(common::key::PUBLIC_KEY_HEADER, &batch.key)
         };
         builder
             .body(Full::new(Bytes::from(batch.body())))
