@@ -181,16 +181,14 @@ impl Application {
             }
         };
 
-        if let Err(e) = common::kafka::ensure_topics(
-            &config.kafka_brokers,
-            &[&config.topic, &config.dlq_topic],
-            config.topic_partitions,
-        )
-        .await
+        if let Err(e) = config
+            .kafka
+            .ensure_topics(&[&config.kafka.topic, &config.dlq_topic])
+            .await
         {
             tracing::warn!(error = %format!("{e:#}"), "Topics not ensured.");
         }
-        let mut kafka = common::kafka::client_config(&config.kafka_brokers);
+        let mut kafka = config.kafka.client_config();
         kafka
             .set("fetch.wait.max.ms", FETCH_WAIT_MAX_MS)
             .set("statistics.interval.ms", "5000")
@@ -202,7 +200,7 @@ impl Application {
                 "max.poll.interval.ms",
                 config.kafka_max_poll_interval_ms.to_string(),
             );
-        common::kafka::apply_properties(&mut kafka);
+        config.kafka.apply_properties(&mut kafka);
         // What the commit-after-insert design needs, over any KAFKA_PROPERTIES.
         kafka
             .set("group.id", &config.group_id)
@@ -213,8 +211,8 @@ impl Application {
             .create_with_context(LagContext)
             .context("cannot create Kafka consumer")?;
         consumer
-            .subscribe(&[&config.topic])
-            .with_context(|| format!("cannot subscribe to {}", config.topic))?;
+            .subscribe(&[&config.kafka.topic])
+            .with_context(|| format!("cannot subscribe to {}", config.kafka.topic))?;
         // The probe is never polled for messages: it must not produce statistics.
         let probe = GroupProbe::new(
             kafka
@@ -223,16 +221,16 @@ impl Application {
                 .create()
                 .context("cannot create Kafka group probe")?,
             &config.group_id,
-            &config.topic,
+            &config.kafka.topic,
         );
-        let mut dlq = common::kafka::client_config(&config.kafka_brokers);
+        let mut dlq = config.kafka.client_config();
         dlq.set("acks", "all")
             .set("enable.idempotence", "true")
             .set(
                 "message.timeout.ms",
                 DEAD_LETTER_TIMEOUT.as_millis().to_string(),
             );
-        common::kafka::apply_properties(&mut dlq);
+        config.kafka.apply_properties(&mut dlq);
         let dlq = BatchProducer::new(dlq, "consumer_dlq_producer_replacements_total")
             .context("cannot create dead-letter producer")?;
         let listener = TcpListener::bind(config.listen)
@@ -432,8 +430,8 @@ impl Worker {
         // before the new member joins, so that the group sees one member at a time.
         let _ = tokio::task::spawn_blocking(move || drop(old)).await;
         self.consumer
-            .subscribe(&[&self.config.topic])
-            .with_context(|| format!("cannot subscribe to {}", self.config.topic))
+            .subscribe(&[&self.config.kafka.topic])
+            .with_context(|| format!("cannot subscribe to {}", self.config.kafka.topic))
     }
 
     /// Dead letters, then rows, then the commit. Returns `false` if shutdown came first.

@@ -13,21 +13,12 @@ pub struct Config {
     #[command(flatten)]
     pub http: common::serve::ServeArgs,
 
-    /// Kafka bootstrap servers, comma-separated.
-    #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
-    pub kafka_brokers: String,
-
-    /// Topic the events are read from.
-    #[arg(long, env = "KAFKA_TOPIC", default_value = common::kafka::EVENTS_TOPIC)]
-    pub topic: String,
+    #[command(flatten)]
+    pub kafka: common::kafka::KafkaArgs,
 
     /// Topic that receives the messages that cannot be stored (dead letters).
     #[arg(long, env = "KAFKA_DLQ_TOPIC", default_value = common::kafka::DEAD_LETTER_TOPIC)]
     pub dlq_topic: String,
-
-    /// Partitions of the topics when this service has to create them at start.
-    #[arg(long, env = "KAFKA_TOPIC_PARTITIONS", default_value_t = 3)]
-    pub topic_partitions: i32,
 
     /// Consumer group; consumers of one group share the topic's partitions.
     #[arg(long, env = "KAFKA_GROUP_ID", default_value = "analytics-consumer")]

@@ -14,19 +14,18 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 
 /// Re-publishes the dead letters of the analytics consumer to its events topic.
 #[derive(clap::Parser, Clone, Debug)]
-#[command(version, about)]
+#[command(
+    version,
+    about = "Re-publishes the dead letters of the analytics consumer to its events topic."
+)]
 pub struct ReplayConfig {
-    /// Kafka bootstrap servers, comma-separated.
-    #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
-    pub kafka_brokers: String,
+    // Its events topic (`--topic`) is where the dead letters are published again.
+    #[command(flatten)]
+    pub kafka: common::kafka::KafkaArgs,
 
     /// Topic the dead letters are read from.
     #[arg(long, env = "KAFKA_DLQ_TOPIC", default_value = common::kafka::DEAD_LETTER_TOPIC)]
     pub dlq_topic: String,
-
-    /// Topic they are published to again.
-    #[arg(long, env = "KAFKA_TOPIC", default_value = common::kafka::EVENTS_TOPIC)]
-    pub topic: String,
 
     /// Consumer group remembering what was replayed.
     #[arg(
@@ -48,13 +47,17 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 /// go round in circles.
 pub async fn replay(config: &ReplayConfig) -> anyhow::Result<u64> {
     let started = common::event::now_millis();
-    let consumer: StreamConsumer = common::kafka::client_config(&config.kafka_brokers)
+    let consumer: StreamConsumer = config
+        .kafka
+        .client_config()
         .set("group.id", &config.group_id)
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .create()
         .context("cannot create Kafka consumer")?;
-    let producer: FutureProducer = common::kafka::client_config(&config.kafka_brokers)
+    let producer: FutureProducer = config
+        .kafka
+        .client_config()
         .set("acks", "all")
         .set("enable.idempotence", "true")
         .create()
@@ -116,7 +119,7 @@ pub async fn replay(config: &ReplayConfig) -> anyhow::Result<u64> {
             continue;
         }
         let mut record =
-            FutureRecord::to(&config.topic).payload(message.payload().unwrap_or_default());
+            FutureRecord::to(&config.kafka.topic).payload(message.payload().unwrap_or_default());
         if let Some(key) = message.key() {
             record = record.key(key);
         }

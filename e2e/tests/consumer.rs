@@ -124,13 +124,15 @@ async fn poison_messages_are_set_aside_with_their_reason_and_can_be_replayed() {
 
     // The replay command publishes them again, once.
     let target = e2e::unique("replayed-");
-    common::kafka::ensure_topics(&brokers, &[&target], 1)
+    common::kafka::ensure_topics(common::kafka::client_config(&brokers), &[&target], 1)
         .await
         .expect("topic");
     let config = consumer::ReplayConfig {
-        kafka_brokers: brokers.clone(),
+        kafka: common::kafka::KafkaArgs {
+            topic: target.clone(),
+            ..common::kafka::KafkaArgs::for_brokers(&brokers)
+        },
         dlq_topic: names.dlq_topic.clone(),
-        topic: target.clone(),
         group_id: e2e::unique("replay-"),
     };
     assert_eq!(consumer::replay(&config).await.expect("replays"), 2);
@@ -272,9 +274,13 @@ async fn a_consumer_killed_mid_stream_loses_nothing_after_restart() {
             .expect("consumer starts")
     };
     // The backlog is written first, so that the kill falls in the middle of it.
-    common::kafka::ensure_topics(&e2e::kafka_brokers(), &[&names.topic, &names.dlq_topic], 3)
-        .await
-        .expect("topics");
+    common::kafka::ensure_topics(
+        common::kafka::client_config(&e2e::kafka_brokers()),
+        &[&names.topic, &names.dlq_topic],
+        3,
+    )
+    .await
+    .expect("topics");
     let all = events(2000, "kill");
     produce_events(&names.topic, &all).await;
 
@@ -355,9 +361,13 @@ async fn a_consumer_restarted_faster_than_its_session_timeout_recovers_by_itself
         let (brokers, topic) = (broker.brokers.clone(), names.topic.clone());
         async move { produce_events_to(&brokers, &topic, &events).await }
     };
-    common::kafka::ensure_topics(&broker.brokers, &[&names.topic, &names.dlq_topic], 3)
-        .await
-        .expect("topics");
+    common::kafka::ensure_topics(
+        common::kafka::client_config(&broker.brokers),
+        &[&names.topic, &names.dlq_topic],
+        3,
+    )
+    .await
+    .expect("topics");
     let ch = e2e::clickhouse(&names.database);
     let before = events(200, "before");
     let mut child = spawn();

@@ -46,7 +46,7 @@ fn settings_of(binary: &str) -> BTreeSet<String> {
         .get_arguments()
         .filter_map(|a| a.get_env())
         .map(|e| e.to_string_lossy().into_owned())
-        .chain(["RUST_LOG", "LOG_FORMAT", "KAFKA_DEBUG"].map(String::from))
+        .chain(["RUST_LOG", "LOG_FORMAT"].map(String::from))
         .collect()
 }
 

@@ -58,18 +58,12 @@ impl Application {
         )
         .await?;
 
-        if let Err(e) = common::kafka::ensure_topics(
-            &config.kafka_brokers,
-            &[&config.topic],
-            config.topic_partitions,
-        )
-        .await
-        {
+        if let Err(e) = config.kafka.ensure_topics(&[&config.kafka.topic]).await {
             tracing::warn!(error = %format!("{e:#}"), "Topics not ensured; publishing will tell.");
         }
         let delivery_timeout = Duration::from_millis(config.delivery_timeout_ms);
         let producer_config = producer_config(
-            &config.kafka_brokers,
+            &config.kafka,
             config.linger_ms,
             config.delivery_timeout_ms,
             config.producer_queue_messages,
@@ -85,7 +79,7 @@ impl Application {
         let state = AppState {
             producer,
             snapshot,
-            topic: config.topic.into(),
+            topic: config.kafka.topic.into(),
             delivery_timeout,
             max_body_bytes: config.max_body_bytes,
             body_read_timeout: Duration::from_millis(config.body_read_timeout_ms),
@@ -203,18 +197,18 @@ fn router(state: AppState, readiness: Readiness) -> Router {
 /// for room for all its events before enqueuing any). Public so that the benchmark's
 /// reference producer runs with the same settings.
 pub fn producer_config(
-    brokers: &str,
+    kafka: &common::kafka::KafkaArgs,
     linger_ms: u64,
     delivery_timeout_ms: u64,
     queue_messages: usize,
 ) -> ClientConfig {
-    let mut config = common::kafka::client_config(brokers);
+    let mut config = kafka.client_config();
     config
         .set("acks", "all")
         .set("queue.buffering.max.messages", queue_messages.to_string())
         .set("enable.idempotence", "false")
         .set("linger.ms", linger_ms.to_string())
         .set("message.timeout.ms", delivery_timeout_ms.to_string());
-    common::kafka::apply_properties(&mut config);
+    kafka.apply_properties(&mut config);
     config
 }

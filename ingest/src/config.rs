@@ -10,17 +10,8 @@ pub struct Config {
     #[arg(long, env = "INGEST_LISTEN", default_value = "127.0.0.1:8081")]
     pub listen: SocketAddr,
 
-    /// Kafka bootstrap servers, comma-separated.
-    #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
-    pub kafka_brokers: String,
-
-    /// Topic the events are published to.
-    #[arg(long, env = "KAFKA_TOPIC", default_value = common::kafka::EVENTS_TOPIC)]
-    pub topic: String,
-
-    /// Partitions of the topics when this service has to create them at start.
-    #[arg(long, env = "KAFKA_TOPIC_PARTITIONS", default_value_t = 3)]
-    pub topic_partitions: i32,
+    #[command(flatten)]
+    pub kafka: common::kafka::KafkaArgs,
 
     #[command(flatten)]
     pub snapshot: common::reload::SnapshotArgs,

@@ -452,7 +452,12 @@ async fn get(args: GetArgs) -> anyhow::Result<Figure> {
 
 async fn produce(args: ProduceArgs) -> anyhow::Result<Figure> {
     let target = args.kafka.clone();
-    common::kafka::ensure_topics(&target.brokers, &[&target.topic], args.partitions).await?;
+    common::kafka::ensure_topics(
+        common::kafka::client_config(&target.brokers),
+        &[&target.topic],
+        args.partitions,
+    )
+    .await?;
     let sites = Arc::new(Sites::from_file(&args.snapshot)?);
     let count = if args.top_up {
         let kafka = target.clone();
