@@ -9,7 +9,7 @@ use arc_swap::ArcSwap;
 use axum::Router;
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use common::error::RouteError;
-use common::http::Readiness;
+use common::ops::Readiness;
 use common::reload::load_and_watch;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -23,7 +23,7 @@ pub(crate) struct AppState {
     pub prepared: Arc<ArcSwap<Prepared>>,
     /// `Cache-Control` of answers outside test mode.
     pub cache_control: HeaderValue,
-    pub requests: common::http::RequestCounter,
+    pub requests: common::ops::RequestCounter,
 }
 
 pub struct Application {
@@ -52,13 +52,13 @@ impl Application {
                 config.cache_max_age
             ))
             .context("Cache-Control value")?,
-            requests: common::http::RequestCounter::new(
+            requests: common::ops::RequestCounter::new(
                 "config_api_requests_total",
                 routes::EXPERIMENTS_PATH,
             ),
         };
         let readiness = Readiness::default();
-        let cors = common::http::cors_layer(
+        let cors = common::cors::cors_layer(
             state.prepared.clone(),
             &[Method::GET, Method::HEAD],
             &[
@@ -71,9 +71,9 @@ impl Application {
         let router = Router::new()
             .merge(routes::experiments_router())
             .layer(cors)
-            .layer(common::http::allow_layer(routes::ALLOW))
+            .layer(common::cors::allow_layer(routes::ALLOW))
             .with_state(state)
-            .merge(common::http::ops_router(readiness.clone()))
+            .merge(common::ops::ops_router(readiness.clone()))
             .fallback(|| async { RouteError::NotFound });
         Ok(Self {
             listener,

@@ -11,5 +11,5 @@ async fn main() -> anyhow::Result<()> {
     let config = config_api::Config::parse();
     let app = config_api::Application::build(config).await?;
     tracing::info!(address = %app.local_addr(), "Config-api listening.");
-    app.run_until(common::http::shutdown_signal()).await
+    app.run_until(common::ops::shutdown_signal()).await
 }

@@ -2,7 +2,7 @@
 //! request only picks the experiments its key, filter and mode let through and joins
 //! their bytes.
 
-use common::http::KeyOrigins;
+use common::cors::HasSnapshot;
 use common::snapshot::{KeyEntry, Snapshot, Variant};
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -85,7 +85,7 @@ impl Prepared {
     }
 }
 
-impl KeyOrigins for Prepared {
+impl HasSnapshot for Prepared {
     fn snapshot(&self) -> &Snapshot {
         &self.snapshot
     }

@@ -49,7 +49,7 @@ fn answer(state: &AppState, headers: &HeaderMap) -> Result<Response, ConfigApiEr
         .and_then(PublicKey::parse)
         .map_err(ConfigApiError::InvalidPublicKey)?;
     let prepared = state.prepared.load();
-    let Some(entry) = common::http::KeyOrigins::snapshot(&**prepared).key(key.as_str()) else {
+    let Some(entry) = common::cors::HasSnapshot::snapshot(&**prepared).key(key.as_str()) else {
         return Err(ConfigApiError::UnknownPublicKey);
     };
     let test_mode = headers

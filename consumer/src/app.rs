@@ -13,7 +13,7 @@ use anyhow::Context;
 use arc_swap::ArcSwap;
 use axum::Router;
 use common::event::{EventMessage, MESSAGE_VERSION};
-use common::http::{Dependency, Readiness};
+use common::ops::{Dependency, Readiness};
 use common::producer::{BatchProducer, Enqueued, Outgoing};
 use common::reload::{Build, load_and_watch};
 use common::snapshot::Snapshot;
@@ -282,7 +282,7 @@ impl Application {
             shutdown.await;
             let _ = stop_tx.send(true);
         });
-        let ops: Router = common::http::ops_router(self.worker.readiness.clone());
+        let ops: Router = common::ops::ops_router(self.worker.readiness.clone());
         let mut http_stop = stop.clone();
         let limits = self.worker.config.http.clone();
         let http = tokio::spawn(async move {

@@ -11,5 +11,5 @@ async fn main() -> anyhow::Result<()> {
     let config = consumer::Config::parse();
     let app = consumer::Application::build(config).await?;
     tracing::info!(address = %app.local_addr(), "Consumer started.");
-    app.run_until(common::http::shutdown_signal()).await
+    app.run_until(common::ops::shutdown_signal()).await
 }

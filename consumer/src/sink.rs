@@ -122,14 +122,14 @@ pub(crate) struct Sink {
     pub preferred: Vec<AtomicUsize>,
     pub insert_timeout: Duration,
     /// Not ready while inserts fail: ClickHouse is the consumer's dependency.
-    pub clickhouse: common::http::Dependency,
+    pub clickhouse: common::ops::Dependency,
 }
 
 impl Sink {
     pub fn new(
         topology: Topology,
         insert_timeout: Duration,
-        clickhouse: common::http::Dependency,
+        clickhouse: common::ops::Dependency,
     ) -> Self {
         Self {
             preferred: topology

@@ -11,7 +11,7 @@ use arc_swap::ArcSwap;
 use axum::Router;
 use axum::http::{Method, header};
 use common::error::RouteError;
-use common::http::{Dependency, Readiness};
+use common::ops::{Dependency, Readiness};
 use common::reload::load_and_watch;
 use common::snapshot::Snapshot;
 use rdkafka::ClientConfig;
@@ -34,7 +34,7 @@ pub(crate) struct AppState {
     pub delivery_timeout: Duration,
     pub max_body_bytes: usize,
     pub body_read_timeout: Duration,
-    pub requests: common::http::RequestCounter,
+    pub requests: common::ops::RequestCounter,
     pub limiter: Arc<RateLimiter>,
     pub default_max_events_per_second: Option<f64>,
 }
@@ -85,7 +85,7 @@ impl Application {
             body_read_timeout: Duration::from_millis(config.body_read_timeout_ms),
             limiter: Arc::default(),
             default_max_events_per_second: config.default_max_events_per_second,
-            requests: common::http::RequestCounter::new(
+            requests: common::ops::RequestCounter::new(
                 "ingest_requests_total",
                 routes::ANALYTICS_PATH,
             ),
@@ -170,7 +170,7 @@ async fn watch_broker(producer: Arc<BatchProducer>, topic: Arc<str>, broker: Dep
 }
 
 fn router(state: AppState, readiness: Readiness) -> Router {
-    let cors = common::http::cors_layer(
+    let cors = common::cors::cors_layer(
         state.snapshot.clone(),
         &[Method::POST],
         &[
@@ -182,9 +182,9 @@ fn router(state: AppState, readiness: Readiness) -> Router {
     Router::new()
         .merge(routes::analytics_router())
         .layer(cors)
-        .layer(common::http::allow_layer(routes::ALLOW))
+        .layer(common::cors::allow_layer(routes::ALLOW))
         .with_state(state)
-        .merge(common::http::ops_router(readiness))
+        .merge(common::ops::ops_router(readiness))
         .fallback(|| async { RouteError::NotFound })
 }
 

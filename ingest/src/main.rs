@@ -11,5 +11,5 @@ async fn main() -> anyhow::Result<()> {
     let config = ingest::Config::parse();
     let app = ingest::Application::build(config).await?;
     tracing::info!(address = %app.local_addr(), "Ingest listening.");
-    app.run_until(common::http::shutdown_signal()).await
+    app.run_until(common::ops::shutdown_signal()).await
 }

@@ -1,0 +1,200 @@
+//! The operational side of every service: `/healthz` (the process answers), `/readyz`
+//! (serving and every dependency check passing, each check a handle of its own so that one
+//! passing never hides another failing), `/metrics`, the per-route request counter and the
+//! shutdown signal.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use axum::Json;
+use axum::Router;
+use axum::http::{StatusCode, header};
+use axum::routing::get;
+use serde_json::json;
+
+/// The `…_requests_total{route, status}` counter of a route. The statuses the services
+/// answer are registered once, at start (so they show at 0 before the first request);
+/// looking a counter up by its labels on every request cost the config-api 4% of its
+/// throughput (BENCHMARKS.md). Create it after the recorder is installed.
+#[derive(Clone)]
+pub struct RequestCounter {
+    name: &'static str,
+    route: &'static str,
+    known: Arc<[(u16, metrics::Counter)]>,
+}
+
+impl RequestCounter {
+    const STATUSES: [u16; 15] = [
+        200, 202, 204, 304, 400, 401, 403, 404, 405, 408, 413, 415, 429, 500, 503,
+    ];
+
+    pub fn new(name: &'static str, route: &'static str) -> Self {
+        let known = Self::STATUSES
+            .iter()
+            .map(|&code| {
+                let counter =
+                    metrics::counter!(name, "route" => route, "status" => code.to_string());
+                (code, counter)
+            })
+            .collect();
+        Self { name, route, known }
+    }
+
+    pub fn increment(&self, status: StatusCode) {
+        match self.known.iter().find(|(code, _)| *code == status.as_u16()) {
+            Some((_, counter)) => counter.increment(1),
+            None => metrics::counter!(self.name, "route" => self.route,
+                "status" => status.as_str().to_owned())
+            .increment(1),
+        }
+    }
+}
+
+/// Liveness is the process answering. Readiness is serving (cleared while draining at
+/// shutdown) and every dependency check passing: each check is a [`Dependency`] handle of
+/// its own, set by the part of the service that knows (ClickHouse inserts, the consumer
+/// group, the broker), so one check passing never hides another one failing.
+#[derive(Clone, Default)]
+pub struct Readiness(Arc<ReadinessState>);
+
+#[derive(Default)]
+struct ReadinessState {
+    serving: AtomicBool,
+    /// One bit per failing check.
+    failing: AtomicU32,
+    checks: AtomicU32,
+}
+
+/// One dependency check of a [`Readiness`]; passing until it says otherwise.
+#[derive(Clone)]
+pub struct Dependency {
+    state: Arc<ReadinessState>,
+    bit: u32,
+}
+
+impl Readiness {
+    pub fn set(&self, serving: bool) {
+        self.0.serving.store(serving, Ordering::SeqCst);
+    }
+
+    /// A new check that readiness also waits for. At most 32 per service.
+    pub fn dependency(&self) -> Dependency {
+        let index = self.0.checks.fetch_add(1, Ordering::SeqCst);
+        Dependency {
+            state: self.0.clone(),
+            bit: 1u32
+                .checked_shl(index)
+                .expect("at most 32 readiness checks"),
+        }
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.0.serving.load(Ordering::SeqCst) && self.0.failing.load(Ordering::SeqCst) == 0
+    }
+}
+
+impl Dependency {
+    pub fn set_ok(&self, ok: bool) {
+        if ok {
+            self.state.failing.fetch_and(!self.bit, Ordering::SeqCst);
+        } else {
+            self.state.failing.fetch_or(self.bit, Ordering::SeqCst);
+        }
+    }
+}
+
+/// `/healthz`, `/readyz` and `/metrics`, to merge into a service's router.
+pub fn ops_router<S: Clone + Send + Sync + 'static>(readiness: Readiness) -> Router<S> {
+    Router::new()
+        .route(
+            "/healthz",
+            get(|| async { Json(json!({ "status": "ok" })) }),
+        )
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = readiness.is_ready();
+                async move {
+                    if ready {
+                        (StatusCode::OK, Json(json!({ "status": "ready" })))
+                    } else {
+                        (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            Json(json!({ "status": "not_ready" })),
+                        )
+                    }
+                }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                    crate::telemetry::metrics_handle().render(),
+                )
+            }),
+        )
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "Cannot listen for SIGINT.");
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "Cannot listen for SIGTERM.");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("Shutdown signal received.");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_needs_serving_and_every_dependency() {
+        let readiness = Readiness::default();
+        let (a, b) = (readiness.dependency(), readiness.dependency());
+        assert!(!readiness.is_ready(), "not serving yet");
+        readiness.set(true);
+        assert!(readiness.is_ready());
+        a.set_ok(false);
+        b.set_ok(false);
+        b.set_ok(true);
+        assert!(!readiness.is_ready(), "one check passing hides no other");
+        a.set_ok(true);
+        assert!(readiness.is_ready());
+        readiness.set(false);
+        assert!(!readiness.is_ready());
+    }
+
+    #[test]
+    fn request_counter_counts_by_status_known_or_not() {
+        let handle = crate::telemetry::metrics_handle();
+        let counter = RequestCounter::new("test_requests_total", "/t");
+        for code in [200, 200, 418, 503] {
+            counter.increment(StatusCode::from_u16(code).expect("valid code"));
+        }
+        let text = handle.render();
+        for (status, n) in [("200", 2), ("418", 1), ("503", 1), ("404", 0)] {
+            let line = format!("test_requests_total{{route=\"/t\",status=\"{status}\"}} {n}");
+            assert!(text.contains(&line), "no {line} in\n{text}");
+        }
+    }
+}
