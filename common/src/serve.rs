@@ -32,6 +32,26 @@ pub struct ServeArgs {
     pub header_read_timeout_ms: u64,
 }
 
+/// Serves `router` on `listener`, ready (`/readyz` 200) until `shutdown`; then not ready
+/// for `drain` while still serving (so that load balancers stop sending), then
+/// [`serve`]'s graceful stop.
+pub async fn serve_ready(
+    listener: TcpListener,
+    router: Router,
+    limits: &ServeArgs,
+    readiness: &crate::ops::Readiness,
+    drain: Duration,
+    shutdown: impl Future<Output = ()>,
+) {
+    readiness.set(true);
+    serve(listener, router, limits, async {
+        shutdown.await;
+        readiness.set(false);
+        tokio::time::sleep(drain).await;
+    })
+    .await;
+}
+
 /// Serves `router` on `listener` until `shutdown` resolves, then lets the requests in
 /// flight finish.
 pub async fn serve(

@@ -95,12 +95,14 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        self.readiness.set(true);
-        let readiness = self.readiness.clone();
-        common::serve::serve(self.listener, self.router, &self.http, async move {
-            shutdown.await;
-            readiness.set(false);
-        })
+        common::serve::serve_ready(
+            self.listener,
+            self.router,
+            &self.http,
+            &self.readiness,
+            std::time::Duration::ZERO,
+            shutdown,
+        )
         .await;
         self.watcher.abort();
         tracing::info!("Config-api stopped cleanly.");

@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::time::Duration;
 
 use clap::Parser;
@@ -67,14 +68,23 @@ impl Running {
     }
 }
 
-fn shutdown_pair() -> (
-    oneshot::Sender<()>,
-    impl Future<Output = ()> + Send + 'static,
-) {
-    let (tx, rx) = oneshot::channel::<()>();
-    (tx, async move {
-        let _ = rx.await;
-    })
+/// A built service run until [`Running::stop`]; `run` is its `run_until`.
+fn running<F>(
+    addr: SocketAddr,
+    run: impl FnOnce(Pin<Box<dyn Future<Output = ()> + Send>>) -> F,
+) -> Running
+where
+    F: Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(run(Box::pin(async move {
+        let _ = stopped.await;
+    })));
+    Running {
+        addr,
+        stop: Some(stop),
+        task,
+    }
 }
 
 /// `base` flags (`--name=value`) with `extra` added; an extra flag replaces a base one of
@@ -106,14 +116,7 @@ pub async fn start_ingest(config: ingest::Config) -> Running {
     let app = ingest::Application::build(config)
         .await
         .expect("ingest builds");
-    let addr = app.local_addr();
-    let (stop, shutdown) = shutdown_pair();
-    let task = tokio::spawn(app.run_until(shutdown));
-    Running {
-        addr,
-        stop: Some(stop),
-        task,
-    }
+    running(app.local_addr(), |shutdown| app.run_until(shutdown))
 }
 
 pub async fn start_config_api(snapshot: &Path) -> Running {
@@ -131,14 +134,7 @@ pub async fn start_config_api_with(config: config_api::Config) -> Running {
     let app = config_api::Application::build(config)
         .await
         .expect("config-api builds");
-    let addr = app.local_addr();
-    let (stop, shutdown) = shutdown_pair();
-    let task = tokio::spawn(app.run_until(shutdown));
-    Running {
-        addr,
-        stop: Some(stop),
-        task,
-    }
+    running(app.local_addr(), |shutdown| app.run_until(shutdown))
 }
 
 /// Names one consumer's topic, dead-letter topic, group and database.
@@ -181,14 +177,7 @@ pub async fn start_consumer(config: consumer::Config) -> Running {
     let app = consumer::Application::build(config)
         .await
         .expect("consumer builds");
-    let addr = app.local_addr();
-    let (stop, shutdown) = shutdown_pair();
-    let task = tokio::spawn(app.run_until(shutdown));
-    Running {
-        addr,
-        stop: Some(stop),
-        task,
-    }
+    running(app.local_addr(), |shutdown| app.run_until(shutdown))
 }
 
 pub fn clickhouse(database: &str) -> clickhouse::Client {

@@ -121,14 +121,14 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        self.readiness.set(true);
-        let readiness = self.readiness.clone();
-        let drain = self.drain;
-        common::serve::serve(self.listener, self.router, &self.http, async move {
-            shutdown.await;
-            readiness.set(false);
-            tokio::time::sleep(drain).await;
-        })
+        common::serve::serve_ready(
+            self.listener,
+            self.router,
+            &self.http,
+            &self.readiness,
+            self.drain,
+            shutdown,
+        )
         .await;
         for task in &self.background {
             task.abort();
