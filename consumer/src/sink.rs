@@ -119,10 +119,11 @@ pub(crate) struct Sink {
     pub topology: Topology,
     /// Per shard, the replica that took the last insert: tried first next time, so a
     /// replica that hangs costs one timeout, not one per batch.
-    pub preferred: Vec<AtomicUsize>,
-    pub insert_timeout: Duration,
-    /// Not ready while inserts fail: ClickHouse is the consumer's dependency.
-    pub clickhouse: common::ops::Dependency,
+    preferred: Vec<AtomicUsize>,
+    insert_timeout: Duration,
+    /// Not ready while an insert fails, until a whole batch is stored again: ClickHouse
+    /// is the consumer's dependency.
+    clickhouse: common::ops::Dependency,
 }
 
 impl Sink {
@@ -183,6 +184,7 @@ impl Sink {
             }
         }
         if result == Outcome::Inserted && !rows.is_empty() {
+            self.clickhouse.set_ok(true);
             metrics::histogram!("consumer_batch_rows").record(rows.len() as f64);
             metrics::counter!("consumer_rows_inserted_total").increment(rows.len() as u64);
         }
@@ -208,7 +210,6 @@ impl Sink {
             let started = Instant::now();
             match self.insert_once(&server.client, rows).await {
                 Ok(()) => {
-                    self.clickhouse.set_ok(true);
                     metrics::histogram!("consumer_insert_seconds")
                         .record(started.elapsed().as_secs_f64());
                     return Outcome::Inserted;
