@@ -96,14 +96,24 @@ pub struct ClickHouseArgs {
 }
 
 impl ClickHouseArgs {
+    /// The servers of `CLICKHOUSE_URL`, per shard: shards separated by `;`, replicas by `,`.
+    pub fn shard_urls(&self) -> Vec<Vec<&str>> {
+        self.clickhouse_url
+            .split(';')
+            .map(|shard| {
+                shard
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|url| !url.is_empty())
+                    .collect()
+            })
+            .collect()
+    }
+
     /// A client of the database on the first server of `CLICKHOUSE_URL`.
     pub fn client(&self) -> clickhouse::Client {
-        let first = self
-            .clickhouse_url
-            .split([';', ','])
-            .next()
-            .unwrap_or_default();
-        self.client_of(first.trim())
+        let urls = self.shard_urls();
+        self.client_of(urls.iter().flatten().next().copied().unwrap_or_default())
     }
 
     /// A client of the database on the server at `url`.

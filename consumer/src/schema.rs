@@ -159,8 +159,15 @@ enum Target {
 }
 
 impl Step {
-    /// The statements of this step for `layout`, before [`ServerCaps::render`].
-    fn render(&self, layout: &Layout) -> Vec<(Target, String)> {
+    /// The statements of this step for a server of version `caps` and `layout`.
+    fn render(&self, layout: &Layout, caps: ServerCaps, database: &str) -> Vec<(Target, String)> {
+        self.templates(layout)
+            .into_iter()
+            .map(|(target, sql)| (target, caps.render(&sql, database, layout)))
+            .collect()
+    }
+
+    fn templates(&self, layout: &Layout) -> Vec<(Target, String)> {
         match self {
             Step::Sharded {
                 name,
@@ -489,14 +496,14 @@ pub fn statements(caps: ServerCaps, cluster: Option<&str>, database: &str) -> Ve
     BOOTSTRAP
         .iter()
         .chain(MIGRATIONS.iter().flat_map(|m| m.steps))
-        .flat_map(|step| step.render(&layout))
+        .flat_map(|step| step.render(&layout, caps, database))
         .map(|(target, sql)| Statement {
             runs: match target {
                 Target::Once => "once",
                 Target::EachServer => "each_server",
                 Target::EachShard => "each_shard",
             },
-            sql: caps.render(&sql, database, &layout),
+            sql,
             settings: caps.low_cardinality_setting().into_iter().collect(),
         })
         .collect()
@@ -553,8 +560,8 @@ pub async fn migrate_topology(
         .context("cannot look for schema_migrations")?;
     if has_record == 0 {
         for step in BOOTSTRAP {
-            for (_, sql) in step.render(&layout) {
-                run(&server, &caps.render(&sql, database, &layout))
+            for (_, sql) in step.render(&layout, caps, database) {
+                run(&server, &sql)
                     .await
                     .context("cannot create the database and schema_migrations")?;
             }
@@ -572,8 +579,11 @@ pub async fn migrate_topology(
         .iter()
         .filter(|m| m.version <= last && !applied.contains(&m.version));
     for migration in pending {
-        for (target, statement) in migration.steps.iter().flat_map(|s| s.render(&layout)) {
-            let sql = caps.render(&statement, database, &layout);
+        let statements = migration
+            .steps
+            .iter()
+            .flat_map(|s| s.render(&layout, caps, database));
+        for (target, sql) in statements {
             let servers: Vec<&Server> = match target {
                 Target::Once => vec![primary],
                 Target::EachServer => topology.servers().collect(),

@@ -117,6 +117,8 @@ fn exception_code(text: &str) -> Option<u32> {
 
 pub(crate) struct Sink {
     pub topology: Topology,
+    /// `events`, or `events_local` in a cluster.
+    table: String,
     /// Per shard, the replica that took the last insert: tried first next time, so a
     /// replica that hangs costs one timeout, not one per batch.
     preferred: Vec<AtomicUsize>,
@@ -138,6 +140,7 @@ impl Sink {
                 .iter()
                 .map(|_| AtomicUsize::new(0))
                 .collect(),
+            table: format!("events{}", topology.local()),
             topology,
             insert_timeout,
             clickhouse,
@@ -149,9 +152,8 @@ impl Sink {
         client: &Client,
         rows: &[&EventRow],
     ) -> clickhouse::error::Result<()> {
-        let table = format!("events{}", self.topology.local());
         let mut insert = client
-            .insert::<EventRow>(&table)
+            .insert::<EventRow>(&self.table)
             .await?
             .with_timeouts(Some(self.insert_timeout), Some(self.insert_timeout));
         for row in rows {

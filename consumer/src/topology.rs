@@ -63,18 +63,16 @@ impl Topology {
             "CLICKHOUSE_CLUSTER {cluster:?} must be letters, digits and _ only"
         );
         let shards: Vec<Vec<Server>> = args
-            .clickhouse_url
-            .split(';')
-            .map(|shard| {
-                shard
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|url| !url.is_empty())
+            .shard_urls()
+            .into_iter()
+            .map(|replicas| {
+                replicas
+                    .into_iter()
                     .map(|url| Server {
                         url: url.to_owned(),
                         client: args.client_of(url),
                     })
-                    .collect::<Vec<_>>()
+                    .collect()
             })
             .collect();
         anyhow::ensure!(
