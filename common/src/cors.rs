@@ -44,27 +44,37 @@ pub fn cors_layer<T: HasSnapshot>(
     methods: &[axum::http::Method],
     headers: &[axum::http::HeaderName],
 ) -> CorsLayer<T> {
-    let list = |items: Vec<&str>| {
-        HeaderValue::try_from(items.join(",")).expect("method and header names are tokens")
-    };
     CorsLayer {
-        config: Arc::new(CorsConfig {
-            current,
-            allow_methods: list(methods.iter().map(axum::http::Method::as_str).collect()),
-            allow_headers: list(headers.iter().map(axum::http::HeaderName::as_str).collect()),
-        }),
+        policy: Arc::new(CorsPolicy::new(current, methods, headers)),
     }
 }
 
-struct CorsConfig<T> {
+/// The CORS answers of [`cors_layer`], for a service that applies them itself (the
+/// config-api's hot route, which is not behind a router).
+pub struct CorsPolicy<T> {
     current: Arc<arc_swap::ArcSwap<T>>,
     allow_methods: HeaderValue,
     allow_headers: HeaderValue,
 }
 
-impl<T: HasSnapshot> CorsConfig<T> {
+impl<T: HasSnapshot> CorsPolicy<T> {
+    pub fn new(
+        current: Arc<arc_swap::ArcSwap<T>>,
+        methods: &[axum::http::Method],
+        headers: &[axum::http::HeaderName],
+    ) -> Self {
+        let list = |items: Vec<&str>| {
+            HeaderValue::try_from(items.join(",")).expect("method and header names are tokens")
+        };
+        Self {
+            current,
+            allow_methods: list(methods.iter().map(axum::http::Method::as_str).collect()),
+            allow_headers: list(headers.iter().map(axum::http::HeaderName::as_str).collect()),
+        }
+    }
+
     /// The `Access-Control-Allow-Origin` value for this request, if any.
-    fn allow_origin(&self, headers: &axum::http::HeaderMap) -> Option<HeaderValue> {
+    pub fn allow_origin(&self, headers: &axum::http::HeaderMap) -> Option<HeaderValue> {
         let origin = headers.get(header::ORIGIN)?;
         let Some(key) = headers
             .get(crate::key::PUBLIC_KEY_HEADER)
@@ -80,17 +90,37 @@ impl<T: HasSnapshot> CorsConfig<T> {
             .is_none_or(|entry| entry.allows_origin(text));
         allowed.then(|| origin.clone())
     }
+
+    /// The whole answer to an `OPTIONS` request (the preflight).
+    pub fn preflight(&self, allow_origin: Option<HeaderValue>) -> Response {
+        let mut response = Response::new(axum::body::Body::empty());
+        let headers = response.headers_mut();
+        add_cors_headers(headers, allow_origin);
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            self.allow_methods.clone(),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            self.allow_headers.clone(),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("86400"),
+        );
+        response
+    }
 }
 
 /// See [`cors_layer`].
 pub struct CorsLayer<T> {
-    config: Arc<CorsConfig<T>>,
+    policy: Arc<CorsPolicy<T>>,
 }
 
 impl<T> Clone for CorsLayer<T> {
     fn clone(&self) -> Self {
         Self {
-            config: Arc::clone(&self.config),
+            policy: Arc::clone(&self.policy),
         }
     }
 }
@@ -101,7 +131,7 @@ impl<S, T> tower::Layer<S> for CorsLayer<T> {
     fn layer(&self, inner: S) -> Self::Service {
         Cors {
             inner,
-            config: Arc::clone(&self.config),
+            policy: Arc::clone(&self.policy),
         }
     }
 }
@@ -110,14 +140,14 @@ impl<S, T> tower::Layer<S> for CorsLayer<T> {
 /// allow headers to the inner service's answers.
 pub struct Cors<S, T> {
     inner: S,
-    config: Arc<CorsConfig<T>>,
+    policy: Arc<CorsPolicy<T>>,
 }
 
 impl<S: Clone, T> Clone for Cors<S, T> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            config: Arc::clone(&self.config),
+            policy: Arc::clone(&self.policy),
         }
     }
 }
@@ -126,7 +156,8 @@ const CORS_VARY: HeaderValue = HeaderValue::from_static(
     "origin, access-control-request-method, access-control-request-headers",
 );
 
-fn add_cors_headers(headers: &mut axum::http::HeaderMap, allow_origin: Option<HeaderValue>) {
+/// What every answer but a preflight gets: the allow headers and `Vary`.
+pub fn add_cors_headers(headers: &mut axum::http::HeaderMap, allow_origin: Option<HeaderValue>) {
     if let Some(origin) = allow_origin {
         headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
     }
@@ -161,25 +192,10 @@ where
     }
 
     fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
-        let allow_origin = self.config.allow_origin(request.headers());
+        let allow_origin = self.policy.allow_origin(request.headers());
         if request.method() == axum::http::Method::OPTIONS {
-            let mut response = Response::new(axum::body::Body::empty());
-            let headers = response.headers_mut();
-            add_cors_headers(headers, allow_origin);
-            headers.insert(
-                header::ACCESS_CONTROL_ALLOW_METHODS,
-                self.config.allow_methods.clone(),
-            );
-            headers.insert(
-                header::ACCESS_CONTROL_ALLOW_HEADERS,
-                self.config.allow_headers.clone(),
-            );
-            headers.insert(
-                header::ACCESS_CONTROL_MAX_AGE,
-                HeaderValue::from_static("86400"),
-            );
             return CorsFuture::Preflight {
-                response: Some(response),
+                response: Some(self.policy.preflight(allow_origin)),
             };
         }
         CorsFuture::Call {

@@ -8,7 +8,6 @@
 
 use std::time::Duration;
 
-use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
@@ -35,9 +34,9 @@ pub struct ServeArgs {
 /// Serves `router` on `listener`, ready (`/readyz` 200) until `shutdown`; then not ready
 /// for `drain` while still serving (so that load balancers stop sending), then
 /// [`serve`]'s graceful stop.
-pub async fn serve_ready(
+pub async fn serve_ready<S: HttpService>(
     listener: TcpListener,
-    router: Router,
+    router: S,
     limits: &ServeArgs,
     readiness: &crate::ops::Readiness,
     drain: Duration,
@@ -52,11 +51,38 @@ pub async fn serve_ready(
     .await;
 }
 
+/// What can be served: an [`axum::Router`], or a service in front of one.
+pub trait HttpService:
+    tower::Service<
+        axum::extract::Request,
+        Response = axum::response::Response,
+        Error = std::convert::Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> HttpService for S where
+    S: tower::Service<
+            axum::extract::Request,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// Serves `router` on `listener` until `shutdown` resolves, then lets the requests in
 /// flight finish.
-pub async fn serve(
+pub async fn serve<S: HttpService>(
     listener: TcpListener,
-    router: Router,
+    router: S,
     limits: &ServeArgs,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -113,14 +139,14 @@ pub async fn serve(
 }
 
 /// One client connection and what it needs to end itself.
-struct Connection {
+struct Connection<S> {
     builder: Arc<Builder<TokioExecutor>>,
-    router: Router,
+    router: S,
     idle: Duration,
     stopping: watch::Receiver<bool>,
 }
 
-impl Connection {
+impl<S: HttpService> Connection<S> {
     /// Serves the connection until the client closes it, it sits idle (no request under
     /// way, none begun) for `idle`, or the server stops; the last two end it gracefully.
     async fn run(mut self, stream: tokio::net::TcpStream) {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use arc_swap::ArcSwap;
-use axum::Router;
 use axum::http::{HeaderName, HeaderValue, Method, header};
+use common::cors::CorsPolicy;
 use common::error::RouteError;
 use common::ops::Readiness;
 use common::reload::load_and_watch;
@@ -28,7 +28,7 @@ pub(crate) struct AppState {
 
 pub struct Application {
     listener: TcpListener,
-    router: Router,
+    api: routes::Api,
     readiness: Readiness,
     watcher: JoinHandle<()>,
     http: common::serve::ServeArgs,
@@ -58,7 +58,7 @@ impl Application {
             ),
         };
         let readiness = Readiness::default();
-        let cors = common::cors::cors_layer(
+        let cors = CorsPolicy::new(
             state.prepared.clone(),
             &[Method::GET, Method::HEAD],
             &[
@@ -68,16 +68,15 @@ impl Application {
                 HeaderName::from_static("x-service-test"),
             ],
         );
-        let router = Router::new()
-            .merge(routes::experiments_router())
-            .layer(cors)
-            .layer(common::cors::allow_layer(routes::ALLOW))
-            .with_state(state)
-            .merge(common::ops::ops_router(readiness.clone()))
-            .fallback(|| async { RouteError::NotFound });
+        let api = routes::Api {
+            state,
+            cors: Arc::new(cors),
+            rest: common::ops::ops_router(readiness.clone())
+                .fallback(|| async { RouteError::NotFound }),
+        };
         Ok(Self {
             listener,
-            router,
+            api,
             readiness,
             watcher,
             http: config.http,
@@ -97,7 +96,7 @@ impl Application {
     ) -> anyhow::Result<()> {
         common::serve::serve_ready(
             self.listener,
-            self.router,
+            self.api,
             &self.http,
             &self.readiness,
             std::time::Duration::ZERO,
