@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -102,11 +103,22 @@ struct Worker {
 }
 
 /// Where a message came from, kept until its batch is stored so that it can be set
-/// aside with its original bytes.
+/// aside with its original bytes: ranges of the batch's one buffer of kept bytes, not
+/// copies of their own (an allocation or three per message, for dead letters that are
+/// rare).
 struct Origin {
-    payload: Vec<u8>,
-    key: Option<Vec<u8>>,
-    topic: String,
+    payload: Range<usize>,
+    key: Option<Range<usize>>,
+    topic: usize,
+    partition: i32,
+    offset: i64,
+}
+
+/// A message to set aside, as it was read.
+struct Letter<'a> {
+    payload: &'a [u8],
+    key: Option<&'a [u8]>,
+    topic: &'a str,
     partition: i32,
     offset: i64,
 }
@@ -118,8 +130,13 @@ struct Batch {
     rows: Vec<EventRow>,
     origins: Vec<Origin>,
     dead: Vec<(Origin, String)>,
+    /// Payload bytes read, for the batch's size bound.
     bytes: usize,
-    next_offsets: HashMap<(String, i32), i64>,
+    /// The payloads and keys of the batch's messages, one after another.
+    kept: Vec<u8>,
+    topics: Vec<String>,
+    /// By (index in `topics`, partition).
+    next_offsets: HashMap<(usize, i32), i64>,
 }
 
 impl Batch {
@@ -130,14 +147,24 @@ impl Batch {
     fn add(&mut self, message: &BorrowedMessage<'_>) {
         let payload = message.payload().unwrap_or_default();
         self.bytes += payload.len();
-        self.next_offsets.insert(
-            (message.topic().to_owned(), message.partition()),
-            message.offset() + 1,
-        );
+        let topic = match self.topics.iter().position(|t| t == message.topic()) {
+            Some(index) => index,
+            None => {
+                self.topics.push(message.topic().to_owned());
+                self.topics.len() - 1
+            }
+        };
+        self.next_offsets
+            .insert((topic, message.partition()), message.offset() + 1);
+        let mut keep = |bytes: &[u8]| {
+            let start = self.kept.len();
+            self.kept.extend_from_slice(bytes);
+            start..self.kept.len()
+        };
         let origin = Origin {
-            payload: payload.to_vec(),
-            key: message.key().map(<[u8]>::to_vec),
-            topic: message.topic().to_owned(),
+            payload: keep(payload),
+            key: message.key().map(&mut keep),
+            topic,
             partition: message.partition(),
             offset: message.offset(),
         };
@@ -147,6 +174,16 @@ impl Batch {
                 self.origins.push(origin);
             }
             Err(reason) => self.dead.push((origin, reason)),
+        }
+    }
+
+    fn letter(&self, origin: &Origin) -> Letter<'_> {
+        Letter {
+            payload: &self.kept[origin.payload.clone()],
+            key: origin.key.clone().map(|key| &self.kept[key]),
+            topic: &self.topics[origin.topic],
+            partition: origin.partition,
+            offset: origin.offset,
         }
     }
 }
@@ -436,8 +473,11 @@ impl Worker {
 
     /// Dead letters, then rows, then the commit. Returns `false` if shutdown came first.
     async fn flush(&self, batch: Batch, stop: &mut watch::Receiver<bool>) -> bool {
-        let mut dead: Vec<(&Origin, String)> =
-            batch.dead.iter().map(|(o, r)| (o, r.clone())).collect();
+        let mut dead: Vec<(Letter<'_>, String)> = batch
+            .dead
+            .iter()
+            .map(|(o, r)| (batch.letter(o), r.clone()))
+            .collect();
         // Refused rows are found by halving: a refused single row is set aside.
         let mut pending = Vec::new();
         pending.push(0..batch.rows.len());
@@ -451,7 +491,7 @@ impl Worker {
                 Outcome::Stopped => return false,
                 Outcome::Rejected(reason) if range.len() == 1 => {
                     let reason = format!("refused by ClickHouse: {reason}");
-                    dead.push((&batch.origins[range.start], reason));
+                    dead.push((batch.letter(&batch.origins[range.start]), reason));
                 }
                 Outcome::Rejected(_) => {
                     let middle = range.start + range.len() / 2;
@@ -464,8 +504,9 @@ impl Worker {
             return false;
         }
         let mut offsets = TopicPartitionList::new();
-        for ((topic, partition), next) in &batch.next_offsets {
-            if let Err(e) = offsets.add_partition_offset(topic, *partition, Offset::Offset(*next)) {
+        for (&(topic, partition), next) in &batch.next_offsets {
+            let topic = &batch.topics[topic];
+            if let Err(e) = offsets.add_partition_offset(topic, partition, Offset::Offset(*next)) {
                 tracing::warn!(error = %e, "Cannot list an offset to commit.");
             }
         }
@@ -487,17 +528,17 @@ impl Worker {
     /// are acknowledged. Returns `false` if shutdown came first.
     async fn publish_dead_letters(
         &self,
-        letters: &[(&Origin, String)],
+        letters: &[(Letter<'_>, String)],
         stop: &mut watch::Receiver<bool>,
     ) -> bool {
-        let mut pending: Vec<&(&Origin, String)> = letters.iter().collect();
+        let mut pending: Vec<&(Letter<'_>, String)> = letters.iter().collect();
         let mut backoff = common::backoff::Backoff::standard();
         while !pending.is_empty() {
             let outgoing = pending
                 .iter()
                 .map(|(letter, reason)| Outgoing {
-                    key: letter.key.as_deref(),
-                    payload: &letter.payload,
+                    key: letter.key,
+                    payload: letter.payload,
                     headers: Some(dead_letter_headers(letter, reason)),
                 })
                 .collect();
@@ -547,7 +588,7 @@ impl Worker {
 }
 
 /// Where a dead letter came from and why it was set aside.
-fn dead_letter_headers(letter: &Origin, reason: &str) -> OwnedHeaders {
+fn dead_letter_headers(letter: &Letter<'_>, reason: &str) -> OwnedHeaders {
     let partition = letter.partition.to_string();
     let offset = letter.offset.to_string();
     OwnedHeaders::new()
@@ -557,7 +598,7 @@ fn dead_letter_headers(letter: &Origin, reason: &str) -> OwnedHeaders {
         })
         .insert(Header {
             key: "dlq.source.topic",
-            value: Some(letter.topic.as_str()),
+            value: Some(letter.topic),
         })
         .insert(Header {
             key: "dlq.source.partition",

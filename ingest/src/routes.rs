@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -89,8 +89,8 @@ async fn handle(
     };
     let mut accepted = Vec::with_capacity(events.len());
     let mut rejected = Vec::new();
-    for (index, event) in events.iter().enumerate() {
-        match EventMessage::from_client_json(event.get(), &envelope) {
+    for index in 0..events.len() {
+        match EventMessage::from_client_json(events.get(index), &envelope) {
             Ok(message) => accepted.push(message),
             Err(rejection) => {
                 metrics::counter!("ingest_events_rejected_total", "field" => rejection.field)
@@ -128,8 +128,30 @@ async fn handle(
 /// are reported in order: the key first.
 struct Parsed<'a> {
     pkey: Result<Option<Cow<'a, str>>, IngestError>,
-    events: Result<Vec<Cow<'a, RawValue>>, IngestError>,
+    events: Result<Events<'a>, IngestError>,
     sent_at: Result<Option<f64>, IngestError>,
+}
+
+/// The events' JSON texts: borrowed from the body when it was read as the usual one.
+enum Events<'a> {
+    Borrowed(Vec<&'a RawValue>),
+    Owned(Vec<Box<RawValue>>),
+}
+
+impl Events<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Self::Borrowed(events) => events.len(),
+            Self::Owned(events) => events.len(),
+        }
+    }
+
+    fn get(&self, index: usize) -> &str {
+        match self {
+            Self::Borrowed(events) => events[index].get(),
+            Self::Owned(events) => events[index].get(),
+        }
+    }
 }
 
 /// The usual body, read without building a tree of the whole document.
@@ -153,7 +175,7 @@ impl<'a> Parsed<'a> {
         {
             return Ok(Self {
                 pkey: Ok(usual.pkey),
-                events: Ok(usual.events.into_iter().map(Cow::Borrowed).collect()),
+                events: Ok(Events::Borrowed(usual.events)),
                 sent_at: Ok(usual.sent_at),
             });
         }
@@ -176,8 +198,9 @@ impl<'a> Parsed<'a> {
         let events = match document.remove("events") {
             Some(Value::Array(events)) if !events.is_empty() => events
                 .iter()
-                .map(|e| serde_json::value::to_raw_value(e).map(Cow::Owned))
+                .map(serde_json::value::to_raw_value)
                 .collect::<Result<_, _>>()
+                .map(Events::Owned)
                 .map_err(|e| IngestError::Internal(e.to_string())),
             Some(Value::Array(_)) => Err(IngestError::InvalidBody("The events array is empty.")),
             Some(_) => Err(IngestError::InvalidBody(
@@ -221,7 +244,7 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), IngestError> {
 }
 
 /// Reads at most `limit` bytes off the wire, and at most `limit` after gzip decoding.
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<u8>, IngestError> {
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, IngestError> {
     let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
         let over_limit = std::error::Error::source(&e)
             .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
@@ -235,7 +258,7 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<
         .get(header::CONTENT_ENCODING)
         .map(|v| v.to_str().unwrap_or("").trim().to_ascii_lowercase());
     match encoding.as_deref() {
-        None | Some("identity") => Ok(bytes.to_vec()),
+        None | Some("identity") => Ok(bytes),
         Some("gzip") => {
             let mut decoded = Vec::new();
             flate2::read::GzDecoder::new(&bytes[..])
@@ -245,7 +268,7 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<
             if decoded.len() > limit {
                 return Err(IngestError::PayloadTooLarge(limit));
             }
-            Ok(decoded)
+            Ok(Bytes::from(decoded))
         }
         Some(_) => Err(IngestError::UnsupportedContentEncoding),
     }
