@@ -2,6 +2,7 @@
 //! over HTTP into a table of the consumer's own schema), row counting while the consumer
 //! drains a backlog, and verification that a run's accepted events all landed.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -111,25 +112,31 @@ pub async fn wait_rows(
     table: &str,
     target: u64,
     timeout: Duration,
-) -> anyhow::Result<Drain> {
+    watch: &crate::watch::Watch,
+) -> anyhow::Result<(Drain, BTreeMap<String, f64>)> {
     let deadline = Instant::now() + timeout;
     let query = format!("SELECT count() FROM {table}");
-    let mut first: Option<(Instant, u64)> = None;
+    // When the first rows were seen, how many, and the CPU then: rate and CPU both run
+    // from there to the last row.
+    let mut first: Option<(Instant, u64, crate::watch::Sample)> = None;
     loop {
         let rows = clickhouse.count(&query).await.unwrap_or(0);
         let now = Instant::now();
         if rows > 0 && first.is_none() {
-            first = Some((now, rows));
+            first = Some((now, rows, watch.sample()));
         }
-        if rows >= target {
-            let (t0, n0) = first.unwrap_or((now, rows));
-            let secs = (now - t0).as_secs_f64();
-            let rate = if secs > 0.0 {
-                (rows - n0) as f64 / secs
-            } else {
-                f64::INFINITY
-            };
-            return Ok(Drain { rate, rows });
+        if rows >= target
+            && let Some((t0, n0, cpu0)) = &first
+        {
+            let secs = (now - *t0).as_secs_f64();
+            anyhow::ensure!(
+                secs > 0.0 && rows > *n0,
+                "{table} received all {rows} rows at once: a backlog of several batches \
+                 is needed to measure a rate"
+            );
+            let cpu = watch.usage(cpu0, &watch.sample());
+            let rate = (rows - n0) as f64 / secs;
+            return Ok((Drain { rate, rows }, cpu));
         }
         anyhow::ensure!(
             now < deadline,

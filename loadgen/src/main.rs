@@ -512,11 +512,9 @@ async fn insert(args: InsertArgs) -> anyhow::Result<Figure> {
 async fn wait_rows(args: WaitArgs) -> anyhow::Result<Figure> {
     let clickhouse = ClickHouse::new(&args.clickhouse);
     let timeout = Duration::from_secs(args.timeout);
-    let (drain, cpu) = watched(
-        &args.label,
-        clickhouse::wait_rows(&clickhouse, &args.table, args.rows, timeout),
-    )
-    .await?;
+    let watch = args.label.watch()?;
+    let (drain, cpu) =
+        clickhouse::wait_rows(&clickhouse, &args.table, args.rows, timeout, &watch).await?;
     Ok(Figure {
         rss_kib: args.pid.map(peak_rss_kib).transpose()?,
         ..args.label.figure("rows", drain.rate, drain.rows, cpu)

@@ -6,11 +6,36 @@ use std::fmt::Write;
 
 use crate::stats::Figure;
 
-/// (bench, our subject, reference subject, target ratio of rates).
-pub const COMPARISONS: &[(&str, &str, &str, f64)] = &[
-    ("config-api", "config-api", "nginx-static", 0.9),
-    ("ingest", "ingest", "librdkafka-producer", 0.5),
-    ("consumer", "consumer", "clickhouse-jsoneachrow", 0.8),
+/// One line of the table: our subject and its reference in one bench, the target ratio
+/// of their rates, and the watched processes whose CPU each one's work costs (a name
+/// ending in `-` stands for every process whose name starts with it).
+pub struct Comparison {
+    pub bench: &'static str,
+    pub ours: (&'static str, &'static [&'static str]),
+    pub reference: (&'static str, &'static [&'static str]),
+    pub target: f64,
+}
+
+pub const COMPARISONS: &[Comparison] = &[
+    Comparison {
+        bench: "config-api",
+        ours: ("config-api", &["config-api"]),
+        reference: ("nginx-static", &["nginx-"]),
+        target: 1.0,
+    },
+    Comparison {
+        bench: "ingest",
+        ours: ("ingest", &["bench-ingest"]),
+        reference: ("librdkafka-producer", &["loadgen"]),
+        target: 0.8,
+    },
+    // ClickHouse's CPU counts on both sides: the consumer's inserts cost it too.
+    Comparison {
+        bench: "consumer",
+        ours: ("consumer", &["bench-consumer", "clickhouse"]),
+        reference: ("clickhouse-jsoneachrow", &["clickhouse"]),
+        target: 0.8,
+    },
 ];
 
 fn median(mut values: Vec<f64>) -> Option<f64> {
@@ -47,6 +72,32 @@ fn median_p99_ms(figures: &[&Figure]) -> Option<f64> {
     )
 }
 
+/// Microseconds of CPU per unit: the named processes' CPU over the figure's rate.
+fn cpu_us_per_unit(figure: &Figure, processes: &[&str]) -> Option<f64> {
+    let counts = |name: &str| {
+        processes.iter().any(|p| {
+            name == *p || (p.ends_with('-') && name.starts_with(p) && name.len() > p.len())
+        })
+    };
+    let percent: f64 = figure
+        .cpu_percent
+        .iter()
+        .filter(|(name, _)| counts(name))
+        .map(|(_, pct)| pct)
+        .sum();
+    (figure.rate > 0.0 && figure.cpu_percent.keys().any(|n| counts(n)))
+        .then(|| percent / 100.0 * 1e6 / figure.rate)
+}
+
+fn median_cpu_us(figures: &[&Figure], processes: &[&str]) -> Option<f64> {
+    median(
+        figures
+            .iter()
+            .filter_map(|f| cpu_us_per_unit(f, processes))
+            .collect(),
+    )
+}
+
 fn show(value: Option<f64>, decimals: usize) -> String {
     value.map_or("-".to_owned(), |v| format!("{v:.decimals$}"))
 }
@@ -55,10 +106,12 @@ fn show(value: Option<f64>, decimals: usize) -> String {
 pub fn render(figures: &[Figure]) -> String {
     let mut out = String::new();
     out.push_str(
-        "| measure | ours | reference | ratio | target | met | p99 ms ours | p99 ms reference | rounds |\n",
+        "| measure | ours | reference | ratio | target | met | CPU µs/unit ours | CPU µs/unit reference | p99 ms ours | p99 ms reference | rounds |\n",
     );
-    out.push_str("|---|---:|---:|---:|---:|:-:|---:|---:|---:|\n");
-    for &(bench, ours, reference, target) in COMPARISONS {
+    out.push_str("|---|---:|---:|---:|---:|:-:|---:|---:|---:|---:|---:|\n");
+    for c in COMPARISONS {
+        let (bench, target) = (c.bench, c.target);
+        let (ours, reference) = (c.ours.0, c.reference.0);
         let a = of(figures, bench, ours);
         let b = of(figures, bench, reference);
         if a.is_empty() && b.is_empty() {
@@ -74,16 +127,18 @@ pub fn render(figures: &[Figure]) -> String {
         };
         let _ = writeln!(
             out,
-            "| {bench} {unit}/s ({ours} vs {reference}) | {} | {} | {} | ≥ {target} | {met} | {} | {} | {} |",
+            "| {bench} {unit}/s ({ours} vs {reference}) | {} | {} | {} | ≥ {target} | {met} | {} | {} | {} | {} | {} |",
             show(ra, 0),
             show(rb, 0),
             show(ratio, 2),
+            show(median_cpu_us(&a, c.ours.1), 2),
+            show(median_cpu_us(&b, c.reference.1), 2),
             show(median_p99_ms(&a), 2),
             show(median_p99_ms(&b), 2),
             a.len().min(b.len()),
         );
     }
-    let paired = |f: &Figure| COMPARISONS.iter().any(|c| c.0 == f.bench);
+    let paired = |f: &Figure| COMPARISONS.iter().any(|c| c.bench == f.bench);
     let single: Vec<&Figure> = figures
         .iter()
         .filter(|f| !paired(f) && f.rss_kib.is_none())
@@ -184,10 +239,25 @@ mod tests {
             figure("ingest", "librdkafka-producer", 100.0, None),
             figure("ingest", "ingest", 90.0, Some(3000)),
             Figure {
-                cpu_percent: BTreeMap::from([("tansu".into(), 90.0), ("consumer".into(), 20.0)]),
+                cpu_percent: BTreeMap::from([
+                    ("tansu".into(), 90.0),
+                    ("bench-consumer".into(), 20.0),
+                    ("clickhouse".into(), 15.0),
+                ]),
                 ..figure("consumer", "consumer", 70.0, None)
             },
-            figure("consumer", "clickhouse-jsoneachrow", 100.0, None),
+            Figure {
+                cpu_percent: BTreeMap::from([("clickhouse".into(), 50.0)]),
+                ..figure("consumer", "clickhouse-jsoneachrow", 100.0, None)
+            },
+            Figure {
+                cpu_percent: BTreeMap::from([
+                    ("nginx-1".into(), 40.0),
+                    ("nginx-2".into(), 60.0),
+                    ("nginx".into(), 900.0),
+                ]),
+                ..figure("config-api", "nginx-static", 200_000.0, None)
+            },
             Figure {
                 rss_kib: Some(2048),
                 ..figure("rss", "ingest", 0.0, None)
@@ -196,15 +266,27 @@ mod tests {
         let table = render(&figures);
         let ingest = table.lines().find(|l| l.starts_with("| ingest")).unwrap();
         assert!(
-            ingest.contains("| 60 | 100 | 0.60 | ≥ 0.5 | yes | 3.00 | - | 2 |"),
+            ingest.contains("| 60 | 100 | 0.60 | ≥ 0.8 | NO | - | - | 3.00 | - | 2 |"),
             "{ingest}"
         );
+        // (20% + 15%) of a core for 70 rows/s: 5000 µs a row; 50% for 100: 5000.
         let consumer = table.lines().find(|l| l.starts_with("| consumer")).unwrap();
-        assert!(consumer.contains("| 0.70 | ≥ 0.8 | NO |"), "{consumer}");
-        assert!(!table.contains("| config-api"), "no figures, no line");
+        assert!(
+            consumer.contains("| 0.70 | ≥ 0.8 | NO | 5000.00 | 5000.00 |"),
+            "{consumer}"
+        );
+        // Both workers, not the process named without a suffix: 1 core for 200 000/s.
+        let config_api = table
+            .lines()
+            .find(|l| l.starts_with("| config-api"))
+            .unwrap();
+        assert!(
+            config_api.contains("| - | 200000 | - | ≥ 1 | ? | - | 5.00 |"),
+            "{config_api}"
+        );
         assert!(table.contains("| ingest | rss | 2.0 |"), "{table}");
         assert!(
-            table.contains("| consumer consumer | consumer 20, tansu 90 |"),
+            table.contains("| consumer consumer | bench-consumer 20, clickhouse 15, tansu 90 |"),
             "{table}"
         );
     }
