@@ -49,8 +49,8 @@ pub fn cors_layer<T: HasSnapshot>(
     }
 }
 
-/// The CORS answers of [`cors_layer`], for a service that applies them itself (the
-/// config-api's hot route, which is not behind a router).
+/// The CORS answers of [`cors_layer`], also for a handler called without the layer (the
+/// config-api's hot route, which is not behind a router): [`CorsPolicy::answer`].
 pub struct CorsPolicy<T> {
     current: Arc<arc_swap::ArcSwap<T>>,
     allow_methods: HeaderValue,
@@ -74,7 +74,7 @@ impl<T: HasSnapshot> CorsPolicy<T> {
     }
 
     /// The `Access-Control-Allow-Origin` value for this request, if any.
-    pub fn allow_origin(&self, headers: &axum::http::HeaderMap) -> Option<HeaderValue> {
+    fn allow_origin(&self, headers: &axum::http::HeaderMap) -> Option<HeaderValue> {
         let origin = headers.get(header::ORIGIN)?;
         let Some(key) = headers
             .get(crate::key::PUBLIC_KEY_HEADER)
@@ -91,8 +91,24 @@ impl<T: HasSnapshot> CorsPolicy<T> {
         allowed.then(|| origin.clone())
     }
 
+    /// The layer's answer, for a handler called directly: the preflight for `OPTIONS`,
+    /// otherwise `handle`'s answer with the allow headers.
+    pub fn answer(
+        &self,
+        request: &axum::extract::Request,
+        handle: impl FnOnce() -> Response,
+    ) -> Response {
+        let allow_origin = self.allow_origin(request.headers());
+        if request.method() == axum::http::Method::OPTIONS {
+            return self.preflight(allow_origin);
+        }
+        let mut response = handle();
+        add_cors_headers(response.headers_mut(), allow_origin);
+        response
+    }
+
     /// The whole answer to an `OPTIONS` request (the preflight).
-    pub fn preflight(&self, allow_origin: Option<HeaderValue>) -> Response {
+    fn preflight(&self, allow_origin: Option<HeaderValue>) -> Response {
         let mut response = Response::new(axum::body::Body::empty());
         let headers = response.headers_mut();
         add_cors_headers(headers, allow_origin);
@@ -157,7 +173,7 @@ const CORS_VARY: HeaderValue = HeaderValue::from_static(
 );
 
 /// What every answer but a preflight gets: the allow headers and `Vary`.
-pub fn add_cors_headers(headers: &mut axum::http::HeaderMap, allow_origin: Option<HeaderValue>) {
+fn add_cors_headers(headers: &mut axum::http::HeaderMap, allow_origin: Option<HeaderValue>) {
     if let Some(origin) = allow_origin {
         headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
     }

@@ -38,19 +38,10 @@ pub(crate) struct Api {
 
 impl Api {
     fn experiments(&self, request: &Request) -> Response {
-        let allow_origin = self.cors.allow_origin(request.headers());
-        let mut response = match *request.method() {
-            Method::OPTIONS => self.cors.preflight(allow_origin),
-            ref method => {
-                let mut response = if method == Method::GET || method == Method::HEAD {
-                    experiments(&self.state, request.headers())
-                } else {
-                    RouteError::MethodNotAllowed.into_response()
-                };
-                common::cors::add_cors_headers(response.headers_mut(), allow_origin);
-                response
-            }
-        };
+        let mut response = self.cors.answer(request, || match *request.method() {
+            Method::GET | Method::HEAD => get_experiments(&self.state, request.headers()),
+            _ => RouteError::MethodNotAllowed.into_response(),
+        });
         response
             .headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static(ALLOW));
@@ -77,7 +68,7 @@ impl tower::Service<Request> for Api {
 }
 
 /// A GET or HEAD of the experiments, counted by status.
-fn experiments(state: &AppState, headers: &HeaderMap) -> Response {
+fn get_experiments(state: &AppState, headers: &HeaderMap) -> Response {
     let response = match answer(state, headers) {
         Ok(response) => response,
         Err(e) => {

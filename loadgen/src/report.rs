@@ -79,14 +79,14 @@ fn cpu_us_per_unit(figure: &Figure, processes: &[&str]) -> Option<f64> {
             name == *p || (p.ends_with('-') && name.starts_with(p) && name.len() > p.len())
         })
     };
-    let percent: f64 = figure
+    let used: Vec<f64> = figure
         .cpu_percent
         .iter()
         .filter(|(name, _)| counts(name))
-        .map(|(_, pct)| pct)
-        .sum();
-    (figure.rate > 0.0 && figure.cpu_percent.keys().any(|n| counts(n)))
-        .then(|| percent / 100.0 * 1e6 / figure.rate)
+        .map(|(_, pct)| *pct)
+        .collect();
+    (figure.rate > 0.0 && !used.is_empty())
+        .then(|| used.iter().sum::<f64>() / 100.0 * 1e6 / figure.rate)
 }
 
 fn median_cpu_us(figures: &[&Figure], processes: &[&str]) -> Option<f64> {
