@@ -252,6 +252,61 @@ async fn clickhouse_paused_then_stopped_every_event_lands_once() {
     consumer.stop().await.expect("clean stop");
 }
 
+/// The next batch is collected while the one before is being inserted: a consumer stopped
+/// while ClickHouse is down holds two batches, and must commit neither.
+#[tokio::test]
+async fn a_consumer_stopped_while_clickhouse_is_down_commits_none_of_the_batches_it_holds() {
+    let mut server = PrivateClickHouse::start().await;
+    let names = ConsumerNames::unique();
+    let url = format!("--clickhouse-url={}", server.url());
+    let config = || {
+        e2e::consumer_config(
+            &names,
+            &[
+                &url,
+                "--insert-timeout-ms=1000",
+                "--batch-max-rows=10",
+                "--batch-max-wait-ms=100",
+            ],
+        )
+    };
+    let consumer = e2e::start_consumer(config()).await;
+    let ch = e2e::clickhouse_at(&server.url(), &names.database);
+    let mut all = events(10, "before");
+    produce_events(&names.topic, &all).await;
+    e2e::wait_for_events(&ch, 10, WAIT).await;
+
+    server.stop();
+    let held = events(50, "held");
+    produce_events(&names.topic, &held).await;
+    all.extend(held);
+    let readyz = consumer.url("/readyz");
+    e2e::eventually(WAIT, "/readyz 503 while inserts fail", || async {
+        let status = reqwest::get(&readyz).await.ok()?.status();
+        (status == reqwest::StatusCode::SERVICE_UNAVAILABLE).then_some(())
+    })
+    .await;
+    // Time for the next batch to be collected behind the one being retried.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        consumer.stop().await.is_err(),
+        "a stop with batches not stored is not clean"
+    );
+
+    server.start_again().await;
+    let consumer = e2e::start_consumer(config()).await;
+    let (_, once) = e2e::wait_for_events(&ch, 60, WAIT).await;
+    assert_eq!(once, 60, "every event once");
+    let ids: Vec<String> = ch
+        .query("SELECT toString(event_id) FROM events FINAL")
+        .fetch_all()
+        .await
+        .expect("ids");
+    let want: HashSet<String> = all.iter().map(|e| e.event_id.to_string()).collect();
+    assert_eq!(ids.into_iter().collect::<HashSet<_>>(), want);
+    consumer.stop().await.expect("clean stop");
+}
+
 #[tokio::test]
 async fn a_consumer_killed_mid_stream_loses_nothing_after_restart() {
     let names = ConsumerNames::unique();
