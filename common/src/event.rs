@@ -32,22 +32,24 @@ pub fn now_millis() -> i64 {
 }
 
 /// One event as it travels through Kafka (JSON, snake_case field names), enriched by the
-/// ingest with `event_id`, `received_at`, `public_key` and `user_agent`.
+/// ingest with `event_id`, `received_at`, `public_key` and `user_agent`. Its texts are
+/// `String`s, or any type read from a JSON string: the consumer reads them as
+/// [`JsonStr`], borrowed from the message where no unescaping is needed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct EventMessage {
+pub struct EventMessage<T = String> {
     /// Message format version, [`MESSAGE_VERSION`].
     pub v: u8,
     pub event_id: Uuid,
     /// When the ingest received the event: milliseconds since the Unix epoch, UTC.
     pub received_at: i64,
-    pub public_key: String,
+    pub public_key: T,
     #[serde(default)]
-    pub user_agent: String,
-    pub event_name: String,
-    pub experiment_id: String,
-    pub session_id: String,
+    pub user_agent: T,
+    pub event_name: T,
+    pub experiment_id: T,
+    pub session_id: T,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub variant_id: Option<String>,
+    pub variant_id: Option<T>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversion: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -57,21 +59,21 @@ pub struct EventMessage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_on_page: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub click_target: Option<String>,
+    pub click_target: Option<T>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pathname: Option<String>,
+    pub pathname: Option<T>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub referrer: Option<String>,
+    pub referrer: Option<T>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub utm_source: Option<String>,
+    pub utm_source: Option<T>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub utm_medium: Option<String>,
+    pub utm_medium: Option<T>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub utm_campaign: Option<String>,
+    pub utm_campaign: Option<T>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub utm_term: Option<String>,
+    pub utm_term: Option<T>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub utm_content: Option<String>,
+    pub utm_content: Option<T>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test: Option<bool>,
     /// When the event happened, in milliseconds since the Unix epoch, on the ingest's
@@ -81,6 +83,33 @@ pub struct EventMessage {
     /// never more than [`MAX_EVENT_AGE_MS`] before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_time: Option<i64>,
+}
+
+/// A text of an [`EventMessage`] read from JSON: borrowed from the JSON when it holds no
+/// escape, unescaped into a string of its own when it does.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JsonStr<'a>(pub Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for JsonStr<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = JsonStr<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Self::Value, E> {
+                Ok(JsonStr(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(JsonStr(Cow::Owned(s.to_owned())))
+            }
+            fn visit_string<E>(self, s: String) -> Result<Self::Value, E> {
+                Ok(JsonStr(Cow::Owned(s)))
+            }
+        }
+        deserializer.deserialize_str(Visitor)
+    }
 }
 
 /// Why an event was refused: the field at fault (`event` for the element itself) and a

@@ -7,6 +7,7 @@
 //! bounded. Rows that ClickHouse refuses are bisected until the refused ones are found and
 //! set aside.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::ops::Range;
@@ -17,7 +18,7 @@ use std::time::Duration;
 use anyhow::Context;
 use arc_swap::ArcSwap;
 use axum::Router;
-use common::event::{EventMessage, MESSAGE_VERSION};
+use common::event::{EventMessage, JsonStr, MESSAGE_VERSION};
 use common::ops::{Dependency, Readiness};
 use common::producer::{BatchProducer, Enqueued, Outgoing};
 use common::reload::{Build, load_and_watch};
@@ -35,7 +36,7 @@ use crate::config::Config;
 use crate::definitions;
 use crate::liveness::{GroupProbe, StallDetector, Verdict};
 use crate::schema;
-use crate::sink::{EventRow, Outcome, Sink};
+use crate::sink::{EventRow, Outcome, Sink, Span};
 use crate::topology::Topology;
 
 /// librdkafka's `fetch.wait.max.ms`. Apache Kafka answers a fetch once it has data; Tansu
@@ -155,7 +156,9 @@ struct Batch {
     /// Rows, or payload bytes, that make the batch full.
     max_rows: usize,
     max_bytes: usize,
-    rows: Vec<EventRow>,
+    /// Their texts are spans of `kept`: of the message's bytes, or of the unescaped copy
+    /// kept after them when the JSON escaped a character.
+    rows: Vec<EventRow<Span>>,
     origins: Vec<Origin>,
     dead: Vec<(Origin, String)>,
     /// Payload bytes read, for the batch's size bound.
@@ -207,7 +210,7 @@ impl Batch {
         self.bytes = 0;
     }
 
-    fn add(&mut self, message: &BorrowedMessage<'_>) {
+    fn add(&mut self, message: &impl Message) {
         let payload = message.payload().unwrap_or_default();
         self.bytes += payload.len();
         let topic = match self.topics.iter().position(|t| t == message.topic()) {
@@ -233,7 +236,22 @@ impl Batch {
         };
         match decode(payload) {
             Ok(event) => {
-                self.rows.push(EventRow::from(event));
+                let kept = &mut self.kept;
+                let row = EventRow::from(event).map(|text| {
+                    // A text the JSON did not escape is where the message's copy has it.
+                    if let Cow::Borrowed(s) = &text.0
+                        && let Some(at) =
+                            (s.as_ptr() as usize).checked_sub(payload.as_ptr() as usize)
+                        && at + s.len() <= payload.len()
+                    {
+                        let at = origin.payload.start + at;
+                        return at..at + s.len();
+                    }
+                    let at = kept.len();
+                    kept.extend_from_slice(text.0.as_bytes());
+                    at..kept.len()
+                });
+                self.rows.push(row);
                 self.origins.push(origin);
             }
             Err(reason) => self.dead.push((origin, reason)),
@@ -252,8 +270,8 @@ impl Batch {
 }
 
 /// A message is stored when it is a v1 event message; anything else is a dead letter.
-fn decode(payload: &[u8]) -> Result<EventMessage, String> {
-    let event: EventMessage =
+fn decode(payload: &[u8]) -> Result<EventMessage<JsonStr<'_>>, String> {
+    let event: EventMessage<JsonStr<'_>> =
         serde_json::from_slice(payload).map_err(|e| format!("not an event message: {e}"))?;
     if event.v != MESSAGE_VERSION {
         return Err(format!("unsupported message version {}", event.v));
@@ -606,7 +624,11 @@ impl Store {
         let mut pending = Vec::new();
         pending.push(0..batch.rows.len());
         while let Some(range) = pending.pop() {
-            match self.sink.insert(&batch.rows[range.clone()], stop).await {
+            match self
+                .sink
+                .insert(&batch.rows[range.clone()], &batch.kept, stop)
+                .await
+            {
                 Outcome::Inserted => {
                     self.stats
                         .rows_inserted
@@ -736,13 +758,14 @@ pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
 mod tests {
     use super::*;
 
-    fn row() -> EventRow {
+    fn row() -> EventRow<Span> {
         let message = serde_json::json!({
             "v": MESSAGE_VERSION, "event_id": uuid::Uuid::now_v7(), "received_at": 1_700_000_000_000i64,
             "public_key": "pk_test", "event_name": "click", "experiment_id": "exp_1",
             "session_id": "s1",
         });
         EventRow::from(serde_json::from_value::<EventMessage>(message).expect("a message"))
+            .map(|_| 0..0)
     }
 
     /// Fills `batch` with `n` rows of 100 payload bytes each, as `add` would.
@@ -762,9 +785,65 @@ mod tests {
         batch.next_offsets.insert((0, 0), n as i64);
     }
 
+    fn message(payload: &[u8], offset: i64) -> rdkafka::message::OwnedMessage {
+        rdkafka::message::OwnedMessage::new(
+            Some(payload.to_vec()),
+            Some(b"key".to_vec()),
+            "events".to_owned(),
+            rdkafka::Timestamp::NotAvailable,
+            0,
+            offset,
+            None,
+        )
+    }
+
+    /// The texts of a batch's row, as the batch's bytes hold them.
+    fn texts(batch: &Batch, index: usize) -> EventRow {
+        batch.rows[index]
+            .map(|span| String::from_utf8(batch.kept[span.clone()].to_vec()).expect("UTF-8"))
+    }
+
     #[test]
-    fn a_stored_batch_keeps_room_for_the_next_at_the_same_rate_and_gives_it_back_when_it_falls()
-    {
+    fn a_row_reads_its_texts_where_the_message_has_them_and_unescaped_where_it_escaped_them() {
+        let plain = serde_json::json!({
+            "v": MESSAGE_VERSION, "event_id": uuid::Uuid::now_v7(), "received_at": 1_700_000_000_000i64,
+            "public_key": "pk_test", "user_agent": "Mozilla/5.0", "event_name": "click",
+            "experiment_id": "exp_1", "session_id": "s1", "variant_id": "var_a",
+            "click_target": "#buy", "pathname": "/p", "utm_source": "news",
+        });
+        let mut escaped = plain.clone();
+        escaped["click_target"] = "say \"hi\"\n".into();
+        escaped["referrer"] = "https://exemple.fr/caf\u{e9}?q=a\\b".into();
+        escaped["utm_term"] = "\u{1F600} tab\t".into();
+        let mut batch = Batch::new(10, usize::MAX);
+        for (offset, json) in [&plain, &escaped].into_iter().enumerate() {
+            let payload = serde_json::to_vec(json).expect("JSON");
+            batch.add(&message(&payload, offset as i64));
+            let want = EventRow::from(
+                serde_json::from_value::<EventMessage>(json.clone()).expect("a message"),
+            );
+            assert_eq!(texts(&batch, offset), want, "{json}");
+        }
+        // The plain message's texts are not copied again.
+        let first = batch.origins[0].payload.clone();
+        assert!(
+            batch.rows[0]
+                .map(|span| first.contains(&span.start))
+                .session_id
+        );
+        assert_eq!(
+            batch.letter(&batch.origins[1]).payload,
+            serde_json::to_vec(&escaped).expect("JSON")
+        );
+        assert_eq!(batch.letter(&batch.origins[1]).key, Some(&b"key"[..]));
+
+        batch.add(&message(b"{not json", 2));
+        assert_eq!((batch.rows.len(), batch.dead.len()), (2, 1));
+        assert_eq!(batch.next_offsets[&(0, 0)], 3);
+    }
+
+    #[test]
+    fn a_stored_batch_keeps_room_for_the_next_at_the_same_rate_and_gives_it_back_when_it_falls() {
         let mut batch = Batch::new(10_000, usize::MAX);
         fill(&mut batch, 10_000);
         batch.clear();

@@ -4,6 +4,7 @@
 //! ClickHouse acknowledges or shutdown is asked for; a refusal of the data itself is
 //! returned to the caller, which sets the rows aside.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -16,9 +17,10 @@ use uuid::Uuid;
 use crate::topology::Topology;
 
 /// One row of `analytics.events`. Absent optional text is stored as `''`, absent
-/// numbers and `conversion` as NULL, an absent `test` as 0.
+/// numbers and `conversion` as NULL, an absent `test` as 0. Its texts are `String`s, or
+/// in the consumer's batches [`Span`]s of the batch's bytes, written as [`RawText`].
 #[derive(Clone, Debug, PartialEq, Row, Serialize, Deserialize)]
-pub struct EventRow {
+pub struct EventRow<T = String> {
     #[serde(with = "clickhouse::serde::uuid")]
     pub event_id: Uuid,
     /// Seconds since the Unix epoch (a `DateTime`).
@@ -28,29 +30,29 @@ pub struct EventRow {
     /// When the event happened, in milliseconds: the client's corrected time, or
     /// `received_at_ms`.
     pub event_time: i64,
-    pub public_key: String,
-    pub event_name: String,
-    pub experiment_id: String,
-    pub variant_id: String,
-    pub session_id: String,
+    pub public_key: T,
+    pub event_name: T,
+    pub experiment_id: T,
+    pub variant_id: T,
+    pub session_id: T,
     pub conversion: Option<u8>,
     pub load_time: Option<f64>,
     pub scroll_depth: Option<f64>,
     pub time_on_page: Option<f64>,
-    pub click_target: String,
-    pub pathname: String,
-    pub referrer: String,
-    pub utm_source: String,
-    pub utm_medium: String,
-    pub utm_campaign: String,
-    pub utm_term: String,
-    pub utm_content: String,
+    pub click_target: T,
+    pub pathname: T,
+    pub referrer: T,
+    pub utm_source: T,
+    pub utm_medium: T,
+    pub utm_campaign: T,
+    pub utm_term: T,
+    pub utm_content: T,
     pub test: u8,
-    pub user_agent: String,
+    pub user_agent: T,
 }
 
-impl From<EventMessage> for EventRow {
-    fn from(m: EventMessage) -> Self {
+impl<T: Default> From<EventMessage<T>> for EventRow<T> {
+    fn from(m: EventMessage<T>) -> Self {
         Self {
             event_id: m.event_id,
             received_at: u32::try_from(m.received_at.div_euclid(1000)).unwrap_or(0),
@@ -76,6 +78,49 @@ impl From<EventMessage> for EventRow {
             test: u8::from(m.test.unwrap_or(false)),
             user_agent: m.user_agent,
         }
+    }
+}
+
+impl<T> EventRow<T> {
+    /// The same row with each text replaced by `f` of it.
+    pub fn map<U>(&self, mut f: impl FnMut(&T) -> U) -> EventRow<U> {
+        EventRow {
+            event_id: self.event_id,
+            received_at: self.received_at,
+            received_at_ms: self.received_at_ms,
+            event_time: self.event_time,
+            public_key: f(&self.public_key),
+            event_name: f(&self.event_name),
+            experiment_id: f(&self.experiment_id),
+            variant_id: f(&self.variant_id),
+            session_id: f(&self.session_id),
+            conversion: self.conversion,
+            load_time: self.load_time,
+            scroll_depth: self.scroll_depth,
+            time_on_page: self.time_on_page,
+            click_target: f(&self.click_target),
+            pathname: f(&self.pathname),
+            referrer: f(&self.referrer),
+            utm_source: f(&self.utm_source),
+            utm_medium: f(&self.utm_medium),
+            utm_campaign: f(&self.utm_campaign),
+            utm_term: f(&self.utm_term),
+            utm_content: f(&self.utm_content),
+            test: self.test,
+            user_agent: f(&self.user_agent),
+        }
+    }
+}
+
+/// Where a text of a batch's row is in the batch's bytes.
+pub(crate) type Span = Range<usize>;
+
+/// The UTF-8 bytes of a text, written as a ClickHouse `String` as they are.
+pub(crate) struct RawText<'a>(pub &'a [u8]);
+
+impl Serialize for RawText<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(self.0)
     }
 }
 
@@ -150,31 +195,40 @@ impl Sink {
     async fn insert_once(
         &self,
         client: &Client,
-        rows: &[&EventRow],
+        rows: &[&EventRow<Span>],
+        bytes: &[u8],
     ) -> clickhouse::error::Result<()> {
         let mut insert = client
-            .insert::<EventRow>(&self.table)
+            .insert::<EventRow<RawText<'_>>>(&self.table)
             .await?
             .with_timeouts(Some(self.insert_timeout), Some(self.insert_timeout));
         for row in rows {
-            insert.write(row).await?;
+            insert
+                .write(&row.map(|span| RawText(&bytes[span.clone()])))
+                .await?;
         }
         insert.end().await
     }
 
-    /// Inserts `rows`, each on its session's shard, retrying what may pass until it does.
-    /// Inserted only when every shard acknowledged its rows.
-    pub async fn insert(&self, rows: &[EventRow], shutdown: &watch::Receiver<bool>) -> Outcome {
-        let mut by_shard: Vec<Vec<&EventRow>> = vec![Vec::new(); self.topology.shards.len()];
+    /// Inserts `rows`, whose texts are spans of `bytes`, each on its session's shard,
+    /// retrying what may pass until it does. Inserted only when every shard acknowledged
+    /// its rows.
+    pub async fn insert(
+        &self,
+        rows: &[EventRow<Span>],
+        bytes: &[u8],
+        shutdown: &watch::Receiver<bool>,
+    ) -> Outcome {
+        let mut by_shard: Vec<Vec<&EventRow<Span>>> = vec![Vec::new(); self.topology.shards.len()];
         for row in rows {
-            by_shard[self.topology.shard_of(&row.session_id)].push(row);
+            by_shard[self.topology.shard_of(&bytes[row.session_id.clone()])].push(row);
         }
         let outcomes = futures::future::join_all(
             by_shard
                 .iter()
                 .enumerate()
                 .filter(|(_, rows)| !rows.is_empty())
-                .map(|(shard, rows)| self.insert_shard(shard, rows, shutdown.clone())),
+                .map(|(shard, rows)| self.insert_shard(shard, rows, bytes, shutdown.clone())),
         )
         .await;
         let mut result = Outcome::Inserted;
@@ -200,7 +254,8 @@ impl Sink {
     async fn insert_shard(
         &self,
         shard: usize,
-        rows: &[&EventRow],
+        rows: &[&EventRow<Span>],
+        bytes: &[u8],
         mut shutdown: watch::Receiver<bool>,
     ) -> Outcome {
         let replicas = &self.topology.shards[shard];
@@ -210,7 +265,7 @@ impl Sink {
             let replica = self.preferred[shard].load(Ordering::Relaxed) % replicas.len();
             let server = &replicas[replica];
             let started = Instant::now();
-            match self.insert_once(&server.client, rows).await {
+            match self.insert_once(&server.client, rows, bytes).await {
                 Ok(()) => {
                     metrics::histogram!("consumer_insert_seconds")
                         .record(started.elapsed().as_secs_f64());
