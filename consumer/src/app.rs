@@ -24,7 +24,7 @@ use common::producer::{BatchProducer, Enqueued, Outgoing};
 use common::reload::{Build, load_and_watch};
 use common::snapshot::Snapshot;
 use rdkafka::consumer::{CommitMode, Consumer, ConsumerContext, StreamConsumer};
-use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::{ClientConfig, ClientContext, Statistics};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio::net::TcpListener;
