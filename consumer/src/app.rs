@@ -152,6 +152,7 @@ struct Letter<'a> {
 /// first, and the next offset to commit per partition. A stored batch's buffers are used
 /// again for a later batch: filling fresh memory (page faults, and copies as the buffers
 /// grow) was a third of the consumer's CPU while it drained a backlog.
+#[derive(Default)]
 struct Batch {
     /// Rows, or payload bytes, that make the batch full.
     max_rows: usize,
@@ -175,13 +176,7 @@ impl Batch {
         Self {
             max_rows,
             max_bytes,
-            rows: Vec::new(),
-            origins: Vec::new(),
-            dead: Vec::new(),
-            bytes: 0,
-            kept: Vec::new(),
-            topics: Vec::new(),
-            next_offsets: HashMap::new(),
+            ..Self::default()
         }
     }
 

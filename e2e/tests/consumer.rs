@@ -33,6 +33,32 @@ fn events(n: usize, tag: &str) -> Vec<common::event::EventMessage> {
         .collect()
 }
 
+/// Waits until the consumer's /readyz says ready (200) or not (503).
+async fn until_ready(consumer: &e2e::Running, ready: bool, what: &str) {
+    let readyz = consumer.url("/readyz");
+    e2e::eventually(WAIT, what, || async {
+        let status = reqwest::get(&readyz).await.ok()?.status();
+        let answer = if ready {
+            status.is_success()
+        } else {
+            status == reqwest::StatusCode::SERVICE_UNAVAILABLE
+        };
+        answer.then_some(())
+    })
+    .await;
+}
+
+/// Asserts that `events` holds, by `FINAL`, the events of `all` and no other.
+async fn assert_stored(ch: &clickhouse::Client, all: &[common::event::EventMessage]) {
+    let ids: Vec<String> = ch
+        .query("SELECT toString(event_id) FROM events FINAL")
+        .fetch_all()
+        .await
+        .expect("ids");
+    let want: HashSet<String> = all.iter().map(|e| e.event_id.to_string()).collect();
+    assert_eq!(ids.into_iter().collect::<HashSet<_>>(), want);
+}
+
 #[tokio::test]
 async fn a_message_delivered_twice_counts_once() {
     let names = ConsumerNames::unique();
@@ -220,19 +246,10 @@ async fn clickhouse_paused_then_stopped_every_event_lands_once() {
     let paused = events(50, "paused");
     produce_events(&names.topic, &paused).await;
     all.extend(paused);
-    let readyz = consumer.url("/readyz");
-    e2e::eventually(WAIT, "/readyz 503 while inserts fail", || async {
-        let status = reqwest::get(&readyz).await.ok()?.status();
-        (status == reqwest::StatusCode::SERVICE_UNAVAILABLE).then_some(())
-    })
-    .await;
+    until_ready(&consumer, false, "/readyz 503 while inserts fail").await;
     server.resume();
     e2e::wait_for_events(&ch, 100, WAIT).await;
-    e2e::eventually(WAIT, "/readyz 200 again", || async {
-        let status = reqwest::get(&readyz).await.ok()?.status();
-        status.is_success().then_some(())
-    })
-    .await;
+    until_ready(&consumer, true, "/readyz 200 again").await;
 
     server.stop();
     let stopped = events(50, "stopped");
@@ -242,13 +259,7 @@ async fn clickhouse_paused_then_stopped_every_event_lands_once() {
     server.start_again().await;
     let (_, once) = e2e::wait_for_events(&ch, 150, WAIT).await;
     assert_eq!(once, 150, "every event once");
-    let ids: Vec<String> = ch
-        .query("SELECT toString(event_id) FROM events FINAL")
-        .fetch_all()
-        .await
-        .expect("ids");
-    let want: HashSet<String> = all.iter().map(|e| e.event_id.to_string()).collect();
-    assert_eq!(ids.into_iter().collect::<HashSet<_>>(), want);
+    assert_stored(&ch, &all).await;
     consumer.stop().await.expect("clean stop");
 }
 
@@ -280,12 +291,7 @@ async fn a_consumer_stopped_while_clickhouse_is_down_commits_none_of_the_batches
     let held = events(50, "held");
     produce_events(&names.topic, &held).await;
     all.extend(held);
-    let readyz = consumer.url("/readyz");
-    e2e::eventually(WAIT, "/readyz 503 while inserts fail", || async {
-        let status = reqwest::get(&readyz).await.ok()?.status();
-        (status == reqwest::StatusCode::SERVICE_UNAVAILABLE).then_some(())
-    })
-    .await;
+    until_ready(&consumer, false, "/readyz 503 while inserts fail").await;
     // Time for the next batch to be collected behind the one being retried.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(
@@ -297,13 +303,7 @@ async fn a_consumer_stopped_while_clickhouse_is_down_commits_none_of_the_batches
     let consumer = e2e::start_consumer(config()).await;
     let (_, once) = e2e::wait_for_events(&ch, 60, WAIT).await;
     assert_eq!(once, 60, "every event once");
-    let ids: Vec<String> = ch
-        .query("SELECT toString(event_id) FROM events FINAL")
-        .fetch_all()
-        .await
-        .expect("ids");
-    let want: HashSet<String> = all.iter().map(|e| e.event_id.to_string()).collect();
-    assert_eq!(ids.into_iter().collect::<HashSet<_>>(), want);
+    assert_stored(&ch, &all).await;
     consumer.stop().await.expect("clean stop");
 }
 
