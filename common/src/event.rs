@@ -169,49 +169,102 @@ impl Envelope {
     }
 }
 
+impl<T> EventMessage<T> {
+    /// The same message with each text converted by `f`.
+    pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> EventMessage<U> {
+        EventMessage {
+            v: self.v,
+            event_id: self.event_id,
+            received_at: self.received_at,
+            public_key: f(self.public_key),
+            user_agent: f(self.user_agent),
+            event_name: f(self.event_name),
+            experiment_id: f(self.experiment_id),
+            session_id: f(self.session_id),
+            variant_id: self.variant_id.map(&mut f),
+            conversion: self.conversion,
+            load_time: self.load_time,
+            scroll_depth: self.scroll_depth,
+            time_on_page: self.time_on_page,
+            click_target: self.click_target.map(&mut f),
+            pathname: self.pathname.map(&mut f),
+            referrer: self.referrer.map(&mut f),
+            utm_source: self.utm_source.map(&mut f),
+            utm_medium: self.utm_medium.map(&mut f),
+            utm_campaign: self.utm_campaign.map(&mut f),
+            utm_term: self.utm_term.map(&mut f),
+            utm_content: self.utm_content.map(&mut f),
+            test: self.test,
+            event_time: self.event_time,
+        }
+    }
+}
+
+impl<T: AsRef<str>> EventMessage<T> {
+    /// The message key: events of one session go to one partition, in order.
+    pub fn kafka_key(&self) -> &str {
+        self.session_id.as_ref()
+    }
+}
+
 impl EventMessage {
     /// Validates one element of a batch's `events` array against the contract.
     /// Unknown fields are ignored. Returns the reason as one sentence on failure.
     pub fn from_client(value: &Value, envelope: &Envelope) -> Result<Self, Rejection> {
-        let Value::Object(obj) = value else {
-            return Err(Rejection::new("event", "an event must be a JSON object"));
-        };
-        Self::validate(&Fields(obj), envelope)
+        EventMessage::from_value(value, envelope).map(|m| m.map(Cow::into_owned))
     }
+}
 
-    /// [`EventMessage::from_client`] of one event's JSON text. The common case, an object
-    /// whose fields have the right types, is read straight into typed fields; anything
-    /// else goes through [`Value`], which names the field at fault. Same answers either way.
-    pub fn from_client_json(json: &str, envelope: &Envelope) -> Result<Self, Rejection> {
+impl<'a> EventMessage<Cow<'a, str>> {
+    /// [`EventMessage::from_client`] of one event's JSON text, with the texts borrowed from
+    /// `json` (where the JSON escaped nothing) and from `envelope`. The common case, an
+    /// object whose fields have the right types, is read straight into typed fields;
+    /// anything else goes through [`Value`], which names the field at fault. Same answers
+    /// either way.
+    pub fn from_client_json(json: &'a str, envelope: &'a Envelope) -> Result<Self, Rejection> {
         // serde would also fill a struct from an array, by position: objects only.
         if json.trim_start().starts_with('{')
-            && let Ok(typed) = serde_json::from_str::<Typed<'_>>(json)
+            && let Ok(typed) = serde_json::from_str::<Typed<'a>>(json)
         {
-            return Self::validate(&Fields(typed), envelope);
+            return Self::validate(Fields(typed), envelope);
         }
         match serde_json::from_str::<Value>(json) {
-            Ok(value) => Self::from_client(&value, envelope),
+            Ok(value) => EventMessage::from_value(&value, envelope)
+                .map(|m| m.map(|text| Cow::Owned(text.into_owned()))),
             Err(_) => Err(Rejection::new("event", "an event must be a JSON object")),
         }
     }
 
-    fn validate<S: Source>(f: &Fields<S>, envelope: &Envelope) -> Result<Self, Rejection> {
+    fn from_value(value: &'a Value, envelope: &'a Envelope) -> Result<Self, Rejection> {
+        let Value::Object(obj) = value else {
+            return Err(Rejection::new("event", "an event must be a JSON object"));
+        };
+        Self::validate(Fields(obj), envelope)
+    }
+
+    fn validate<S: Source<'a>>(
+        mut f: Fields<S>,
+        envelope: &'a Envelope,
+    ) -> Result<Self, Rejection> {
         let event_id = match f.opt_str("eventId", MAX_ID_CHARS, Text::Id)? {
             None => Uuid::now_v7(),
-            Some(raw) => match Uuid::parse_str(raw) {
+            Some(raw) => match Uuid::parse_str(&raw) {
                 Ok(id) if !id.is_nil() => id,
                 _ => return Err(Rejection::new("eventId", "field eventId must be a UUID")),
             },
         };
         let experiment_id = f.req_str("experimentId", MAX_ID_CHARS)?;
-        if !has_prefix_and_more(experiment_id, "exp_") {
+        if !has_prefix_and_more(&experiment_id, "exp_") {
             return Err(Rejection::new(
                 "experimentId",
                 "field experimentId must be exp_ followed by at least one character",
             ));
         }
         let variant_id = f.opt_str("variantId", MAX_ID_CHARS, Text::Id)?;
-        if variant_id.is_some_and(|v| !has_prefix_and_more(v, "var_")) {
+        if variant_id
+            .as_ref()
+            .is_some_and(|v| !has_prefix_and_more(v, "var_"))
+        {
             return Err(Rejection::new(
                 "variantId",
                 "field variantId must be var_ followed by at least one character",
@@ -234,37 +287,31 @@ impl EventMessage {
                 ));
             }
         }
-        let owned = |s: Option<&str>| s.map(str::to_owned);
         Ok(Self {
             v: MESSAGE_VERSION,
             event_id,
             received_at: envelope.received_at,
-            public_key: envelope.public_key.clone(),
-            user_agent: envelope.user_agent.clone(),
-            event_name: f.req_str("eventName", MAX_ID_CHARS)?.to_owned(),
-            experiment_id: experiment_id.to_owned(),
-            session_id: f.req_str("sessionId", MAX_ID_CHARS)?.to_owned(),
-            variant_id: owned(variant_id),
+            public_key: Cow::Borrowed(&envelope.public_key),
+            user_agent: Cow::Borrowed(&envelope.user_agent),
+            event_name: f.req_str("eventName", MAX_ID_CHARS)?,
+            experiment_id,
+            session_id: f.req_str("sessionId", MAX_ID_CHARS)?,
+            variant_id,
             conversion: f.opt_bool("conversion")?,
             load_time,
             scroll_depth,
             time_on_page,
-            click_target: owned(f.opt_str("clickTarget", MAX_URL_CHARS, Text::Free)?),
-            pathname: owned(f.opt_str("pathname", MAX_URL_CHARS, Text::Free)?),
-            referrer: owned(f.opt_str("referrer", MAX_URL_CHARS, Text::Free)?),
-            utm_source: owned(f.opt_str("utm_source", MAX_UTM_CHARS, Text::Free)?),
-            utm_medium: owned(f.opt_str("utm_medium", MAX_UTM_CHARS, Text::Free)?),
-            utm_campaign: owned(f.opt_str("utm_campaign", MAX_UTM_CHARS, Text::Free)?),
-            utm_term: owned(f.opt_str("utm_term", MAX_UTM_CHARS, Text::Free)?),
-            utm_content: owned(f.opt_str("utm_content", MAX_UTM_CHARS, Text::Free)?),
+            click_target: f.opt_str("clickTarget", MAX_URL_CHARS, Text::Free)?,
+            pathname: f.opt_str("pathname", MAX_URL_CHARS, Text::Free)?,
+            referrer: f.opt_str("referrer", MAX_URL_CHARS, Text::Free)?,
+            utm_source: f.opt_str("utm_source", MAX_UTM_CHARS, Text::Free)?,
+            utm_medium: f.opt_str("utm_medium", MAX_UTM_CHARS, Text::Free)?,
+            utm_campaign: f.opt_str("utm_campaign", MAX_UTM_CHARS, Text::Free)?,
+            utm_term: f.opt_str("utm_term", MAX_UTM_CHARS, Text::Free)?,
+            utm_content: f.opt_str("utm_content", MAX_UTM_CHARS, Text::Free)?,
             test: f.opt_bool("test")?,
             event_time: envelope.event_time(f.opt_number("timestamp")?),
         })
-    }
-
-    /// The message key: events of one session go to one partition, in order.
-    pub fn kafka_key(&self) -> &str {
-        &self.session_id
     }
 }
 
@@ -280,19 +327,19 @@ enum Text {
 }
 
 /// Where an event's fields come from: a [`Value`] object, or [`Typed`] fields. A source
-/// only checks JSON types; [`Fields`] adds the contract's rules.
-trait Source {
+/// only checks JSON types; [`Fields`] adds the contract's rules. Each field is read once.
+trait Source<'a> {
     /// `None` when absent or `null` (JavaScript clients send `undefined` fields so).
-    fn text(&self, name: &'static str) -> Result<Option<&str>, Rejection>;
+    fn text(&mut self, name: &'static str) -> Result<Option<Cow<'a, str>>, Rejection>;
     fn number(&self, name: &'static str) -> Result<Option<f64>, Rejection>;
     fn flag(&self, name: &'static str) -> Result<Option<bool>, Rejection>;
 }
 
-impl Source for &Map<String, Value> {
-    fn text(&self, name: &'static str) -> Result<Option<&str>, Rejection> {
+impl<'a> Source<'a> for &'a Map<String, Value> {
+    fn text(&mut self, name: &'static str) -> Result<Option<Cow<'a, str>>, Rejection> {
         match self.get(name) {
             None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
+            Some(Value::String(s)) => Ok(Some(Cow::Borrowed(s))),
             Some(_) => Err(Rejection::new(
                 name,
                 format!("field {name} must be a string"),
@@ -330,21 +377,22 @@ impl Source for &Map<String, Value> {
 }
 
 /// An event's fields, typed by serde straight from the request's bytes, borrowing the
-/// strings that need no unescaping. Reading it fails on a wrong type or a repeated
+/// strings that need no unescaping ([`JsonStr`]: serde's own `Cow` would not borrow
+/// inside an `Option`). Reading it fails on a wrong type or a repeated
 /// field; the [`Value`] path then gives the answer.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Typed<'a> {
     #[serde(borrow, default)]
-    event_id: Option<Cow<'a, str>>,
+    event_id: Option<JsonStr<'a>>,
     #[serde(borrow, default)]
-    event_name: Option<Cow<'a, str>>,
+    event_name: Option<JsonStr<'a>>,
     #[serde(borrow, default)]
-    experiment_id: Option<Cow<'a, str>>,
+    experiment_id: Option<JsonStr<'a>>,
     #[serde(borrow, default)]
-    session_id: Option<Cow<'a, str>>,
+    session_id: Option<JsonStr<'a>>,
     #[serde(borrow, default)]
-    variant_id: Option<Cow<'a, str>>,
+    variant_id: Option<JsonStr<'a>>,
     #[serde(default)]
     conversion: Option<bool>,
     #[serde(default)]
@@ -354,46 +402,46 @@ struct Typed<'a> {
     #[serde(default)]
     time_on_page: Option<f64>,
     #[serde(borrow, default)]
-    click_target: Option<Cow<'a, str>>,
+    click_target: Option<JsonStr<'a>>,
     #[serde(borrow, default)]
-    pathname: Option<Cow<'a, str>>,
+    pathname: Option<JsonStr<'a>>,
     #[serde(borrow, default)]
-    referrer: Option<Cow<'a, str>>,
+    referrer: Option<JsonStr<'a>>,
     #[serde(borrow, default, rename = "utm_source")]
-    utm_source: Option<Cow<'a, str>>,
+    utm_source: Option<JsonStr<'a>>,
     #[serde(borrow, default, rename = "utm_medium")]
-    utm_medium: Option<Cow<'a, str>>,
+    utm_medium: Option<JsonStr<'a>>,
     #[serde(borrow, default, rename = "utm_campaign")]
-    utm_campaign: Option<Cow<'a, str>>,
+    utm_campaign: Option<JsonStr<'a>>,
     #[serde(borrow, default, rename = "utm_term")]
-    utm_term: Option<Cow<'a, str>>,
+    utm_term: Option<JsonStr<'a>>,
     #[serde(borrow, default, rename = "utm_content")]
-    utm_content: Option<Cow<'a, str>>,
+    utm_content: Option<JsonStr<'a>>,
     #[serde(default)]
     test: Option<bool>,
     #[serde(default)]
     timestamp: Option<f64>,
 }
 
-impl Source for Typed<'_> {
-    fn text(&self, name: &'static str) -> Result<Option<&str>, Rejection> {
+impl<'a> Source<'a> for Typed<'a> {
+    fn text(&mut self, name: &'static str) -> Result<Option<Cow<'a, str>>, Rejection> {
         let field = match name {
-            "eventId" => &self.event_id,
-            "eventName" => &self.event_name,
-            "experimentId" => &self.experiment_id,
-            "sessionId" => &self.session_id,
-            "variantId" => &self.variant_id,
-            "clickTarget" => &self.click_target,
-            "pathname" => &self.pathname,
-            "referrer" => &self.referrer,
-            "utm_source" => &self.utm_source,
-            "utm_medium" => &self.utm_medium,
-            "utm_campaign" => &self.utm_campaign,
-            "utm_term" => &self.utm_term,
-            "utm_content" => &self.utm_content,
+            "eventId" => &mut self.event_id,
+            "eventName" => &mut self.event_name,
+            "experimentId" => &mut self.experiment_id,
+            "sessionId" => &mut self.session_id,
+            "variantId" => &mut self.variant_id,
+            "clickTarget" => &mut self.click_target,
+            "pathname" => &mut self.pathname,
+            "referrer" => &mut self.referrer,
+            "utm_source" => &mut self.utm_source,
+            "utm_medium" => &mut self.utm_medium,
+            "utm_campaign" => &mut self.utm_campaign,
+            "utm_term" => &mut self.utm_term,
+            "utm_content" => &mut self.utm_content,
             _ => unreachable!("no text field {name}"),
         };
-        Ok(field.as_deref())
+        Ok(field.take().map(|text| text.0))
     }
 
     fn number(&self, name: &'static str) -> Result<Option<f64>, Rejection> {
@@ -418,8 +466,8 @@ impl Source for Typed<'_> {
 /// The contract's rules over a [`Source`]'s fields.
 struct Fields<S>(S);
 
-impl<S: Source> Fields<S> {
-    fn req_str(&self, name: &'static str, max: usize) -> Result<&str, Rejection> {
+impl<'a, S: Source<'a>> Fields<S> {
+    fn req_str(&mut self, name: &'static str, max: usize) -> Result<Cow<'a, str>, Rejection> {
         match self.opt_str(name, max, Text::Id)? {
             Some(s) if !s.is_empty() => Ok(s),
             Some(_) => Err(Rejection::new(
@@ -431,11 +479,11 @@ impl<S: Source> Fields<S> {
     }
 
     fn opt_str(
-        &self,
+        &mut self,
         name: &'static str,
         max: usize,
         text: Text,
-    ) -> Result<Option<&str>, Rejection> {
+    ) -> Result<Option<Cow<'a, str>>, Rejection> {
         let Some(s) = self.0.text(name)? else {
             return Ok(None);
         };
@@ -487,7 +535,9 @@ mod tests {
         json: &str,
         from_value: Result<EventMessage, Rejection>,
     ) -> Result<EventMessage, String> {
-        let from_text = EventMessage::from_client_json(json, &envelope());
+        let envelope = envelope();
+        let from_text =
+            EventMessage::from_client_json(json, &envelope).map(|m| m.map(Cow::into_owned));
         match (&from_value, from_text) {
             (Ok(a), Ok(b)) => assert_eq!(
                 *a,
@@ -522,11 +572,28 @@ mod tests {
         ] {
             let _ = agree(json, value(json));
         }
+        let envelope = envelope();
         let typed = EventMessage::from_client_json(
             r#"{"eventName":"a","eventName":"click","experimentId":"exp_1","sessionId":"s"}"#,
-            &envelope(),
+            &envelope,
         );
         assert_eq!(typed.expect("valid").event_name, "click");
+    }
+
+    #[test]
+    fn texts_are_borrowed_from_the_json_unless_it_escaped_them() {
+        let envelope = envelope();
+        let json = r#"{"eventName":"click","experimentId":"exp_1","sessionId":"s\u00e9","pathname":"/a\"b","referrer":"r"}"#;
+        let m = EventMessage::from_client_json(json, &envelope).expect("valid");
+        let borrowed = |text: &Cow<'_, str>| matches!(text, Cow::Borrowed(_));
+        assert!(borrowed(&m.event_name) && borrowed(&m.experiment_id));
+        assert!(borrowed(m.referrer.as_ref().expect("referrer")));
+        assert!(borrowed(&m.public_key) && borrowed(&m.user_agent));
+        assert_eq!(
+            (m.session_id.as_ref(), m.pathname.as_deref()),
+            ("sé", Some("/a\"b"))
+        );
+        assert!(!borrowed(&m.session_id) && !borrowed(m.pathname.as_ref().expect("pathname")));
     }
 
     fn minimal() -> Value {
@@ -579,7 +646,8 @@ mod tests {
         let at = |timestamp: Value| {
             let v = with("timestamp", timestamp);
             let m = EventMessage::from_client(&v, &batch).expect("valid");
-            let typed = EventMessage::from_client_json(&v.to_string(), &batch).expect("valid");
+            let json = v.to_string();
+            let typed = EventMessage::from_client_json(&json, &batch).expect("valid");
             assert_eq!(m.event_time, typed.event_time, "{v}");
             m.event_time
         };

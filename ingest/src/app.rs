@@ -183,7 +183,7 @@ fn router(state: AppState, readiness: Readiness) -> Router {
         .merge(routes::analytics_router())
         .layer(cors)
         .layer(common::cors::allow_layer(routes::ALLOW))
-        .with_state(state)
+        .with_state(Arc::new(state))
         .merge(common::ops::ops_router(readiness))
         .fallback(|| async { RouteError::NotFound })
 }

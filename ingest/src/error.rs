@@ -3,6 +3,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use serde::Serialize;
 use serde_json::Value;
 
 #[derive(Debug, thiserror::Error)]
@@ -15,7 +16,7 @@ pub enum IngestError {
     ConflictingPublicKeys,
     /// Every event of the batch was refused; `rejected` says why, per event.
     #[error("No event of the batch is valid.")]
-    NoValidEvents { rejected: Vec<Value> },
+    NoValidEvents { rejected: Vec<Rejected> },
     #[error("The gzip body could not be decoded.")]
     MalformedGzip,
     #[error("The request body could not be read.")]
@@ -134,6 +135,13 @@ impl IngestError {
     }
 }
 
+/// An event refused by validation: its place in the batch and why.
+#[derive(Debug, Serialize)]
+pub struct Rejected {
+    pub index: usize,
+    pub error: String,
+}
+
 impl IntoResponse for IngestError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
@@ -142,7 +150,7 @@ impl IntoResponse for IngestError {
         // The refused events are listed as in a partly accepted batch.
         if let Self::NoValidEvents { rejected } = self {
             body["accepted"] = 0.into();
-            body["rejected"] = rejected.into();
+            body["rejected"] = serde_json::to_value(rejected).unwrap_or_default();
         }
         common::error::respond(status, body, retry_after)
     }

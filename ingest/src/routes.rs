@@ -3,6 +3,8 @@
 
 use std::borrow::Cow;
 use std::io::Read;
+use std::ops::Range;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Json;
@@ -16,17 +18,17 @@ use common::error::RouteError;
 use common::event::{Envelope, EventMessage};
 use common::key::{PUBLIC_KEY_HEADER, PublicKey};
 use common::producer::{Enqueued, Outgoing};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
 
 use crate::app::AppState;
-use crate::error::IngestError;
+use crate::error::{IngestError, Rejected};
 
 pub(crate) const ANALYTICS_PATH: &str = "/api/v1/analytics";
 pub(crate) const ALLOW: &str = "POST, OPTIONS";
 
-pub(crate) fn analytics_router() -> Router<AppState> {
+pub(crate) fn analytics_router() -> Router<Arc<AppState>> {
     Router::new().route(
         ANALYTICS_PATH,
         post(analytics).fallback(|| async {
@@ -39,7 +41,7 @@ pub(crate) fn analytics_router() -> Router<AppState> {
 }
 
 /// Takes the whole request: the `HeaderMap` extractor would clone every header.
-async fn analytics(State(state): State<AppState>, request: Request) -> Response {
+async fn analytics(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let result = handle(&state, &parts.headers, body).await;
     let response = match result {
@@ -95,7 +97,10 @@ async fn handle(
             Err(rejection) => {
                 metrics::counter!("ingest_events_rejected_total", "field" => rejection.field)
                     .increment(1);
-                rejected.push(json!({ "index": index, "error": rejection.message }));
+                rejected.push(Rejected {
+                    index,
+                    error: rejection.message,
+                });
             }
         }
     }
@@ -119,8 +124,18 @@ async fn handle(
     }
     publish(state, &accepted).await?;
     metrics::counter!("ingest_events_accepted_total").increment(accepted.len() as u64);
-    let body = json!({ "accepted": accepted.len(), "rejected": rejected });
-    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+    let answer = Answer {
+        accepted: accepted.len(),
+        rejected,
+    };
+    Ok((StatusCode::ACCEPTED, Json(answer)).into_response())
+}
+
+/// The 202's body.
+#[derive(Serialize)]
+struct Answer {
+    accepted: usize,
+    rejected: Vec<Rejected>,
 }
 
 /// A body's key (the page-unload form's `pkey`), events (each still JSON text) and the
@@ -299,19 +314,26 @@ fn public_key(headers: &HeaderMap, pkey: Option<Cow<'_, str>>) -> Result<PublicK
 /// Enqueues the batch whole (or nothing of it), then waits for all acknowledgements
 /// within the delivery timeout. Any failure answers 503: the client retries, and
 /// `event_id` lets analysts count a retried event once.
-async fn publish(state: &AppState, messages: &[EventMessage]) -> Result<(), IngestError> {
+async fn publish(
+    state: &AppState,
+    messages: &[EventMessage<Cow<'_, str>>],
+) -> Result<(), IngestError> {
     let started = Instant::now();
-    let mut payloads = Vec::with_capacity(messages.len());
+    // The payloads, one after the other in one buffer.
+    let mut payloads = Vec::with_capacity(messages.len() * 512);
+    let mut ends: Vec<Range<usize>> = Vec::with_capacity(messages.len());
     for message in messages {
-        payloads
-            .push(serde_json::to_vec(message).map_err(|e| IngestError::Internal(e.to_string()))?);
+        let start = payloads.len();
+        serde_json::to_writer(&mut payloads, message)
+            .map_err(|e| IngestError::Internal(e.to_string()))?;
+        ends.push(start..payloads.len());
     }
     let outgoing = messages
         .iter()
-        .zip(&payloads)
+        .zip(ends)
         .map(|(message, payload)| Outgoing {
             key: Some(message.kafka_key().as_bytes()),
-            payload,
+            payload: &payloads[payload],
             headers: None,
         })
         .collect();
