@@ -83,6 +83,8 @@ pub struct Application {
 /// Counts of one consumer, for tests and diagnostics (metrics are process-wide).
 #[derive(Debug, Default)]
 pub struct Stats {
+    /// Inserts ClickHouse took, and their rows.
+    pub inserts: AtomicU64,
     pub rows_inserted: AtomicU64,
     pub dead_letters: AtomicU64,
 }
@@ -458,7 +460,9 @@ impl Worker {
                             break Next::Unstored;
                         }
                     }
-                    () = wait => break Next::Flush,
+                    // A batch whose wait is over while the one before is still being
+                    // stored could not be stored sooner: it keeps taking rows until then.
+                    () = wait, if storing.is_none() => break Next::Flush,
                     _ = look.tick(), if batch.is_empty() => break Next::Look,
                     received = self.consumer.recv() => match received {
                         Ok(message) => {
@@ -625,6 +629,7 @@ impl Store {
                 .await
             {
                 Outcome::Inserted => {
+                    self.stats.inserts.fetch_add(1, Ordering::Relaxed);
                     self.stats
                         .rows_inserted
                         .fetch_add(range.len() as u64, Ordering::Relaxed);

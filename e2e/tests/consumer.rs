@@ -33,11 +33,10 @@ fn events(n: usize, tag: &str) -> Vec<common::event::EventMessage> {
         .collect()
 }
 
-/// Waits until the consumer's /readyz says ready (200) or not (503).
-async fn until_ready(consumer: &e2e::Running, ready: bool, what: &str) {
-    let readyz = consumer.url("/readyz");
+/// Waits until a consumer's /readyz says ready (200) or not (503).
+async fn until_ready(readyz: &str, ready: bool, what: &str) {
     e2e::eventually(WAIT, what, || async {
-        let status = reqwest::get(&readyz).await.ok()?.status();
+        let status = reqwest::get(readyz).await.ok()?.status();
         let answer = if ready {
             status.is_success()
         } else {
@@ -246,10 +245,15 @@ async fn clickhouse_paused_then_stopped_every_event_lands_once() {
     let paused = events(50, "paused");
     produce_events(&names.topic, &paused).await;
     all.extend(paused);
-    until_ready(&consumer, false, "/readyz 503 while inserts fail").await;
+    until_ready(
+        &consumer.url("/readyz"),
+        false,
+        "/readyz 503 while inserts fail",
+    )
+    .await;
     server.resume();
     e2e::wait_for_events(&ch, 100, WAIT).await;
-    until_ready(&consumer, true, "/readyz 200 again").await;
+    until_ready(&consumer.url("/readyz"), true, "/readyz 200 again").await;
 
     server.stop();
     let stopped = events(50, "stopped");
@@ -291,7 +295,12 @@ async fn a_consumer_stopped_while_clickhouse_is_down_commits_none_of_the_batches
     let held = events(50, "held");
     produce_events(&names.topic, &held).await;
     all.extend(held);
-    until_ready(&consumer, false, "/readyz 503 while inserts fail").await;
+    until_ready(
+        &consumer.url("/readyz"),
+        false,
+        "/readyz 503 while inserts fail",
+    )
+    .await;
     // Time for the next batch to be collected behind the one being retried.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(
@@ -305,6 +314,62 @@ async fn a_consumer_stopped_while_clickhouse_is_down_commits_none_of_the_batches
     assert_eq!(once, 60, "every event once");
     assert_stored(&ch, &all).await;
     consumer.stop().await.expect("clean stop");
+}
+
+/// A batch whose wait runs out while the one before is still being inserted keeps taking
+/// rows until that insert ends: it could not be inserted sooner, and flushing it would
+/// only make more, smaller inserts.
+#[tokio::test]
+async fn a_batch_keeps_taking_rows_while_the_one_before_is_being_inserted() {
+    let mut server = PrivateClickHouse::start().await;
+    let names = ConsumerNames::unique();
+    let url = format!("--clickhouse-url={}", server.url());
+    let config = e2e::consumer_config(
+        &names,
+        &[
+            &url,
+            "--insert-timeout-ms=1000",
+            "--batch-max-rows=1000",
+            "--batch-max-wait-ms=100",
+        ],
+    );
+    let app = consumer::Application::build(config).await.expect("builds");
+    let stats = app.stats();
+    let readyz = format!("http://{}/readyz", app.local_addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(app.run_until(async move {
+        let _ = stopped.await;
+    }));
+    let ch = e2e::clickhouse_at(&server.url(), &names.database);
+    let mut all = events(1, "first");
+    produce_events(&names.topic, &all).await;
+    e2e::wait_for_events(&ch, 1, WAIT).await;
+
+    server.stop();
+    let stuck = events(1, "stuck");
+    produce_events(&names.topic, &stuck).await;
+    all.extend(stuck);
+    until_ready(&readyz, false, "/readyz 503 while inserts fail").await;
+    // Twenty events over at least a second, ten times the next batch's wait.
+    let behind = events(20, "behind");
+    for event in &behind {
+        produce_events(&names.topic, std::slice::from_ref(event)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    all.extend(behind);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    server.start_again().await;
+    let (_, once) = e2e::wait_for_events(&ch, 22, WAIT).await;
+    assert_eq!(once, 22, "every event once");
+    assert_stored(&ch, &all).await;
+    assert_eq!(
+        stats.inserts.load(std::sync::atomic::Ordering::Relaxed),
+        3,
+        "the first event, the stuck one, then the twenty behind it in one insert"
+    );
+    stop.send(()).expect("consumer running");
+    task.await.expect("joined").expect("clean stop");
 }
 
 #[tokio::test]
