@@ -34,7 +34,7 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::definitions;
-use crate::liveness::{GroupProbe, StallDetector, Verdict};
+use crate::liveness::{GroupProbe, Membership, StallDetector, Verdict};
 use crate::schema;
 use crate::sink::{EventRow, Outcome, Sink, Span};
 use crate::topology::Topology;
@@ -50,9 +50,11 @@ pub const FETCH_WAIT_MAX_MS: &str = "100";
 /// broker's acknowledgement, before they are retried.
 const DEAD_LETTER_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How often a consumer looks at its share of the group (more often when the session
-/// timeout is shorter than four times this).
-const LOOK_EVERY: Duration = Duration::from_secs(5);
+/// How often a consumer looks at its share of the group, and librdkafka reports its
+/// statistics: every 5 s, or a quarter of the session timeout when that is shorter.
+fn look_every(session_timeout: Duration) -> Duration {
+    Duration::from_secs(5).min(session_timeout / 4)
+}
 
 /// Why the collecting of a batch ended.
 enum Next {
@@ -89,11 +91,15 @@ pub struct Stats {
     pub dead_letters: AtomicU64,
 }
 
-/// Publishes librdkafka's per-partition consumer lag as a gauge.
-struct LagContext;
+/// The consumer's client context: publishes the partitions' lag and records whether the
+/// client has settled in its group, from librdkafka's statistics.
+struct StatsContext(Arc<Membership>);
 
-impl ClientContext for LagContext {
+impl ClientContext for StatsContext {
     fn stats(&self, statistics: Statistics) {
+        if let Some(group) = &statistics.cgrp {
+            self.0.record(group);
+        }
         for (topic, t) in statistics.topics {
             for (partition, p) in t.partitions {
                 if partition >= 0 && p.consumer_lag >= 0 {
@@ -106,14 +112,15 @@ impl ClientContext for LagContext {
     }
 }
 
-impl ConsumerContext for LagContext {}
+impl ConsumerContext for StatsContext {}
 
 /// The consuming half, apart from the HTTP listener.
 struct Worker {
     readiness: Readiness,
     /// Not ready while the group is stalled (see [`crate::liveness`]).
     group: Dependency,
-    consumer: StreamConsumer<LagContext>,
+    consumer: StreamConsumer<StatsContext>,
+    membership: Arc<Membership>,
     /// The consumer's settings, to create it again when the group stalls.
     kafka: ClientConfig,
     probe: Arc<GroupProbe>,
@@ -306,7 +313,6 @@ impl Application {
         let mut kafka = config.kafka.client_config();
         kafka
             .set("fetch.wait.max.ms", FETCH_WAIT_MAX_MS)
-            .set("statistics.interval.ms", "5000")
             .set(
                 "session.timeout.ms",
                 config.kafka_session_timeout_ms.to_string(),
@@ -316,14 +322,22 @@ impl Application {
                 config.kafka_max_poll_interval_ms.to_string(),
             );
         config.kafka.apply_properties(&mut kafka);
-        // What the commit-after-insert design needs, over any KAFKA_PROPERTIES.
+        // What the commit-after-insert design and the liveness check need, over any
+        // KAFKA_PROPERTIES.
         kafka
+            .set(
+                "statistics.interval.ms",
+                look_every(Duration::from_millis(config.kafka_session_timeout_ms))
+                    .as_millis()
+                    .to_string(),
+            )
             .set("group.id", &config.group_id)
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
             .set("enable.partition.eof", "false");
-        let consumer: StreamConsumer<LagContext> = kafka
-            .create_with_context(LagContext)
+        let membership = Arc::new(Membership::default());
+        let consumer: StreamConsumer<StatsContext> = kafka
+            .create_with_context(StatsContext(membership.clone()))
             .context("cannot create Kafka consumer")?;
         consumer
             .subscribe(&[&config.kafka.topic])
@@ -364,6 +378,7 @@ impl Application {
                 group: readiness.dependency(),
                 readiness,
                 consumer,
+                membership,
                 kafka,
                 probe: Arc::new(probe),
                 store: Arc::new(Store {
@@ -435,7 +450,7 @@ impl Worker {
         // session ends, so a rejoin that meets it again is followed by one that does
         // not, within about two session timeouts of the restart (README).
         let mut detector = StallDetector::new(session_timeout * 3 / 4);
-        let mut look = tokio::time::interval(LOOK_EVERY.min(session_timeout / 4));
+        let mut look = tokio::time::interval(look_every(session_timeout));
         look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut storing: Option<Storing> = None;
         let mut spare: Option<Batch> = None;
@@ -532,8 +547,15 @@ impl Worker {
                 Err(_) => return,
             }
         };
-        let verdict = detector.observe(Instant::now(), own, &group);
-        tracing::debug!(own, ?group, ?verdict, "Looked at the consumer group.");
+        let settled = self.membership.settled();
+        let verdict = detector.observe(Instant::now(), own, settled, &group);
+        tracing::debug!(
+            own,
+            settled,
+            ?group,
+            ?verdict,
+            "Looked at the consumer group."
+        );
         match verdict {
             Verdict::Healthy => {
                 self.group.set_ok(true);
@@ -560,9 +582,10 @@ impl Worker {
 
     /// Leaves the group with a clean close and joins it again with a new client.
     async fn rejoin(&mut self) -> anyhow::Result<()> {
-        let fresh: StreamConsumer<LagContext> = self
+        self.membership.forget();
+        let fresh: StreamConsumer<StatsContext> = self
             .kafka
-            .create_with_context(LagContext)
+            .create_with_context(StatsContext(self.membership.clone()))
             .context("cannot create Kafka consumer")?;
         let old = std::mem::replace(&mut self.consumer, fresh);
         // Closing waits for librdkafka to leave the group: off the async threads, and

@@ -3,7 +3,15 @@
 //! Tansu's coordinator leaves a group in that state when a member dies and a new one joins
 //! before the dead one's session expired (an empty assignment, and no rebalance after it).
 //! The worker looks at the group every few seconds while it owns nothing; once the stall
-//! has lasted a session timeout it leaves the group and joins again with a fresh client.
+//! has lasted three quarters of a session timeout it leaves the group and joins again with
+//! a fresh client.
+//!
+//! It leaves only once librdkafka has settled in the group (joined, and holding what the
+//! broker assigned it: nothing). While a rebalance is still under way the broker finishes
+//! it by itself (Tansu expires the dead members after their session timeout, and the
+//! member that joins next leads), and leaving then is harmful: Tansu 0.6 keeps a leader
+//! that leaves before its SyncGroup as the group's leader forever, so that no member
+//! ever gets an assignment again (`LeaveGroup` in the forming state does not clear it).
 //!
 //! "Nobody consumes" is decided from two facts, so that extra idle consumers (more members
 //! than partitions) never rejoin while a busy member merely waits for ClickHouse:
@@ -17,6 +25,7 @@ use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaResult;
+use rdkafka::statistics::ConsumerGroup;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::time::Instant;
@@ -48,8 +57,31 @@ pub enum Verdict {
     Healthy,
     /// Work without a consumer, for less than the bound so far.
     Suspect,
-    /// Work without a consumer, untouched for the whole bound.
+    /// Work without a consumer, untouched for the whole bound, and this consumer settled
+    /// in the group with nothing assigned.
     Stalled,
+}
+
+/// Whether librdkafka has settled in the group: joined, and holding the assignment of the
+/// last rebalance (its group state `up`, join state `steady`), as its latest statistics
+/// say. Shared between the consumer's context, which records it, and the worker.
+#[derive(Debug, Default)]
+pub struct Membership(AtomicBool);
+
+impl Membership {
+    pub fn record(&self, group: &ConsumerGroup) {
+        let settled = group.state == "up" && group.join_state == "steady";
+        self.0.store(settled, Ordering::Relaxed);
+    }
+
+    pub fn settled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// A new client has not joined yet.
+    pub fn forget(&self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
 }
 
 /// Decides from successive looks whether the group is stalled.
@@ -68,8 +100,16 @@ impl StallDetector {
         }
     }
 
-    /// One look: `own` partitions assigned to this consumer, `group` the topic's partitions.
-    pub fn observe(&mut self, now: Instant, own: usize, group: &[PartitionState]) -> Verdict {
+    /// One look: `own` partitions assigned to this consumer, `settled` its [`Membership`],
+    /// `group` the topic's partitions. A rebalance under way does not stop the clock: the
+    /// stall is declared at the first look after the bound where the consumer is settled.
+    pub fn observe(
+        &mut self,
+        now: Instant,
+        own: usize,
+        settled: bool,
+        group: &[PartitionState],
+    ) -> Verdict {
         let orphaned: BTreeMap<i32, Option<i64>> = group
             .iter()
             .filter(|p| !p.owned && p.uncommitted() > 0)
@@ -91,7 +131,7 @@ impl StallDetector {
             _ => now,
         };
         self.suspicion = Some((since, orphaned));
-        if now.duration_since(since) >= self.bound {
+        if settled && now.duration_since(since) >= self.bound {
             Verdict::Stalled
         } else {
             Verdict::Suspect
@@ -266,11 +306,47 @@ mod tests {
             partition(0, Some(10), 20, false),
             partition(1, None, 0, false),
         ];
-        assert_eq!(d.observe(t, 0, &group), Verdict::Suspect);
-        assert_eq!(d.observe(t + BOUND / 2, 0, &group), Verdict::Suspect);
-        assert_eq!(d.observe(t + BOUND, 0, &group), Verdict::Stalled);
+        assert_eq!(d.observe(t, 0, true, &group), Verdict::Suspect);
+        assert_eq!(d.observe(t + BOUND / 2, 0, true, &group), Verdict::Suspect);
+        assert_eq!(d.observe(t + BOUND, 0, true, &group), Verdict::Stalled);
         d.reset();
-        assert_eq!(d.observe(t + BOUND * 2, 0, &group), Verdict::Suspect);
+        assert_eq!(d.observe(t + BOUND * 2, 0, true, &group), Verdict::Suspect);
+    }
+
+    #[test]
+    fn no_stall_is_declared_while_a_rebalance_is_under_way() {
+        let mut d = StallDetector::new(BOUND);
+        let t = Instant::now();
+        let group = [partition(0, Some(10), 20, false)];
+        assert_eq!(d.observe(t, 0, false, &group), Verdict::Suspect);
+        assert_eq!(d.observe(t + BOUND * 3, 0, false, &group), Verdict::Suspect);
+        // The clock ran meanwhile: settled with nothing, the stall is declared at once.
+        assert_eq!(d.observe(t + BOUND * 3, 0, true, &group), Verdict::Stalled);
+    }
+
+    #[test]
+    fn membership_is_settled_only_when_joined_and_steady() {
+        let m = Membership::default();
+        let group = |state: &str, join_state: &str| ConsumerGroup {
+            state: state.into(),
+            join_state: join_state.into(),
+            ..Default::default()
+        };
+        assert!(!m.settled());
+        m.record(&group("up", "steady"));
+        assert!(m.settled());
+        for (state, join_state) in [
+            ("up", "wait-sync"),
+            ("up", "init"),
+            ("wait-coord", "steady"),
+        ] {
+            m.record(&group("up", "steady"));
+            m.record(&group(state, join_state));
+            assert!(!m.settled(), "{state}/{join_state}");
+        }
+        m.record(&group("up", "steady"));
+        m.forget();
+        assert!(!m.settled());
     }
 
     #[test]
@@ -278,14 +354,14 @@ mod tests {
         let mut d = StallDetector::new(BOUND);
         let t = Instant::now();
         let group = [partition(0, None, 5, false)];
-        d.observe(t, 0, &group);
-        assert_eq!(d.observe(t + BOUND, 0, &group), Verdict::Stalled);
+        d.observe(t, 0, true, &group);
+        assert_eq!(d.observe(t + BOUND, 0, true, &group), Verdict::Stalled);
         // Retention removed everything that was never committed: no work left.
         let gone = [PartitionState {
             low: 5,
             ..partition(0, None, 5, false)
         }];
-        assert_eq!(d.observe(t + BOUND * 2, 0, &gone), Verdict::Healthy);
+        assert_eq!(d.observe(t + BOUND * 2, 0, true, &gone), Verdict::Healthy);
     }
 
     #[test]
@@ -293,30 +369,30 @@ mod tests {
         let mut d = StallDetector::new(BOUND);
         let t = Instant::now();
         let lagging = [partition(0, Some(1), 9, false)];
-        assert_eq!(d.observe(t, 3, &lagging), Verdict::Healthy);
+        assert_eq!(d.observe(t, 3, true, &lagging), Verdict::Healthy);
         let done = [partition(0, Some(9), 9, false)];
-        assert_eq!(d.observe(t + BOUND, 0, &done), Verdict::Healthy);
+        assert_eq!(d.observe(t + BOUND, 0, true, &done), Verdict::Healthy);
         // A member named as owner of the lagging partition: a busy group, not a stall
         // (more consumers than partitions, the owner waiting for ClickHouse).
         let owned = [partition(0, Some(1), 9, true)];
-        d.observe(t, 0, &owned);
-        assert_eq!(d.observe(t + BOUND * 3, 0, &owned), Verdict::Healthy);
+        d.observe(t, 0, true, &owned);
+        assert_eq!(d.observe(t + BOUND * 3, 0, true, &owned), Verdict::Healthy);
     }
 
     #[test]
     fn a_committed_offset_that_moves_restarts_the_clock() {
         let mut d = StallDetector::new(BOUND);
         let t = Instant::now();
-        d.observe(t, 0, &[partition(0, Some(1), 50, false)]);
+        d.observe(t, 0, true, &[partition(0, Some(1), 50, false)]);
         let moved = [partition(0, Some(20), 50, false)];
-        assert_eq!(d.observe(t + BOUND, 0, &moved), Verdict::Suspect);
-        assert_eq!(d.observe(t + BOUND * 2, 0, &moved), Verdict::Stalled);
+        assert_eq!(d.observe(t + BOUND, 0, true, &moved), Verdict::Suspect);
+        assert_eq!(d.observe(t + BOUND * 2, 0, true, &moved), Verdict::Stalled);
         // Another partition gaining work does not restart it.
         let more = [
             partition(0, Some(20), 50, false),
             partition(1, None, 3, false),
         ];
-        assert_eq!(d.observe(t + BOUND * 2, 0, &more), Verdict::Stalled);
+        assert_eq!(d.observe(t + BOUND * 2, 0, true, &more), Verdict::Stalled);
     }
 
     fn assignment(topics: &[(&str, &[i32])]) -> Vec<u8> {

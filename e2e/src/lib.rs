@@ -235,6 +235,13 @@ where
     }
 }
 
+/// The value of an unlabelled metric in a Prometheus text, `None` when it is absent
+/// (never recorded).
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
 /// Drops a test database; for the end of a test.
 pub async fn drop_database(database: &str) {
     let _ = clickhouse("default")

@@ -376,9 +376,10 @@ async fn a_batch_keeps_taking_rows_while_the_one_before_is_being_inserted() {
 async fn a_consumer_killed_mid_stream_loses_nothing_after_restart() {
     let names = ConsumerNames::unique();
     let binary = e2e::workspace_binary("consumer");
+    let port = e2e::free_port();
     let spawn = || {
         std::process::Command::new(&binary)
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--kafka-brokers", &e2e::kafka_brokers()])
             .args(["--topic", &names.topic, "--dlq-topic", &names.dlq_topic])
             .args(["--group-id", &names.group])
@@ -419,10 +420,24 @@ async fn a_consumer_killed_mid_stream_loses_nothing_after_restart() {
 
     let mut child = spawn();
     let (_, once) = e2e::wait_for_events(&ch, 2000, WAIT).await;
+    // The broker finished the rebalance the restart began (once the dead member's session
+    // ended): the consumer must not have left the group in the middle of it, which can
+    // leave Tansu with a leader that is gone and the group without an owner for good.
+    let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
     child.kill();
     assert_eq!(
         once, 2000,
         "every event once ({stored_at_kill} rows were stored at the kill)"
+    );
+    assert_eq!(
+        e2e::metric(&metrics, "consumer_group_rejoins_total").unwrap_or(0.0),
+        0.0,
+        "the consumer left the group while the broker was rebalancing it"
     );
     let distinct: u64 = ch
         .query("SELECT uniqExact(event_id) FROM events")
@@ -504,10 +519,6 @@ async fn a_consumer_restarted_faster_than_its_session_timeout_recovers_by_itself
     // The stall shows first (the reproduction), then the recovery.
     let metrics = format!("http://127.0.0.1:{port}/metrics");
     let readyz = format!("http://127.0.0.1:{port}/readyz");
-    let metric = |text: &str, name: &str| -> Option<f64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-    };
     let saw_not_ready = std::sync::atomic::AtomicBool::new(false);
     let stall = Duration::from_secs(240);
     e2e::eventually(stall, "the consumer to notice the stall and rejoin", || {
@@ -519,7 +530,7 @@ async fn a_consumer_restarted_faster_than_its_session_timeout_recovers_by_itself
                 saw.store(true, std::sync::atomic::Ordering::Relaxed);
             }
             let text = reqwest::get(&metrics).await.ok()?.text().await.ok()?;
-            (metric(&text, "consumer_group_rejoins_total")? >= 1.0).then_some(())
+            (e2e::metric(&text, "consumer_group_rejoins_total")? >= 1.0).then_some(())
         }
     })
     .await;
@@ -530,8 +541,8 @@ async fn a_consumer_restarted_faster_than_its_session_timeout_recovers_by_itself
         let metrics = metrics.clone();
         async move {
             let text = reqwest::get(&metrics).await.ok()?.text().await.ok()?;
-            (metric(&text, "consumer_assigned_partitions")? >= 1.0
-                && metric(&text, "consumer_group_stalled")? == 0.0)
+            (e2e::metric(&text, "consumer_assigned_partitions")? >= 1.0
+                && e2e::metric(&text, "consumer_group_stalled")? == 0.0)
                 .then_some(())
         }
     })
