@@ -528,7 +528,8 @@ impl Worker {
     }
 
     /// Publishes this consumer's share of the partitions and, while it owns none, asks
-    /// the broker whether work waits that nobody consumes; rejoins once that is a stall.
+    /// the broker whether work waits that nobody consumes; reports the stall, and rejoins
+    /// unless the broker is still rebalancing the group.
     async fn look_at_group(&mut self, detector: &mut StallDetector) {
         self.probe.drain_events();
         let own = self.consumer.assignment().map_or(0, |a| a.count());
@@ -562,6 +563,12 @@ impl Worker {
                 metrics::gauge!("consumer_group_stalled").set(0.0);
             }
             Verdict::Suspect => {}
+            Verdict::Rebalancing => {
+                self.group.set_ok(false);
+                metrics::gauge!("consumer_group_stalled").set(1.0);
+                tracing::warn!(?group, group_id = %self.config.group_id,
+                    "This consumer owns no partitions while work waits that nobody consumes, and the broker has not finished rebalancing the group; waiting for it to end (a broker that never does needs a restart).");
+            }
             Verdict::Stalled => {
                 self.group.set_ok(false);
                 metrics::gauge!("consumer_group_stalled").set(1.0);

@@ -58,8 +58,11 @@ pub enum Verdict {
     /// Work without a consumer, for less than the bound so far.
     Suspect,
     /// Work without a consumer, untouched for the whole bound, and this consumer settled
-    /// in the group with nothing assigned.
+    /// in the group with nothing assigned: it rejoins.
     Stalled,
+    /// Work without a consumer for the whole bound, while the broker has not finished
+    /// rebalancing the group: stalled all the same, but the broker's to end.
+    Rebalancing,
 }
 
 /// Whether librdkafka has settled in the group: joined, and holding the assignment of the
@@ -102,7 +105,7 @@ impl StallDetector {
 
     /// One look: `own` partitions assigned to this consumer, `settled` its [`Membership`],
     /// `group` the topic's partitions. A rebalance under way does not stop the clock: the
-    /// stall is declared at the first look after the bound where the consumer is settled.
+    /// bound past, the verdict is [`Verdict::Rebalancing`] until the consumer settles.
     pub fn observe(
         &mut self,
         now: Instant,
@@ -131,10 +134,10 @@ impl StallDetector {
             _ => now,
         };
         self.suspicion = Some((since, orphaned));
-        if settled && now.duration_since(since) >= self.bound {
-            Verdict::Stalled
-        } else {
-            Verdict::Suspect
+        match (now.duration_since(since) >= self.bound, settled) {
+            (false, _) => Verdict::Suspect,
+            (true, true) => Verdict::Stalled,
+            (true, false) => Verdict::Rebalancing,
         }
     }
 
@@ -314,12 +317,16 @@ mod tests {
     }
 
     #[test]
-    fn no_stall_is_declared_while_a_rebalance_is_under_way() {
+    fn no_rejoin_is_called_for_while_a_rebalance_is_under_way() {
         let mut d = StallDetector::new(BOUND);
         let t = Instant::now();
         let group = [partition(0, Some(10), 20, false)];
         assert_eq!(d.observe(t, 0, false, &group), Verdict::Suspect);
-        assert_eq!(d.observe(t + BOUND * 3, 0, false, &group), Verdict::Suspect);
+        assert_eq!(d.observe(t + BOUND, 0, false, &group), Verdict::Rebalancing);
+        assert_eq!(
+            d.observe(t + BOUND * 3, 0, false, &group),
+            Verdict::Rebalancing
+        );
         // The clock ran meanwhile: settled with nothing, the stall is declared at once.
         assert_eq!(d.observe(t + BOUND * 3, 0, true, &group), Verdict::Stalled);
     }
