@@ -63,8 +63,8 @@ ensure_chdb() {
 # reaped, is not).
 is_running() {
   local pid state
-  [ -f "$1" ] || return 1
-  pid=$(cat "$1")
+  # The file can go between the test and the read (nginx removes its own as it exits).
+  pid=$(cat "$1" 2>/dev/null) || return 1
   state=$(ps -o stat= -p "$pid" 2>/dev/null) || return 1
   [ -n "$state" ] && [[ $state != Z* ]]
 }
