@@ -446,9 +446,9 @@ impl Worker {
         self.readiness.set(true);
         let max_wait = Duration::from_millis(self.config.batch_max_wait_ms);
         let session_timeout = Duration::from_millis(self.config.kafka_session_timeout_ms);
-        // Three quarters of a session timeout: a stall is seen before the dead member's
-        // session ends, so a rejoin that meets it again is followed by one that does
-        // not, within about two session timeouts of the restart (README).
+        // Three quarters of a session timeout: a stall is reported before the dead
+        // member's session ends; the rejoin waits until librdkafka has settled in the
+        // group (see crate::liveness and the README).
         let mut detector = StallDetector::new(session_timeout * 3 / 4);
         let mut look = tokio::time::interval(look_every(session_timeout));
         look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
