@@ -29,12 +29,13 @@ pub struct KafkaArgs {
     #[arg(long, env = "KAFKA_TOPIC_PARTITIONS", default_value_t = 3)]
     pub topic_partitions: i32,
 
-    /// librdkafka properties, `name=value` pairs separated by `;` (say,
+    /// librdkafka properties, `name=value` pairs separated by `;` or newlines (say,
     /// `security.protocol=SASL_SSL;sasl.mechanism=PLAIN;linger.ms=10`), over the service's
-    /// own settings, except the consumer's group, offset and commit settings. An unknown
-    /// name makes the start fail.
-    #[arg(long, env = "KAFKA_PROPERTIES", hide_env_values = true)]
-    pub kafka_properties: Option<String>,
+    /// own settings, except the consumer's group, offset, commit and statistics settings.
+    /// In a value, `\;` is a semicolon and `\\` a backslash. An entry without `=`, or
+    /// an unknown name, makes the start fail.
+    #[arg(long, env = "KAFKA_PROPERTIES", hide_env_values = true, value_parser = PropertiesParser)]
+    pub kafka_properties: Option<Properties>,
 
     /// librdkafka debug contexts (say, `cgrp,fetch`), logged at debug level.
     #[arg(long, env = "KAFKA_DEBUG")]
@@ -68,7 +69,7 @@ impl KafkaArgs {
     /// Sets the operator's properties over what the code set. Call it last when setting
     /// properties after [`KafkaArgs::client_config`], so that the operator's word wins.
     pub fn apply_properties(&self, config: &mut ClientConfig) {
-        for (name, value) in parse_properties(self.kafka_properties.as_deref().unwrap_or("")) {
+        for (name, value) in self.kafka_properties.iter().flat_map(|p| &p.0) {
             config.set(name, value);
         }
     }
@@ -90,18 +91,74 @@ pub fn client_config(brokers: &str) -> ClientConfig {
     config
 }
 
-fn parse_properties(raw: &str) -> Vec<(&str, &str)> {
-    raw.split(';')
-        .map(str::trim)
-        .filter(|pair| !pair.is_empty())
-        .filter_map(|pair| match pair.split_once('=') {
-            Some((name, value)) => Some((name.trim(), value.trim())),
-            None => {
-                tracing::warn!(%pair, "KAFKA_PROPERTIES entry without '=' ignored.");
-                None
+/// Parses `KAFKA_PROPERTIES` with an error that does not repeat the value (clap's own
+/// errors quote it, and it may hold a password).
+#[derive(Clone)]
+pub struct PropertiesParser;
+
+impl clap::builder::TypedValueParser for PropertiesParser {
+    type Value = Properties;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Properties, clap::Error> {
+        let refuse = |kind, why: &str| {
+            clap::Error::raw(kind, format!("invalid KAFKA_PROPERTIES: {why}\n")).with_cmd(cmd)
+        };
+        let raw = value
+            .to_str()
+            .ok_or_else(|| refuse(clap::error::ErrorKind::InvalidUtf8, "not UTF-8"))?;
+        raw.parse()
+            .map_err(|why: String| refuse(clap::error::ErrorKind::ValueValidation, &why))
+    }
+}
+
+/// Operator-given librdkafka properties (`KAFKA_PROPERTIES`), in their order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Properties(pub Vec<(String, String)>);
+
+impl std::str::FromStr for Properties {
+    type Err = String;
+
+    /// `name=value` entries separated by `;` or newlines; blanks around entries, names and
+    /// values are dropped; in a value, `\;` is a semicolon and `\\` a backslash (a
+    /// password may hold either).
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        let mut entries = vec![String::new()];
+        let mut chars = raw.chars();
+        while let Some(c) = chars.next() {
+            let entry = entries.last_mut().expect("one entry at least");
+            match c {
+                '\\' => match chars.next() {
+                    Some(escaped @ (';' | '\\')) => entry.push(escaped),
+                    Some(other) => entry.extend(['\\', other]),
+                    None => entry.push('\\'),
+                },
+                ';' | '\n' => entries.push(String::new()),
+                c => entry.push(c),
             }
-        })
-        .collect()
+        }
+        // An error names the entry by its place, never by its text: it may be a secret.
+        entries
+            .iter()
+            .map(|entry| entry.trim())
+            .filter(|entry| !entry.is_empty())
+            .enumerate()
+            .map(|(i, entry)| match entry.split_once('=') {
+                Some((name, value)) if !name.trim().is_empty() => {
+                    Ok((name.trim().to_owned(), value.trim().to_owned()))
+                }
+                _ => Err(format!(
+                    "entry {} is not `name=value` (a semicolon in a value is written `\\;`)",
+                    i + 1
+                )),
+            })
+            .collect::<Result<_, _>>()
+            .map(Self)
+    }
 }
 
 /// Creates the topics that do not exist yet, through a client of `config`; an existing
@@ -137,15 +194,70 @@ pub async fn ensure_topics(
 mod tests {
     use super::*;
 
+    fn pairs(raw: &str) -> Result<Vec<(String, String)>, String> {
+        raw.parse::<Properties>().map(|p| p.0)
+    }
+
+    fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    }
+
     #[test]
-    fn properties_are_name_value_pairs_separated_by_semicolons() {
+    fn properties_are_name_value_pairs_separated_by_semicolons_or_newlines() {
         assert_eq!(
-            parse_properties(" linger.ms=10 ; debug=cgrp,fetch;;broken; sasl.password=a=b "),
-            vec![
+            pairs(" linger.ms=10 ; debug=cgrp,fetch;;\n sasl.password=a=b \n"),
+            Ok(owned(&[
                 ("linger.ms", "10"),
                 ("debug", "cgrp,fetch"),
                 ("sasl.password", "a=b")
-            ]
+            ]))
+        );
+        assert_eq!(pairs(""), Ok(vec![]));
+    }
+
+    #[test]
+    fn a_value_can_hold_an_escaped_semicolon_or_backslash() {
+        assert_eq!(
+            pairs(r"sasl.password=p\;w\\d\x;linger.ms=5"),
+            Ok(owned(&[("sasl.password", r"p;w\d\x"), ("linger.ms", "5")]))
+        );
+    }
+
+    #[test]
+    fn an_entry_that_is_not_name_value_is_refused_by_its_place() {
+        // A password with a bare semicolon: its second half is entry 3, never quoted.
+        let error = pairs("linger.ms=5;sasl.password=hunter;2").expect_err("refused");
+        assert!(error.contains("entry 3 "), "{error}");
+        let error = pairs("=secret").expect_err("refused");
+        assert!(
+            error.contains("entry 1 ") && !error.contains("secret"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn the_flag_takes_properties_and_refuses_a_broken_entry() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            kafka: KafkaArgs,
+        }
+        let cli = Cli::try_parse_from(["x", "--kafka-properties", "linger.ms=7"]).expect("parses");
+        let mut config = ClientConfig::new();
+        cli.kafka.apply_properties(&mut config);
+        assert_eq!(config.get("linger.ms"), Some("7"));
+        let error = Cli::try_parse_from(["x", "--kafka-properties", "sasl.password=hunter;2"])
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(error.contains("entry 2 is not `name=value`"), "{error}");
+        assert!(
+            !error.contains("hunter"),
+            "the error quotes the value: {error}"
         );
     }
 }
