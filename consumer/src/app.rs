@@ -589,7 +589,6 @@ impl Worker {
 
     /// Leaves the group with a clean close and joins it again with a new client.
     async fn rejoin(&mut self) -> anyhow::Result<()> {
-        self.membership.forget();
         let fresh: StreamConsumer<StatsContext> = self
             .kafka
             .create_with_context(StatsContext(self.membership.clone()))
@@ -598,6 +597,8 @@ impl Worker {
         // Closing waits for librdkafka to leave the group: off the async threads, and
         // before the new member joins, so that the group sees one member at a time.
         let _ = tokio::task::spawn_blocking(move || drop(old)).await;
+        // After the close, which may still report the old client's statistics.
+        self.membership.forget();
         self.consumer
             .subscribe(&[&self.config.kafka.topic])
             .with_context(|| format!("cannot subscribe to {}", self.config.kafka.topic))
