@@ -1,22 +1,29 @@
 //! A Kafka producer for batches that must go whole, shared by the ingest (events) and the
-//! consumer (dead letters). Two invariants:
+//! consumer (dead letters). Three invariants:
 //! - a batch is enqueued whole or not at all: it first reserves room for all its messages
 //!   in the producer's queue (waiting for room up to a deadline), so a batch that cannot
 //!   be taken leaves nothing behind in Kafka;
+//! - a batch is acknowledged once, when the last of its messages' delivery reports comes:
+//!   its messages share one counter (no channel and no allocation per message);
 //! - a producer that cannot send again is replaced: when librdkafka declares a fatal
 //!   error, or when the broker refuses its producer id or epoch (fenced, unknown, out of
 //!   sequence; seen with Tansu after an outage). Keeping it would fail every send forever.
 
-use std::sync::Arc;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rdkafka::ClientConfig;
+use rdkafka::client::ClientContext;
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::OwnedHeaders;
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::time::Instant;
 
 /// librdkafka's default `queue.buffering.max.messages`.
@@ -40,14 +47,90 @@ pub enum EnqueueError {
     Refused(KafkaError),
 }
 
-/// The enqueued batch: its deliveries, and its room in the queue, held until they end.
+/// The enqueued batch: its acknowledgement, and its room in the queue, held until it ends.
 pub struct Enqueued {
-    pub deliveries: Vec<DeliveryFuture>,
+    pub delivered: Delivered,
     pub room: OwnedSemaphorePermit,
 }
 
+/// Resolves when every message of a batch has its delivery report: `Ok` when all were
+/// delivered, else the first failure.
+pub struct Delivered(oneshot::Receiver<KafkaResult<()>>);
+
+impl Future for Delivered {
+    type Output = KafkaResult<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // The sender goes only with the batch's last report; gone without one, the
+        // producer lost the messages.
+        Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|result| result.unwrap_or(Err(KafkaError::Canceled)))
+    }
+}
+
+/// A batch's count of messages without a delivery report, shared by its messages.
+pub struct BatchAck {
+    remaining: AtomicUsize,
+    failure: Mutex<Option<KafkaError>>,
+    done: Mutex<Option<oneshot::Sender<KafkaResult<()>>>>,
+}
+
+impl BatchAck {
+    fn new(messages: usize) -> (Arc<Self>, Delivered) {
+        let (done, delivered) = oneshot::channel();
+        let done = if messages == 0 {
+            let _ = done.send(Ok(()));
+            None
+        } else {
+            Some(done)
+        };
+        let ack = Self {
+            remaining: AtomicUsize::new(messages),
+            failure: Mutex::new(None),
+            done: Mutex::new(done),
+        };
+        (Arc::new(ack), Delivered(delivered))
+    }
+
+    fn report(&self, result: Result<(), &KafkaError>) {
+        if let Err(e) = result {
+            let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+            failure.get_or_insert_with(|| e.clone());
+        }
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let failure = self
+                .failure
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            let done = self.done.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(done) = done {
+                // The batch's sender may have stopped waiting.
+                let _ = done.send(failure.map_or(Ok(()), Err));
+            }
+        }
+    }
+}
+
+/// Hands each delivery report to its batch's counter.
+pub struct AckContext;
+
+impl ClientContext for AckContext {}
+
+impl ProducerContext for AckContext {
+    type DeliveryOpaque = Arc<BatchAck>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, ack: Arc<BatchAck>) {
+        ack.report(result.as_ref().map(|_| ()).map_err(|(e, _)| e));
+    }
+}
+
+/// The producer's type.
+pub type AckProducer = ThreadedProducer<AckContext>;
+
 pub struct BatchProducer {
-    current: ArcSwap<FutureProducer>,
+    current: ArcSwap<AckProducer>,
     config: ClientConfig,
     room: Arc<Semaphore>,
     capacity: usize,
@@ -62,7 +145,7 @@ impl BatchProducer {
             .get("queue.buffering.max.messages")
             .and_then(|v| v.parse().ok())
             .unwrap_or(DEFAULT_QUEUE_MESSAGES);
-        let producer: FutureProducer = config.create()?;
+        let producer = config.create_with_context(AckContext)?;
         Ok(Self {
             current: ArcSwap::from_pointee(producer),
             config,
@@ -72,7 +155,7 @@ impl BatchProducer {
         })
     }
 
-    pub fn get(&self) -> Arc<FutureProducer> {
+    pub fn get(&self) -> Arc<AckProducer> {
         self.current.load_full()
     }
 
@@ -98,9 +181,10 @@ impl BatchProducer {
         }
         .ok_or(EnqueueError::NoRoom(n))?;
         let producer = self.get();
-        let mut deliveries = Vec::with_capacity(n);
+        let (ack, delivered) = BatchAck::new(n);
         for message in messages {
-            let mut record = FutureRecord::to(topic).payload(message.payload);
+            let mut record =
+                BaseRecord::with_opaque_to(topic, Arc::clone(&ack)).payload(message.payload);
             if let Some(key) = message.key {
                 record = record.key(key);
             }
@@ -108,8 +192,8 @@ impl BatchProducer {
                 record = record.headers(headers);
             }
             loop {
-                match producer.send_result(record) {
-                    Ok(delivery) => break deliveries.push(delivery),
+                match producer.send(record) {
+                    Ok(()) => break,
                     // Room in messages was reserved; the queue's bytes may still be full.
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back))
                         if Instant::now() < deadline =>
@@ -124,7 +208,7 @@ impl BatchProducer {
                 }
             }
         }
-        Ok(Enqueued { deliveries, room })
+        Ok(Enqueued { delivered, room })
     }
 
     /// Creates a new producer if the current one has a fatal error or `error` says the
@@ -136,7 +220,7 @@ impl BatchProducer {
             (None, Some(e)) if refuses_identity(e) => e.to_string(),
             _ => return,
         };
-        match self.config.create::<FutureProducer>() {
+        match self.config.create_with_context(AckContext) {
             Ok(fresh) => {
                 // Only one caller replaces a given failed producer.
                 let previous = self.current.compare_and_swap(&*current, Arc::new(fresh));
@@ -161,4 +245,53 @@ fn refuses_identity(error: &KafkaError) -> bool {
                 | RDKafkaErrorCode::OutOfOrderSequenceNumber
         )
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure() -> KafkaError {
+        KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut)
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_acknowledged_with_its_last_report_and_its_first_failure() {
+        let (ack, mut delivered) = BatchAck::new(3);
+        ack.report(Ok(()));
+        ack.report(Err(&failure()));
+        let other = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        assert!(
+            poll_once(&mut delivered).is_none(),
+            "acknowledged before its last report"
+        );
+        ack.report(Err(&other));
+        assert_eq!(delivered.await, Err(failure()));
+
+        let (ack, delivered) = BatchAck::new(2);
+        ack.report(Ok(()));
+        ack.report(Ok(()));
+        assert_eq!(delivered.await, Ok(()));
+    }
+
+    #[tokio::test]
+    async fn an_empty_batch_is_acknowledged_and_a_lost_one_is_canceled() {
+        let (_ack, delivered) = BatchAck::new(0);
+        assert_eq!(delivered.await, Ok(()));
+
+        // The producer dropped a message without its report.
+        let (ack, delivered) = BatchAck::new(2);
+        ack.report(Ok(()));
+        drop(ack);
+        assert_eq!(delivered.await, Err(KafkaError::Canceled));
+    }
+
+    /// Polls once: `None` while pending.
+    fn poll_once(delivered: &mut Delivered) -> Option<KafkaResult<()>> {
+        let waker = std::task::Waker::noop();
+        match Pin::new(delivered).poll(&mut Context::from_waker(waker)) {
+            Poll::Ready(result) => Some(result),
+            Poll::Pending => None,
+        }
+    }
 }

@@ -694,8 +694,9 @@ impl Store {
         })
     }
 
-    /// Publishes the batch's dead letters together, retrying those that failed until all
-    /// are acknowledged. Returns `false` if shutdown came first.
+    /// Publishes the batch's dead letters, each a batch of its own so that one that
+    /// failed is sent again alone, retrying until all are acknowledged. Returns `false` if
+    /// shutdown came first.
     async fn publish_dead_letters(
         &self,
         letters: &[(Letter<'_>, String)],
@@ -704,47 +705,57 @@ impl Store {
         let mut pending: Vec<&(Letter<'_>, String)> = letters.iter().collect();
         let mut backoff = common::backoff::Backoff::standard();
         while !pending.is_empty() {
-            let outgoing = pending
-                .iter()
-                .map(|(letter, reason)| Outgoing {
+            let mut failed = Vec::new();
+            let mut sent = Vec::with_capacity(pending.len());
+            for item in pending {
+                let (letter, reason) = item;
+                // A full queue stays full for the rest of this round.
+                if !failed.is_empty() {
+                    failed.push(item);
+                    continue;
+                }
+                let outgoing = vec![Outgoing {
                     key: letter.key,
                     payload: letter.payload,
                     headers: Some(dead_letter_headers(letter, reason)),
-                })
-                .collect();
-            match self
-                .dlq
-                .enqueue_all(&self.dlq_topic, outgoing, DEAD_LETTER_TIMEOUT)
-                .await
-            {
-                Ok(Enqueued {
-                    deliveries,
-                    room: _room,
-                }) => {
-                    let results = futures::future::join_all(deliveries).await;
-                    let mut failed = Vec::new();
-                    for (item, result) in pending.into_iter().zip(results) {
-                        let (letter, reason) = item;
-                        match result {
-                            Ok(Ok(_)) => {
-                                metrics::counter!("consumer_dead_letters_total").increment(1);
-                                self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
-                                tracing::warn!(%reason, topic = %letter.topic,
-                                    partition = letter.partition, offset = letter.offset,
-                                    "Message set aside in the dead-letter topic.");
-                            }
-                            Ok(Err((e, _))) => {
-                                tracing::warn!(error = %e, "Dead-letter publish failed; retrying.");
-                                self.dlq.replace_if_broken(Some(&e));
-                                failed.push(item);
-                            }
-                            Err(_) => failed.push(item),
-                        }
+                }];
+                match self
+                    .dlq
+                    .enqueue_all(&self.dlq_topic, outgoing, DEAD_LETTER_TIMEOUT)
+                    .await
+                {
+                    Ok(enqueued) => sent.push((item, enqueued)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Dead letter not enqueued; retrying.");
+                        failed.push(item);
                     }
-                    pending = failed;
                 }
-                Err(e) => tracing::warn!(error = %e, "Dead letters not enqueued; retrying."),
             }
+            for (
+                item,
+                Enqueued {
+                    delivered,
+                    room: _room,
+                },
+            ) in sent
+            {
+                let (letter, reason) = item;
+                match delivered.await {
+                    Ok(()) => {
+                        metrics::counter!("consumer_dead_letters_total").increment(1);
+                        self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(%reason, topic = %letter.topic,
+                            partition = letter.partition, offset = letter.offset,
+                            "Message set aside in the dead-letter topic.");
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Dead-letter publish failed; retrying.");
+                        self.dlq.replace_if_broken(Some(&e));
+                        failed.push(item);
+                    }
+                }
+            }
+            pending = failed;
             if pending.is_empty() {
                 break;
             }

@@ -18,6 +18,7 @@ use common::error::RouteError;
 use common::event::{Envelope, EventMessage};
 use common::key::{PUBLIC_KEY_HEADER, PublicKey};
 use common::producer::{Enqueued, Outgoing};
+use rdkafka::error::KafkaError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -338,7 +339,7 @@ async fn publish(
         })
         .collect();
     let Enqueued {
-        deliveries,
+        delivered,
         room: _room,
     } = state
         .producer
@@ -350,8 +351,7 @@ async fn publish(
             IngestError::KafkaUnavailable("The event queue is full; retry later.")
         })?;
     // librdkafka times messages out after message.timeout.ms; this bound is a backstop.
-    let all = futures::future::join_all(deliveries);
-    let results = tokio::time::timeout(state.delivery_timeout + Duration::from_secs(1), all)
+    let result = tokio::time::timeout(state.delivery_timeout + Duration::from_secs(1), delivered)
         .await
         .map_err(|_| {
             metrics::counter!("ingest_delivery_errors_total", "reason" => "timeout").increment(1);
@@ -360,23 +360,20 @@ async fn publish(
             )
         })?;
     metrics::histogram!("ingest_delivery_seconds").record(started.elapsed().as_secs_f64());
-    for result in results {
-        match result {
-            Ok(Ok(_)) => {}
-            Ok(Err((e, _))) => {
-                tracing::warn!(error = %e, "Delivery failed.");
-                state.producer.replace_if_broken(Some(&e));
-                metrics::counter!("ingest_delivery_errors_total", "reason" => "delivery")
-                    .increment(1);
-                return Err(IngestError::KafkaUnavailable(
-                    "Kafka did not take the events; retry later.",
-                ));
-            }
-            Err(_) => {
-                return Err(IngestError::KafkaUnavailable(
-                    "The producer is shutting down; retry later.",
-                ));
-            }
+    match result {
+        Ok(()) => {}
+        Err(KafkaError::Canceled) => {
+            return Err(IngestError::KafkaUnavailable(
+                "The producer is shutting down; retry later.",
+            ));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "Delivery failed.");
+            state.producer.replace_if_broken(Some(&e));
+            metrics::counter!("ingest_delivery_errors_total", "reason" => "delivery").increment(1);
+            return Err(IngestError::KafkaUnavailable(
+                "Kafka did not take the events; retry later.",
+            ));
         }
     }
     Ok(())
