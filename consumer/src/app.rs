@@ -89,6 +89,9 @@ pub struct Stats {
     pub inserts: AtomicU64,
     pub rows_inserted: AtomicU64,
     pub dead_letters: AtomicU64,
+    /// Batches made: a consumer needs two (one filled while the other is stored), whose
+    /// buffers it then uses again.
+    pub batches_made: AtomicU64,
 }
 
 /// The consumer's client context: publishes the partitions' lag and records whether the
@@ -453,9 +456,14 @@ impl Worker {
         let mut look = tokio::time::interval(look_every(session_timeout));
         look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut storing: Option<Storing> = None;
-        let mut spare: Option<Batch> = None;
+        // Batches whose buffers wait to be used again.
+        let mut spares: Vec<Batch> = Vec::new();
         let clean = loop {
-            let mut batch = spare.take().unwrap_or_else(|| {
+            let mut batch = spares.pop().unwrap_or_else(|| {
+                self.store
+                    .stats
+                    .batches_made
+                    .fetch_add(1, Ordering::Relaxed);
                 Batch::new(self.config.batch_max_rows, self.config.batch_max_bytes)
             });
             let mut deadline: Option<Instant> = None;
@@ -471,7 +479,7 @@ impl Worker {
                     () = stopped(&mut stop) => break Next::Stop,
                     stored = async { storing.as_mut().expect("guarded").await }, if storing.is_some() => {
                         storing = None;
-                        if !self.commit(stored, &stop, &mut spare) {
+                        if !self.commit(stored, &stop, &mut spares) {
                             break Next::Unstored;
                         }
                     }
@@ -499,17 +507,19 @@ impl Worker {
             }
             // One batch stored at a time: the one before must be committed first.
             if let Some(before) = storing.take()
-                && !self.commit(before.await, &stop, &mut spare)
+                && !self.commit(before.await, &stop, &mut spares)
             {
                 break false;
             }
-            if !batch.is_empty() {
+            if batch.is_empty() {
+                spares.push(batch);
+            } else {
                 let store = self.store.clone();
                 storing = Some(tokio::spawn(store.store(batch, stop.clone())));
             }
             match next {
                 Next::Stop => match storing.take() {
-                    Some(last) => break self.commit(last.await, &stop, &mut spare),
+                    Some(last) => break self.commit(last.await, &stop, &mut spares),
                     None => break true,
                 },
                 Next::Look => self.look_at_group(&mut detector).await,
@@ -604,17 +614,17 @@ impl Worker {
             .with_context(|| format!("cannot subscribe to {}", self.config.kafka.topic))
     }
 
-    /// Commits what a batch's task stored and keeps its buffers in `spare`. Returns
+    /// Commits what a batch's task stored and keeps its buffers in `spares`. Returns
     /// `false` when it was not stored.
     fn commit(
         &self,
         stored: Result<Option<Stored>, tokio::task::JoinError>,
         stop: &watch::Receiver<bool>,
-        spare: &mut Option<Batch>,
+        spares: &mut Vec<Batch>,
     ) -> bool {
         let offsets = match stored {
             Ok(Some(stored)) => {
-                *spare = Some(stored.spare);
+                spares.push(stored.spare);
                 stored.offsets
             }
             Ok(None) => return false,
