@@ -72,8 +72,13 @@ impl Future for Delivered {
 /// A batch's count of messages without a delivery report, shared by its messages.
 pub struct BatchAck {
     remaining: AtomicUsize,
-    failure: Mutex<Option<KafkaError>>,
-    done: Mutex<Option<oneshot::Sender<KafkaResult<()>>>>,
+    outcome: Mutex<Outcome>,
+}
+
+/// The first failure, and where the batch's result goes once the count is out.
+struct Outcome {
+    failure: Option<KafkaError>,
+    done: Option<oneshot::Sender<KafkaResult<()>>>,
 }
 
 impl BatchAck {
@@ -87,27 +92,24 @@ impl BatchAck {
         };
         let ack = Self {
             remaining: AtomicUsize::new(messages),
-            failure: Mutex::new(None),
-            done: Mutex::new(done),
+            outcome: Mutex::new(Outcome {
+                failure: None,
+                done,
+            }),
         };
         (Arc::new(ack), Delivered(delivered))
     }
 
     fn report(&self, result: Result<(), &KafkaError>) {
+        let outcome = || self.outcome.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = result {
-            let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
-            failure.get_or_insert_with(|| e.clone());
+            outcome().failure.get_or_insert_with(|| e.clone());
         }
         if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let failure = self
-                .failure
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
-            let done = self.done.lock().unwrap_or_else(|e| e.into_inner()).take();
-            if let Some(done) = done {
+            let Outcome { failure, done } = &mut *outcome();
+            if let Some(done) = done.take() {
                 // The batch's sender may have stopped waiting.
-                let _ = done.send(failure.map_or(Ok(()), Err));
+                let _ = done.send(failure.take().map_or(Ok(()), Err));
             }
         }
     }

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
@@ -173,11 +174,20 @@ pub fn consumer_config(names: &ConsumerNames, extra: &[&str]) -> consumer::Confi
 }
 
 pub async fn start_consumer(config: consumer::Config) -> Running {
+    start_consumer_counted(config).await.0
+}
+
+/// A started consumer and its counts.
+pub async fn start_consumer_counted(config: consumer::Config) -> (Running, Arc<consumer::Stats>) {
     common::telemetry::init_test_logging();
     let app = consumer::Application::build(config)
         .await
         .expect("consumer builds");
-    running(app.local_addr(), |shutdown| app.run_until(shutdown))
+    let stats = app.stats();
+    (
+        running(app.local_addr(), |shutdown| app.run_until(shutdown)),
+        stats,
+    )
 }
 
 pub fn clickhouse(database: &str) -> clickhouse::Client {

@@ -87,14 +87,7 @@ async fn a_message_delivered_twice_counts_once() {
 #[tokio::test]
 async fn poison_messages_are_set_aside_with_their_reason_and_can_be_replayed() {
     let names = ConsumerNames::unique();
-    let app = consumer::Application::build(e2e::consumer_config(&names, &[]))
-        .await
-        .expect("builds");
-    let stats = app.stats();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(app.run_until(async move {
-        let _ = stopped.await;
-    }));
+    let (consumer, stats) = e2e::start_consumer_counted(e2e::consumer_config(&names, &[])).await;
 
     let mut future =
         serde_json::to_value(e2e::event_message("pk_c", "v2", "impression")).expect("value");
@@ -175,8 +168,7 @@ async fn poison_messages_are_set_aside_with_their_reason_and_can_be_replayed() {
     payloads.sort();
     assert_eq!(again, payloads);
 
-    let _ = stop.send(());
-    task.await.expect("task").expect("clean stop");
+    consumer.stop().await.expect("clean stop");
     e2e::drop_database(&names.database).await;
 }
 
@@ -333,13 +325,8 @@ async fn a_batch_keeps_taking_rows_while_the_one_before_is_being_inserted() {
             "--batch-max-wait-ms=100",
         ],
     );
-    let app = consumer::Application::build(config).await.expect("builds");
-    let stats = app.stats();
-    let readyz = format!("http://{}/readyz", app.local_addr());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(app.run_until(async move {
-        let _ = stopped.await;
-    }));
+    let (consumer, stats) = e2e::start_consumer_counted(config).await;
+    let readyz = consumer.url("/readyz");
     let ch = e2e::clickhouse_at(&server.url(), &names.database);
     let mut all = events(1, "first");
     produce_events(&names.topic, &all).await;
@@ -368,8 +355,7 @@ async fn a_batch_keeps_taking_rows_while_the_one_before_is_being_inserted() {
         3,
         "the first event, the stuck one, then the twenty behind it in one insert"
     );
-    stop.send(()).expect("consumer running");
-    task.await.expect("joined").expect("clean stop");
+    consumer.stop().await.expect("clean stop");
 }
 
 /// A consumer fills one batch while it stores the other, then uses their buffers again:
@@ -387,12 +373,7 @@ async fn a_consumer_makes_two_batches_and_uses_them_again() {
             "--batch-max-wait-ms=50",
         ],
     );
-    let app = consumer::Application::build(config).await.expect("builds");
-    let stats = app.stats();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(app.run_until(async move {
-        let _ = stopped.await;
-    }));
+    let (consumer, stats) = e2e::start_consumer_counted(config).await;
     let ch = e2e::clickhouse(&names.database);
     // Idle looks first, then forty events over four seconds: batches between looks.
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -414,8 +395,7 @@ async fn a_consumer_makes_two_batches_and_uses_them_again() {
         2,
         "batches made"
     );
-    stop.send(()).expect("consumer running");
-    task.await.expect("joined").expect("clean stop");
+    consumer.stop().await.expect("clean stop");
 }
 
 #[tokio::test]

@@ -228,17 +228,11 @@ async fn results_count_sessions_once_and_match_independent_statistics() {
     let file = SnapshotFile::new(&snapshot("r-1", (50, 50)));
     let names = ConsumerNames::unique();
     let snapshot_flag = format!("--experiments-snapshot={}", file.path.display());
-    let app = consumer::Application::build(e2e::consumer_config(
+    let (consumer, stats) = e2e::start_consumer_counted(e2e::consumer_config(
         &names,
         &[&snapshot_flag, "--snapshot-poll-interval-ms=100"],
     ))
-    .await
-    .expect("consumer builds");
-    let stats = app.stats();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let consumer = tokio::spawn(app.run_until(async move {
-        let _ = stopped.await;
-    }));
+    .await;
     let ingest = e2e::start_ingest(e2e::ingest_config(&file.path, &names.topic, &[])).await;
 
     // A 50/50 experiment with a deliberate sample-ratio mismatch (120 against 80), and a
@@ -426,8 +420,7 @@ async fn results_count_sessions_once_and_match_independent_statistics() {
     assert_eq!(versions, 2, "the old version stays queryable");
 
     ingest.stop().await.expect("ingest stops");
-    let _ = stop.send(());
-    consumer.await.expect("task").expect("clean stop");
+    consumer.stop().await.expect("clean stop");
     e2e::drop_database(&names.database).await;
 }
 
