@@ -46,6 +46,12 @@ use crate::topology::Topology;
 /// at 10 ms). `KAFKA_PROPERTIES=fetch.wait.max.ms=…` changes it (BENCHMARKS.md).
 pub const FETCH_WAIT_MAX_MS: &str = "100";
 
+/// librdkafka's `fetch.queue.backoff.ms`: how long the client waits before fetching again
+/// once its queue of prefetched messages is full. Its default of 1 s stalled a backlog's
+/// drain: while a batch is inserted the queue fills, and the next batch, read from it in a
+/// fraction of a second, then waited the rest of that second for messages (BENCHMARKS.md).
+const FETCH_QUEUE_BACKOFF_MS: &str = "10";
+
 /// How long a batch's dead letters may wait for room in the producer, and for the
 /// broker's acknowledgement, before they are retried.
 const DEAD_LETTER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -92,6 +98,8 @@ pub struct Stats {
     /// Batches made: a consumer needs two (one filled while the other is stored), whose
     /// buffers it then uses again.
     pub batches_made: AtomicU64,
+    /// Messages taken into batches, counted when a batch's collecting ends.
+    pub messages_read: AtomicU64,
 }
 
 /// The consumer's client context: publishes the partitions' lag and records whether the
@@ -286,6 +294,36 @@ fn decode(payload: &[u8]) -> Result<EventMessage<JsonStr<'_>>, String> {
     Ok(event)
 }
 
+/// The consumer's librdkafka settings: ours, then `KAFKA_PROPERTIES`, then what the
+/// commit-after-insert design and the liveness check need.
+fn consumer_config(config: &Config) -> ClientConfig {
+    let mut kafka = config.kafka.client_config();
+    kafka
+        .set("fetch.wait.max.ms", FETCH_WAIT_MAX_MS)
+        .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS)
+        .set(
+            "session.timeout.ms",
+            config.kafka_session_timeout_ms.to_string(),
+        )
+        .set(
+            "max.poll.interval.ms",
+            config.kafka_max_poll_interval_ms.to_string(),
+        );
+    config.kafka.apply_properties(&mut kafka);
+    kafka
+        .set(
+            "statistics.interval.ms",
+            look_every(Duration::from_millis(config.kafka_session_timeout_ms))
+                .as_millis()
+                .to_string(),
+        )
+        .set("group.id", &config.group_id)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "false");
+    kafka
+}
+
 impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         common::telemetry::metrics_handle();
@@ -313,31 +351,7 @@ impl Application {
         {
             tracing::warn!(error = %format!("{e:#}"), "Topics not ensured.");
         }
-        let mut kafka = config.kafka.client_config();
-        kafka
-            .set("fetch.wait.max.ms", FETCH_WAIT_MAX_MS)
-            .set(
-                "session.timeout.ms",
-                config.kafka_session_timeout_ms.to_string(),
-            )
-            .set(
-                "max.poll.interval.ms",
-                config.kafka_max_poll_interval_ms.to_string(),
-            );
-        config.kafka.apply_properties(&mut kafka);
-        // What the commit-after-insert design and the liveness check need, over any
-        // KAFKA_PROPERTIES.
-        kafka
-            .set(
-                "statistics.interval.ms",
-                look_every(Duration::from_millis(config.kafka_session_timeout_ms))
-                    .as_millis()
-                    .to_string(),
-            )
-            .set("group.id", &config.group_id)
-            .set("enable.auto.commit", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("enable.partition.eof", "false");
+        let kafka = consumer_config(&config);
         let membership = Arc::new(Membership::default());
         let consumer: StreamConsumer<StatsContext> = kafka
             .create_with_context(StatsContext(membership.clone()))
@@ -486,7 +500,10 @@ impl Worker {
                     // A batch whose wait is over while the one before is still being
                     // stored could not be stored sooner: it keeps taking rows until then.
                     () = wait, if storing.is_none() => break Next::Flush,
-                    _ = look.tick(), if batch.is_empty() => break Next::Look,
+                    // A look waits for the batch being stored (its offsets are committed
+                    // before any rejoin): only when there is nothing to store, so that it
+                    // never holds the reading of the next batch behind an insert.
+                    _ = look.tick(), if batch.is_empty() && storing.is_none() => break Next::Look,
                     received = self.consumer.recv() => match received {
                         Ok(message) => {
                             batch.add(&message);
@@ -502,6 +519,10 @@ impl Worker {
                     },
                 }
             };
+            self.store.stats.messages_read.fetch_add(
+                (batch.rows.len() + batch.dead.len()) as u64,
+                Ordering::Relaxed,
+            );
             if matches!(next, Next::Unstored) {
                 break false;
             }
@@ -809,6 +830,23 @@ pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn the_fetch_backoff_is_short_and_the_operator_may_change_it() {
+        let kafka = |args: &[&str]| {
+            let args = ["consumer"].iter().chain(args);
+            consumer_config(&Config::parse_from(args))
+        };
+        let ours = kafka(&[]);
+        assert_eq!(ours.get("fetch.queue.backoff.ms"), Some("10"));
+        assert_eq!(ours.get("fetch.wait.max.ms"), Some(FETCH_WAIT_MAX_MS));
+        let theirs = kafka(&["--kafka-properties=fetch.queue.backoff.ms=500;group.id=other"]);
+        assert_eq!(theirs.get("fetch.queue.backoff.ms"), Some("500"));
+        // What the design needs stays over the operator's word.
+        assert_eq!(theirs.get("group.id"), ours.get("group.id"));
+        assert_eq!(theirs.get("enable.auto.commit"), Some("false"));
+    }
 
     fn row() -> EventRow<Span> {
         let message = serde_json::json!({

@@ -358,6 +358,58 @@ async fn a_batch_keeps_taking_rows_while_the_one_before_is_being_inserted() {
     consumer.stop().await.expect("clean stop");
 }
 
+/// A look at the group waits for the batch being stored, so it is taken only when none is:
+/// a look that fell due during an insert held the reading of the next batch until the
+/// insert ended (here, until ClickHouse is back), and a backlog drained slower.
+#[tokio::test]
+async fn the_next_batch_is_read_while_one_is_stored_even_when_a_look_is_due() {
+    let server = PrivateClickHouse::start().await;
+    let names = ConsumerNames::unique();
+    let url = format!("--clickhouse-url={}", server.url());
+    // Six-second sessions: a look at the group every 1.5 s.
+    let config = e2e::consumer_config(
+        &names,
+        &[
+            &url,
+            "--kafka-session-timeout-ms=6000",
+            "--insert-timeout-ms=1000",
+            "--batch-max-rows=10",
+        ],
+    );
+    let (consumer, stats) = e2e::start_consumer_counted(config).await;
+    let read = || {
+        stats
+            .messages_read
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let ch = e2e::clickhouse_at(&server.url(), &names.database);
+
+    server.pause();
+    let mut all = events(10, "first");
+    produce_events(&names.topic, &all).await;
+    e2e::eventually(WAIT, "the first batch read", || async {
+        (read() == 10).then_some(())
+    })
+    .await;
+    // Two looks fall due while the first batch's insert hangs.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let second = events(10, "second");
+    produce_events(&names.topic, &second).await;
+    all.extend(second);
+    e2e::eventually(
+        Duration::from_secs(20),
+        "the second batch read while the first is stored",
+        || async { (read() == 20).then_some(()) },
+    )
+    .await;
+
+    server.resume();
+    let (_, once) = e2e::wait_for_events(&ch, 20, WAIT).await;
+    assert_eq!(once, 20, "every event once");
+    assert_stored(&ch, &all).await;
+    consumer.stop().await.expect("clean stop");
+}
+
 /// A consumer fills one batch while it stores the other, then uses their buffers again:
 /// its looks at the group, idle or between batches, do not throw a batch away (each new
 /// one was filled in fresh memory, a tenth of the CPU while it drained a backlog).
