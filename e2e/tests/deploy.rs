@@ -259,6 +259,45 @@ fn both_nginx_fronts_pass_nginx_t() {
         "127.0.0.1:8082",
     );
     nginx_check("local.conf", &local);
+    // The SDK's own server in the Dockerfile's `sdk` image (Kubernetes).
+    let sdk = read("deploy/nginx/sdk.conf").replace(
+        "/etc/nginx/sdk-headers.conf",
+        &repo()
+            .join("deploy/nginx/sdk-headers.conf")
+            .display()
+            .to_string(),
+    );
+    let sdk = format!(
+        "pid {0}/nginx-sdk.pid;\nerror_log {0}/error.log;\nevents {{}}\nhttp {{\n{sdk}\n}}\n",
+        dir.path().display()
+    );
+    nginx_check("sdk.conf", &sdk);
+}
+
+/// What the Dockerfile copies from the repository exists, and its last stage, the one a
+/// plain `docker build` makes, is the services' image.
+#[test]
+fn the_dockerfile_copies_what_exists_and_builds_the_services_by_default() {
+    let dockerfile = read("Dockerfile");
+    let mut stages = Vec::new();
+    for line in dockerfile.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.first() {
+            Some(&"FROM") => stages.push(words.last().copied().unwrap_or_default()),
+            Some(&"COPY") if !line.contains("--from=") => {
+                // Sources, then the destination; `.` is the whole context.
+                for source in &words[1..words.len() - 1] {
+                    let source = source.trim_end_matches('\\');
+                    if !source.is_empty() && !source.starts_with("--") {
+                        assert!(repo().join(source).exists(), "COPY {source}: no such file");
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(stages.contains(&"sdk"), "no sdk stage: {stages:?}");
+    assert_eq!(stages.last(), Some(&"runtime"), "{stages:?}");
 }
 
 /// ConfigMaps of deploy/k8s by name: their keys.
@@ -276,7 +315,7 @@ fn config_maps(docs: &[Value]) -> BTreeMap<String, Vec<String>> {
 }
 
 #[test]
-fn kubernetes_manifests_have_probes_resources_real_settings_and_both_paths() {
+fn kubernetes_manifests_have_probes_resources_real_settings_and_every_path() {
     let kustomization = documents("deploy/k8s/kustomization.yaml");
     let files: Vec<String> = kustomization[0]["resources"]
         .as_sequence()
@@ -307,7 +346,14 @@ fn kubernetes_manifests_have_probes_resources_real_settings_and_both_paths() {
                     "{name}: no {kind}"
                 );
             }
-            let binary = str_of(&c["args"][0], "args");
+            // The SDK's nginx has no settings of ours; the others name their binary.
+            let Some(binary) = c["args"][0].as_str() else {
+                assert!(
+                    c["env"].is_null() && c["envFrom"].is_null(),
+                    "{name}: settings for a container that runs none of our binaries"
+                );
+                continue;
+            };
             let known = settings_of(binary);
             let mut names: Vec<String> = c["env"]
                 .as_sequence()
@@ -336,18 +382,44 @@ fn kubernetes_manifests_have_probes_resources_real_settings_and_both_paths() {
     }
     assert_eq!(
         deployments,
-        BTreeSet::from(["config-api".into(), "consumer".into(), "ingest".into()])
+        BTreeSet::from([
+            "config-api".into(),
+            "consumer".into(),
+            "ingest".into(),
+            "sdk".into()
+        ])
     );
 
-    let paths: BTreeSet<String> = docs
+    // Each Service selects a Deployment's pods; each Ingress path goes to a Service.
+    let mut services = BTreeSet::new();
+    for s in docs.iter().filter(|d| d["kind"] == "Service") {
+        let name = str_of(&s["metadata"]["name"], "name");
+        let app = str_of(&s["spec"]["selector"]["app"], "selector");
+        assert!(
+            deployments.contains(app),
+            "Service {name} selects no Deployment"
+        );
+        services.insert(name.to_owned());
+    }
+    let paths: BTreeMap<String, String> = docs
         .iter()
         .filter(|d| d["kind"] == "Ingress")
         .flat_map(|d| d["spec"]["rules"].as_sequence().expect("rules").clone())
         .flat_map(|rule| rule["http"]["paths"].as_sequence().expect("paths").clone())
-        .map(|p| str_of(&p["path"], "path").to_owned())
+        .map(|p| {
+            let service = str_of(&p["backend"]["service"]["name"], "backend");
+            (str_of(&p["path"], "path").to_owned(), service.to_owned())
+        })
         .collect();
-    for path in ["/api/v1/analytics", "/api/v1/experiments"] {
-        assert!(paths.contains(path), "the Ingress misses {path}");
+    for path in [
+        "/api/v1/analytics",
+        "/api/v1/experiments",
+        "/sdk/v1/split.min.js",
+    ] {
+        let service = paths
+            .get(path)
+            .unwrap_or_else(|| panic!("the Ingress misses {path}"));
+        assert!(services.contains(service), "{path} goes to no Service");
     }
     for kind in ["HorizontalPodAutoscaler", "PodDisruptionBudget", "Service"] {
         assert!(docs.iter().any(|d| d["kind"] == kind), "no {kind}");
