@@ -228,28 +228,32 @@ fn nginx_check(name: &str, conf: &str) {
     assert_accepts(command, "nginx -t", name);
 }
 
-#[test]
-fn both_nginx_fronts_pass_nginx_t() {
-    let routes = repo().join("deploy/nginx/routes.conf");
-    let routes = routes.display().to_string();
-    // docker-compose's front, its service names mapped to loopback.
-    let server = read("deploy/nginx/compose.conf")
+/// A server block of a container's nginx (`/etc/nginx/X` mounted from `deploy/nginx/X`),
+/// its upstreams' service names mapped to loopback, as a whole configuration run from `dir`.
+fn container_nginx(file: &str, dir: &std::path::Path) -> String {
+    let mut server = read(&format!("deploy/nginx/{file}"))
         .replace("ingest:8081", "127.0.0.1:8081")
-        .replace("config-api:8082", "127.0.0.1:8082")
-        .replace("/etc/nginx/routes.conf", &routes)
-        .replace(
-            "/etc/nginx/sdk-headers.conf",
-            &repo()
-                .join("deploy/nginx/sdk-headers.conf")
-                .display()
-                .to_string(),
+        .replace("config-api:8082", "127.0.0.1:8082");
+    for include in ["routes.conf", "sdk-headers.conf"] {
+        let path = repo().join("deploy/nginx").join(include);
+        server = server.replace(
+            &format!("/etc/nginx/{include}"),
+            &path.display().to_string(),
         );
+    }
+    format!(
+        "pid {0}/{file}.pid;\nerror_log {0}/error.log;\nevents {{}}\nhttp {{\n{server}\n}}\n",
+        dir.display()
+    )
+}
+
+#[test]
+fn every_nginx_front_passes_nginx_t() {
     let dir = tempfile::tempdir().expect("folder");
-    let compose = format!(
-        "pid {0}/nginx.pid;\nerror_log {0}/error.log;\nevents {{}}\nhttp {{\n{server}\n}}\n",
-        dir.path().display()
-    );
-    nginx_check("compose.conf", &compose);
+    // docker-compose's front, and the SDK's own server of the Dockerfile's `sdk` image.
+    for file in ["compose.conf", "sdk.conf"] {
+        nginx_check(file, &container_nginx(file, dir.path()));
+    }
     // scripts/up's front (which creates its temp folder first, as scripts/up does).
     std::fs::create_dir_all(dir.path().join("tmp")).expect("folder");
     let local = e2e::render_front(
@@ -259,19 +263,6 @@ fn both_nginx_fronts_pass_nginx_t() {
         "127.0.0.1:8082",
     );
     nginx_check("local.conf", &local);
-    // The SDK's own server in the Dockerfile's `sdk` image (Kubernetes).
-    let sdk = read("deploy/nginx/sdk.conf").replace(
-        "/etc/nginx/sdk-headers.conf",
-        &repo()
-            .join("deploy/nginx/sdk-headers.conf")
-            .display()
-            .to_string(),
-    );
-    let sdk = format!(
-        "pid {0}/nginx-sdk.pid;\nerror_log {0}/error.log;\nevents {{}}\nhttp {{\n{sdk}\n}}\n",
-        dir.path().display()
-    );
-    nginx_check("sdk.conf", &sdk);
 }
 
 /// What the Dockerfile copies from the repository exists, and its last stage, the one a
