@@ -317,31 +317,55 @@ pub struct PrivateBroker {
     pub brokers: String,
     /// The folder of the SQLite storage, when the broker has one.
     _dir: Option<tempfile::TempDir>,
+    /// The proxy every client goes through, when the broker has one.
+    proxy: Option<DelayProxy>,
 }
 
 impl PrivateBroker {
     /// A broker with memory storage.
     pub async fn start() -> Self {
-        Self::start_in(None).await
+        Self::start_in(None, None).await
     }
 
     /// A broker with SQLite storage, in a folder of its own: unlike the memory storage,
     /// it reports the offsets of a partition's end (the memory storage answers 1).
     pub async fn start_sqlite() -> Self {
-        Self::start_in(Some(tempfile::tempdir().expect("a temporary folder"))).await
+        Self::start_in(Some(tempfile::tempdir().expect("a temporary folder")), None).await
     }
 
-    async fn start_in(dir: Option<tempfile::TempDir>) -> Self {
+    /// A broker with memory storage that clients reach only through a [`DelayProxy`] (it
+    /// advertises the proxy's address): [`PrivateBroker::set_delay`] makes it slow.
+    pub async fn start_behind_proxy() -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("the proxy's port");
+        Self::start_in(None, Some(listener)).await
+    }
+
+    /// How late every byte between the clients and the broker arrives, each way.
+    pub fn set_delay(&self, delay: Duration) {
+        self.proxy
+            .as_ref()
+            .expect("a broker started behind a proxy")
+            .set_delay(delay);
+    }
+
+    async fn start_in(
+        dir: Option<tempfile::TempDir>,
+        proxy: Option<std::net::TcpListener>,
+    ) -> Self {
         let port = free_port();
         let bin = std::env::var("TEST_TANSU_BIN").unwrap_or_else(|_| "tansu".into());
         let url = format!("tcp://127.0.0.1:{port}");
+        let advertised = match &proxy {
+            Some(listener) => format!("tcp://{}", listener.local_addr().expect("address")),
+            None => url.clone(),
+        };
         let mut command = std::process::Command::new(&bin);
         command.args([
             "broker",
             "--listener-url",
             &url,
             "--advertised-listener-url",
-            &url,
+            &advertised,
         ]);
         match &dir {
             // The SQLite path is relative to the broker's working folder.
@@ -362,10 +386,14 @@ impl PrivateBroker {
             async move { tokio::net::TcpStream::connect(addr).await.ok().map(|_| ()) }
         })
         .await;
+        let proxy = proxy.map(|listener| {
+            DelayProxy::serve(listener, brokers.parse().expect("the broker's address"))
+        });
         Self {
             child,
-            brokers,
+            brokers: proxy.as_ref().map_or(brokers, |p| p.addr.to_string()),
             _dir: dir,
+            proxy,
         }
     }
 
@@ -377,6 +405,108 @@ impl PrivateBroker {
     pub fn resume(&self) {
         send_signal(self.child.id(), "-CONT");
     }
+}
+
+/// A TCP proxy that forwards everything, both ways, a delay after it arrived, in order; the
+/// delay may change while it runs. A server behind it answers slowly rather than not at all.
+/// It runs on a thread of its own, so that a test blocking its runtime does not stop it.
+pub struct DelayProxy {
+    pub addr: SocketAddr,
+    delay_ms: Arc<std::sync::atomic::AtomicU64>,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl DelayProxy {
+    /// Forwards the connections `listener` accepts to `target`.
+    pub fn serve(listener: std::net::TcpListener, target: SocketAddr) -> Self {
+        let addr = listener.local_addr().expect("the proxy's address");
+        listener
+            .set_nonblocking(true)
+            .expect("a non-blocking listener");
+        let delay_ms = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let delay = delay_ms.clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("the proxy's runtime");
+        std::thread::spawn(move || {
+            runtime.block_on(async move {
+                let listener =
+                    tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
+                let accept = async {
+                    while let Ok((client, _)) = listener.accept().await {
+                        let delay = delay.clone();
+                        tokio::spawn(async move {
+                            let Ok(server) = tokio::net::TcpStream::connect(target).await else {
+                                return;
+                            };
+                            let (from_client, to_client) = client.into_split();
+                            let (from_server, to_server) = server.into_split();
+                            tokio::join!(
+                                forward_late(from_client, to_server, delay.clone()),
+                                forward_late(from_server, to_client, delay),
+                            );
+                        });
+                    }
+                };
+                tokio::select! {
+                    () = accept => {}
+                    _ = stopped => {}
+                }
+            });
+        });
+        Self {
+            addr,
+            delay_ms,
+            stop: Some(stop),
+        }
+    }
+
+    pub fn set_delay(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.delay_ms
+            .store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for DelayProxy {
+    /// Stops the proxy and closes its connections.
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Copies `from` to `to`, writing each chunk the delay after it was read, in order.
+async fn forward_late(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    delay_ms: Arc<std::sync::atomic::AtomicU64>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (chunks, mut due) = tokio::sync::mpsc::unbounded_channel();
+    let read = async move {
+        let mut buffer = vec![0; 64 * 1024];
+        while let Ok(n @ 1..) = from.read(&mut buffer).await {
+            let delay = delay_ms.load(std::sync::atomic::Ordering::Relaxed);
+            let at = tokio::time::Instant::now() + Duration::from_millis(delay);
+            if chunks.send((at, buffer[..n].to_vec())).is_err() {
+                break;
+            }
+        }
+    };
+    let write = async move {
+        while let Some((at, chunk)) = due.recv().await {
+            tokio::time::sleep_until(at).await;
+            if to.write_all(&chunk).await.is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown().await;
+    };
+    tokio::join!(read, write);
 }
 
 impl Drop for PrivateBroker {
