@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
@@ -412,7 +413,7 @@ impl PrivateBroker {
 /// It runs on a thread of its own, so that a test blocking its runtime does not stop it.
 pub struct DelayProxy {
     pub addr: SocketAddr,
-    delay_ms: Arc<std::sync::atomic::AtomicU64>,
+    delay_ms: Arc<AtomicU64>,
     stop: Option<oneshot::Sender<()>>,
 }
 
@@ -423,7 +424,7 @@ impl DelayProxy {
         listener
             .set_nonblocking(true)
             .expect("a non-blocking listener");
-        let delay_ms = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let delay_ms = Arc::new(AtomicU64::new(0));
         let delay = delay_ms.clone();
         let (stop, stopped) = oneshot::channel::<()>();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -465,8 +466,7 @@ impl DelayProxy {
 
     pub fn set_delay(&self, delay: Duration) {
         let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-        self.delay_ms
-            .store(ms, std::sync::atomic::Ordering::Relaxed);
+        self.delay_ms.store(ms, Ordering::Relaxed);
     }
 }
 
@@ -483,14 +483,14 @@ impl Drop for DelayProxy {
 async fn forward_late(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    delay_ms: Arc<std::sync::atomic::AtomicU64>,
+    delay_ms: Arc<AtomicU64>,
 ) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (chunks, mut due) = tokio::sync::mpsc::unbounded_channel();
     let read = async move {
         let mut buffer = vec![0; 64 * 1024];
         while let Ok(n @ 1..) = from.read(&mut buffer).await {
-            let delay = delay_ms.load(std::sync::atomic::Ordering::Relaxed);
+            let delay = delay_ms.load(Ordering::Relaxed);
             let at = tokio::time::Instant::now() + Duration::from_millis(delay);
             if chunks.send((at, buffer[..n].to_vec())).is_err() {
                 break;
