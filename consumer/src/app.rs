@@ -500,10 +500,7 @@ impl Worker {
                     // A batch whose wait is over while the one before is still being
                     // stored could not be stored sooner: it keeps taking rows until then.
                     () = wait, if storing.is_none() => break Next::Flush,
-                    // A look waits for the batch being stored (its offsets are committed
-                    // before any rejoin): only when there is nothing to store, so that it
-                    // never holds the reading of the next batch behind an insert.
-                    _ = look.tick(), if batch.is_empty() && storing.is_none() => break Next::Look,
+                    _ = look.tick(), if batch.is_empty() => break Next::Look,
                     received = self.consumer.recv() => match received {
                         Ok(message) => {
                             batch.add(&message);
@@ -526,15 +523,17 @@ impl Worker {
             if matches!(next, Next::Unstored) {
                 break false;
             }
-            // One batch stored at a time: the one before must be committed first.
-            if let Some(before) = storing.take()
-                && !self.commit(before.await, &stop, &mut spares)
-            {
-                break false;
-            }
             if batch.is_empty() {
+                // Nothing to hand over: the batch being stored, if any, goes on (a look
+                // must not hold the reading of the next batch behind an insert).
                 spares.push(batch);
             } else {
+                // One batch stored at a time: the one before must be committed first.
+                if let Some(before) = storing.take()
+                    && !self.commit(before.await, &stop, &mut spares)
+                {
+                    break false;
+                }
                 let store = self.store.clone();
                 storing = Some(tokio::spawn(store.store(batch, stop.clone())));
             }
@@ -543,7 +542,18 @@ impl Worker {
                     Some(last) => break self.commit(last.await, &stop, &mut spares),
                     None => break true,
                 },
-                Next::Look => self.look_at_group(&mut detector).await,
+                Next::Look => {
+                    if self.look_at_group(&mut detector).await {
+                        // The batch being stored is committed by this client before it
+                        // leaves the group.
+                        if let Some(before) = storing.take()
+                            && !self.commit(before.await, &stop, &mut spares)
+                        {
+                            break false;
+                        }
+                        self.rejoin_group(&mut detector).await;
+                    }
+                }
                 Next::Flush | Next::Unstored => {}
             }
         };
@@ -559,9 +569,9 @@ impl Worker {
     }
 
     /// Publishes this consumer's share of the partitions and, while it owns none, asks
-    /// the broker whether work waits that nobody consumes; reports the stall, and rejoins
-    /// unless the broker is still rebalancing the group.
-    async fn look_at_group(&mut self, detector: &mut StallDetector) {
+    /// the broker whether work waits that nobody consumes; reports the stall. Returns
+    /// whether to rejoin: stalled, and the broker is not still rebalancing the group.
+    async fn look_at_group(&mut self, detector: &mut StallDetector) -> bool {
         self.probe.drain_events();
         let own = self.consumer.assignment().map_or(0, |a| a.count());
         metrics::gauge!("consumer_assigned_partitions").set(own as f64);
@@ -574,9 +584,9 @@ impl Worker {
                 // An unreachable broker is no evidence either way.
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "Cannot look at the consumer group.");
-                    return;
+                    return false;
                 }
-                Err(_) => return,
+                Err(_) => return false,
             }
         };
         let settled = self.membership.settled();
@@ -592,29 +602,34 @@ impl Worker {
             Verdict::Healthy => {
                 self.group.set_ok(true);
                 metrics::gauge!("consumer_group_stalled").set(0.0);
+                false
             }
-            Verdict::Suspect => {}
+            Verdict::Suspect => false,
             Verdict::Rebalancing => {
                 self.group.set_ok(false);
                 metrics::gauge!("consumer_group_stalled").set(1.0);
                 tracing::warn!(?group, group_id = %self.config.group_id,
                     "This consumer owns no partitions while work waits that nobody consumes, and the broker has not finished rebalancing the group; waiting for it to end (a broker that never does needs a restart).");
+                false
             }
             Verdict::Stalled => {
                 self.group.set_ok(false);
                 metrics::gauge!("consumer_group_stalled").set(1.0);
                 tracing::warn!(?group, group_id = %self.config.group_id,
                     "This consumer owns no partitions while work waits that nobody consumes; rejoining the group.");
-                match self.rejoin().await {
-                    Ok(()) => {
-                        metrics::counter!("consumer_group_rejoins_total").increment(1);
-                        detector.reset();
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %format!("{e:#}"), "Cannot rejoin the group.")
-                    }
-                }
+                true
             }
+        }
+    }
+
+    /// Rejoins after a stall, counting it; a new stall is then timed from now.
+    async fn rejoin_group(&mut self, detector: &mut StallDetector) {
+        match self.rejoin().await {
+            Ok(()) => {
+                metrics::counter!("consumer_group_rejoins_total").increment(1);
+                detector.reset();
+            }
+            Err(e) => tracing::error!(error = %format!("{e:#}"), "Cannot rejoin the group."),
         }
     }
 
