@@ -529,26 +529,19 @@ impl Worker {
                 spares.push(batch);
             } else {
                 // One batch stored at a time: the one before must be committed first.
-                if let Some(before) = storing.take()
-                    && !self.commit(before.await, &stop, &mut spares)
-                {
+                if !self.finish_storing(&mut storing, &stop, &mut spares).await {
                     break false;
                 }
                 let store = self.store.clone();
                 storing = Some(tokio::spawn(store.store(batch, stop.clone())));
             }
             match next {
-                Next::Stop => match storing.take() {
-                    Some(last) => break self.commit(last.await, &stop, &mut spares),
-                    None => break true,
-                },
+                Next::Stop => break self.finish_storing(&mut storing, &stop, &mut spares).await,
                 Next::Look => {
                     if self.look_at_group(&mut detector).await {
                         // The batch being stored is committed by this client before it
                         // leaves the group.
-                        if let Some(before) = storing.take()
-                            && !self.commit(before.await, &stop, &mut spares)
-                        {
+                        if !self.finish_storing(&mut storing, &stop, &mut spares).await {
                             break false;
                         }
                         self.rejoin_group(&mut detector).await;
@@ -648,6 +641,20 @@ impl Worker {
         self.consumer
             .subscribe(&[&self.config.kafka.topic])
             .with_context(|| format!("cannot subscribe to {}", self.config.kafka.topic))
+    }
+
+    /// Waits for the batch being stored, if any, and commits it. Returns `false` when it
+    /// was not stored.
+    async fn finish_storing(
+        &self,
+        storing: &mut Option<Storing>,
+        stop: &watch::Receiver<bool>,
+        spares: &mut Vec<Batch>,
+    ) -> bool {
+        match storing.take() {
+            Some(task) => self.commit(task.await, stop, spares),
+            None => true,
+        }
     }
 
     /// Commits what a batch's task stored and keeps its buffers in `spares`. Returns

@@ -50,6 +50,43 @@ impl SnapshotFile {
     }
 }
 
+/// A snapshot of one live experiment, `exp_1` (one variant, `var_1`), for one key.
+pub fn one_experiment_snapshot(public_key: &str) -> SnapshotFile {
+    SnapshotFile::new(&serde_json::json!({
+        "version": 1,
+        "experiments": [{ "id": "exp_1", "status": "live", "variants": [
+            { "id": "var_1", "weight": 100, "control": true, "parts": {} }] }],
+        "keys": [{ "publicKey": public_key, "experiments": ["exp_1"] }]
+    }))
+}
+
+/// A client's batch of `n` impressions of `exp_1` with client-chosen ids, and those ids.
+pub fn client_batch(session: &str, n: usize) -> (serde_json::Value, Vec<uuid::Uuid>) {
+    let ids: Vec<uuid::Uuid> = (0..n).map(|_| uuid::Uuid::new_v4()).collect();
+    let events: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            serde_json::json!({ "eventId": id.to_string(), "eventName": "impression",
+                                "experimentId": "exp_1", "sessionId": session })
+        })
+        .collect();
+    (serde_json::json!({ "events": events }), ids)
+}
+
+/// The event ids of event messages read from Kafka.
+pub fn event_ids(messages: &[rdkafka::message::OwnedMessage]) -> Vec<uuid::Uuid> {
+    use rdkafka::Message;
+    messages
+        .iter()
+        .map(|m| {
+            let payload = m.payload().expect("payload");
+            let event: common::event::EventMessage =
+                serde_json::from_slice(payload).expect("event message");
+            event.event_id
+        })
+        .collect()
+}
+
 /// A service running in this process; `stop` asks it to shut down and waits.
 pub struct Running {
     pub addr: SocketAddr,
@@ -515,6 +552,34 @@ impl Drop for PrivateBroker {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Waits (90 s at most) until a service's /readyz says ready (200) or not (503).
+pub async fn until_ready(readyz: &str, ready: bool, what: &str) {
+    eventually(Duration::from_secs(90), what, || async {
+        let status = reqwest::get(readyz).await.ok()?.status();
+        let answer = if ready {
+            status.is_success()
+        } else {
+            status == reqwest::StatusCode::SERVICE_UNAVAILABLE
+        };
+        answer.then_some(())
+    })
+    .await;
+}
+
+/// Publishes event messages keyed by session, as the ingest does, in order.
+pub async fn produce_events_to(brokers: &str, topic: &str, events: &[common::event::EventMessage]) {
+    let payloads: Vec<Vec<u8>> = events
+        .iter()
+        .map(|e| serde_json::to_vec(e).expect("serialized"))
+        .collect();
+    let messages: Vec<(Option<&[u8]>, &[u8])> = events
+        .iter()
+        .zip(&payloads)
+        .map(|(e, p)| (Some(e.session_id.as_bytes()), p.as_slice()))
+        .collect();
+    produce_all(brokers, topic, &messages).await;
 }
 
 /// Publishes one message and waits for the broker's acknowledgement.

@@ -11,40 +11,13 @@ use rdkafka::message::Headers;
 const WAIT: Duration = Duration::from_secs(90);
 
 async fn produce_events(topic: &str, events: &[common::event::EventMessage]) {
-    produce_events_to(&e2e::kafka_brokers(), topic, events).await;
-}
-
-async fn produce_events_to(brokers: &str, topic: &str, events: &[common::event::EventMessage]) {
-    let payloads: Vec<Vec<u8>> = events
-        .iter()
-        .map(|e| serde_json::to_vec(e).expect("serialized"))
-        .collect();
-    let messages: Vec<(Option<&[u8]>, &[u8])> = events
-        .iter()
-        .zip(&payloads)
-        .map(|(e, p)| (Some(e.session_id.as_bytes()), p.as_slice()))
-        .collect();
-    e2e::produce_all(brokers, topic, &messages).await;
+    e2e::produce_events_to(&e2e::kafka_brokers(), topic, events).await;
 }
 
 fn events(n: usize, tag: &str) -> Vec<common::event::EventMessage> {
     (0..n)
         .map(|i| e2e::event_message("pk_c", &format!("{tag}-{}", i % 17), "impression"))
         .collect()
-}
-
-/// Waits until a consumer's /readyz says ready (200) or not (503).
-async fn until_ready(readyz: &str, ready: bool, what: &str) {
-    e2e::eventually(WAIT, what, || async {
-        let status = reqwest::get(readyz).await.ok()?.status();
-        let answer = if ready {
-            status.is_success()
-        } else {
-            status == reqwest::StatusCode::SERVICE_UNAVAILABLE
-        };
-        answer.then_some(())
-    })
-    .await;
 }
 
 /// Asserts that `events` holds, by `FINAL`, the events of `all` and no other.
@@ -237,7 +210,7 @@ async fn clickhouse_paused_then_stopped_every_event_lands_once() {
     let paused = events(50, "paused");
     produce_events(&names.topic, &paused).await;
     all.extend(paused);
-    until_ready(
+    e2e::until_ready(
         &consumer.url("/readyz"),
         false,
         "/readyz 503 while inserts fail",
@@ -245,7 +218,7 @@ async fn clickhouse_paused_then_stopped_every_event_lands_once() {
     .await;
     server.resume();
     e2e::wait_for_events(&ch, 100, WAIT).await;
-    until_ready(&consumer.url("/readyz"), true, "/readyz 200 again").await;
+    e2e::until_ready(&consumer.url("/readyz"), true, "/readyz 200 again").await;
 
     server.stop();
     let stopped = events(50, "stopped");
@@ -287,7 +260,7 @@ async fn a_consumer_stopped_while_clickhouse_is_down_commits_none_of_the_batches
     let held = events(50, "held");
     produce_events(&names.topic, &held).await;
     all.extend(held);
-    until_ready(
+    e2e::until_ready(
         &consumer.url("/readyz"),
         false,
         "/readyz 503 while inserts fail",
@@ -336,7 +309,7 @@ async fn a_batch_keeps_taking_rows_while_the_one_before_is_being_inserted() {
     let stuck = events(1, "stuck");
     produce_events(&names.topic, &stuck).await;
     all.extend(stuck);
-    until_ready(&readyz, false, "/readyz 503 while inserts fail").await;
+    e2e::until_ready(&readyz, false, "/readyz 503 while inserts fail").await;
     // Twenty events over at least a second, ten times the next batch's wait.
     let behind = events(20, "behind");
     for event in &behind {
@@ -572,7 +545,7 @@ async fn a_consumer_restarted_faster_than_its_session_timeout_recovers_by_itself
     };
     let produce = |events: Vec<common::event::EventMessage>| {
         let (brokers, topic) = (broker.brokers.clone(), names.topic.clone());
-        async move { produce_events_to(&brokers, &topic, &events).await }
+        async move { e2e::produce_events_to(&brokers, &topic, &events).await }
     };
     common::kafka::ensure_topics(
         common::kafka::client_config(&broker.brokers),

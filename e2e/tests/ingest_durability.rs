@@ -4,53 +4,23 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::event::EventMessage;
 use e2e::{PrivateBroker, SnapshotFile};
-use rdkafka::Message;
 use reqwest::StatusCode;
 use serde_json::json;
 use uuid::Uuid;
 
 fn snapshot() -> SnapshotFile {
-    SnapshotFile::new(&json!({
-        "version": 1,
-        "experiments": [{ "id": "exp_1", "status": "live", "variants": [
-            { "id": "var_1", "weight": 100, "control": true, "parts": {} }] }],
-        "keys": [{ "publicKey": "pk_durable", "experiments": ["exp_1"] }]
-    }))
+    e2e::one_experiment_snapshot("pk_durable")
 }
 
 /// A batch of five events with client-chosen ids, and those ids.
 fn batch(session: &str) -> (serde_json::Value, Vec<Uuid>) {
-    batch_of(session, 5)
-}
-
-fn batch_of(session: &str, n: usize) -> (serde_json::Value, Vec<Uuid>) {
-    let ids: Vec<Uuid> = (0..n).map(|_| Uuid::new_v4()).collect();
-    let events: Vec<_> = ids
-        .iter()
-        .map(|id| {
-            json!({ "eventId": id.to_string(), "eventName": "impression",
-                          "experimentId": "exp_1", "sessionId": session })
-        })
-        .collect();
-    (json!({ "events": events }), ids)
+    e2e::client_batch(session, 5)
 }
 
 async fn ids_in_topic(topic: &str, want: usize) -> HashSet<Uuid> {
-    ids_of(&e2e::read_topic(topic, want, Duration::from_secs(30)).await)
+    e2e::event_ids(&e2e::read_topic(topic, want, Duration::from_secs(30)).await)
         .into_iter()
-        .collect()
-}
-
-fn ids_of(messages: &[rdkafka::message::OwnedMessage]) -> Vec<Uuid> {
-    messages
-        .iter()
-        .map(|m| {
-            let event: EventMessage =
-                serde_json::from_slice(m.payload().expect("payload")).expect("event message");
-            event.event_id
-        })
         .collect()
 }
 
@@ -251,11 +221,11 @@ async fn a_batch_waits_for_room_in_the_producer_and_is_never_half_enqueued() {
     );
 
     broker.pause();
-    let (eight, ids) = batch_of("eight", 8);
+    let (eight, ids) = e2e::client_batch("eight", 8);
     all.extend(ids);
     let first = tokio::spawn(post(eight));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (five, ids) = batch_of("five", 5);
+    let (five, ids) = e2e::client_batch("five", 5);
     all.extend(ids);
     let second = tokio::spawn(post(five));
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -268,7 +238,7 @@ async fn a_batch_waits_for_room_in_the_producer_and_is_never_half_enqueued() {
         (first, second),
         (StatusCode::ACCEPTED, StatusCode::ACCEPTED)
     );
-    let found = ids_of(
+    let found = e2e::event_ids(
         &e2e::read_topic_at(
             &broker.brokers,
             &topic,
@@ -284,7 +254,7 @@ async fn a_batch_waits_for_room_in_the_producer_and_is_never_half_enqueued() {
     );
 
     // A batch larger than the whole queue can never fit: refused at once, nothing sent.
-    let (eleven, _) = batch_of("eleven", 11);
+    let (eleven, _) = e2e::client_batch("eleven", 11);
     let response = post(eleven).await.expect("answer");
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     ingest.stop().await.expect("clean stop");
@@ -343,10 +313,11 @@ async fn a_key_over_its_rate_is_answered_429_and_nothing_of_it_is_published() {
         published.extend(ids);
     }
 
-    let found: HashSet<Uuid> =
-        ids_of(&e2e::read_topic(&topic, published.len() + 1, Duration::from_secs(10)).await)
-            .into_iter()
-            .collect();
+    let found: HashSet<Uuid> = e2e::event_ids(
+        &e2e::read_topic(&topic, published.len() + 1, Duration::from_secs(10)).await,
+    )
+    .into_iter()
+    .collect();
     assert_eq!(found, published.into_iter().collect::<HashSet<_>>());
     assert!(refused.iter().all(|id| !found.contains(id)));
     let metrics = http

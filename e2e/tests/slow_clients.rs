@@ -13,12 +13,7 @@ use tokio::net::TcpStream;
 const LIMITS: [&str; 2] = ["--max-connections=20", "--header-read-timeout-ms=1000"];
 
 fn snapshot() -> SnapshotFile {
-    SnapshotFile::new(&json!({
-        "version": 1,
-        "experiments": [{ "id": "exp_1", "status": "live", "variants": [
-            { "id": "var_1", "weight": 100, "control": true, "parts": {} }] }],
-        "keys": [{ "publicKey": "pk_slow", "experiments": ["exp_1"] }]
-    }))
+    e2e::one_experiment_snapshot("pk_slow")
 }
 
 /// Opens `n` connections that never send a byte, then checks that a real client is

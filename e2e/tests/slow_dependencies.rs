@@ -9,42 +9,27 @@ use std::time::{Duration, Instant};
 
 use common::event::EventMessage;
 use e2e::{ConsumerNames, DelayProxy, PrivateBroker, SnapshotFile};
-use rdkafka::Message;
 use reqwest::StatusCode;
-use serde_json::json;
 use uuid::Uuid;
 
 fn snapshot() -> SnapshotFile {
-    SnapshotFile::new(&json!({
-        "version": 1,
-        "experiments": [{ "id": "exp_1", "status": "live", "variants": [
-            { "id": "var_1", "weight": 100, "control": true, "parts": {} }] }],
-        "keys": [{ "publicKey": "pk_slow", "experiments": ["exp_1"] }]
-    }))
+    e2e::one_experiment_snapshot("pk_slow")
 }
 
 /// A batch of five events with client-chosen ids, and those ids.
 fn batch(session: &str) -> (serde_json::Value, Vec<Uuid>) {
-    let ids: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
-    let events: Vec<_> = ids
-        .iter()
-        .map(|id| {
-            json!({ "eventId": id.to_string(), "eventName": "impression",
-                    "experimentId": "exp_1", "sessionId": session })
-        })
-        .collect();
-    (json!({ "events": events }), ids)
+    e2e::client_batch(session, 5)
 }
 
 async fn ids_in_topic(brokers: &str, topic: &str, want: usize) -> HashSet<Uuid> {
-    e2e::read_topic_at(brokers, topic, want, Duration::from_secs(60))
-        .await
-        .iter()
-        .map(|m| {
-            let payload = m.payload().expect("payload");
-            let event: EventMessage = serde_json::from_slice(payload).expect("event message");
-            event.event_id
-        })
+    let messages = e2e::read_topic_at(brokers, topic, want, Duration::from_secs(60)).await;
+    e2e::event_ids(&messages).into_iter().collect()
+}
+
+/// `n` event messages of key `pk_slow`, over a few sessions.
+fn events(n: usize, tag: &str) -> Vec<EventMessage> {
+    (0..n)
+        .map(|i| e2e::event_message("pk_slow", &format!("{tag}-{}", i % 7), "impression"))
         .collect()
 }
 
@@ -153,19 +138,7 @@ async fn a_consumer_on_a_slow_broker_stores_every_event_once() {
         e2e::start_consumer_counted(e2e::consumer_config(&names, &[&brokers])).await;
     broker.set_delay(Duration::from_millis(300));
 
-    let events: Vec<EventMessage> = (0..60)
-        .map(|i| e2e::event_message("pk_slow", &format!("slow-{}", i % 7), "impression"))
-        .collect();
-    let payloads: Vec<Vec<u8>> = events
-        .iter()
-        .map(|e| serde_json::to_vec(e).expect("serialized"))
-        .collect();
-    let messages: Vec<(Option<&[u8]>, &[u8])> = events
-        .iter()
-        .zip(&payloads)
-        .map(|(e, p)| (Some(e.session_id.as_bytes()), p.as_slice()))
-        .collect();
-    e2e::produce_all(&broker.brokers, &names.topic, &messages).await;
+    e2e::produce_events_to(&broker.brokers, &names.topic, &events(60, "slow")).await;
 
     let ch = e2e::clickhouse(&names.database);
     let (_, once) = e2e::wait_for_events(&ch, 60, Duration::from_secs(120)).await;
@@ -197,35 +170,15 @@ async fn a_clickhouse_slower_than_the_insert_timeout_ends_with_every_event_once(
     let consumer = e2e::start_consumer(config).await;
     proxy.set_delay(Duration::from_millis(1500));
 
-    let events: Vec<EventMessage> = (0..30)
-        .map(|i| e2e::event_message("pk_slow", &format!("late-{}", i % 5), "impression"))
-        .collect();
-    let payloads: Vec<Vec<u8>> = events
-        .iter()
-        .map(|e| serde_json::to_vec(e).expect("serialized"))
-        .collect();
-    let messages: Vec<(Option<&[u8]>, &[u8])> = events
-        .iter()
-        .zip(&payloads)
-        .map(|(e, p)| (Some(e.session_id.as_bytes()), p.as_slice()))
-        .collect();
-    e2e::produce_all(&e2e::kafka_brokers(), &names.topic, &messages).await;
+    e2e::produce_events_to(&e2e::kafka_brokers(), &names.topic, &events(30, "late")).await;
     // Attempts time out (their rows may land late, more than once)...
     let readyz = consumer.url("/readyz");
-    e2e::eventually(Duration::from_secs(30), "/readyz 503", || async {
-        let status = reqwest::get(&readyz).await.ok()?.status();
-        (status == StatusCode::SERVICE_UNAVAILABLE).then_some(())
-    })
-    .await;
+    e2e::until_ready(&readyz, false, "/readyz 503 while inserts time out").await;
     // ...until ClickHouse is quick again.
     proxy.set_delay(Duration::ZERO);
     let ch = e2e::clickhouse(&names.database);
     let (_, once) = e2e::wait_for_events(&ch, 30, Duration::from_secs(90)).await;
     assert_eq!(once, 30, "every event once");
-    e2e::eventually(Duration::from_secs(30), "/readyz 200", || async {
-        let status = reqwest::get(&readyz).await.ok()?.status();
-        status.is_success().then_some(())
-    })
-    .await;
+    e2e::until_ready(&readyz, true, "/readyz 200 again").await;
     consumer.stop().await.expect("clean stop");
 }
