@@ -19,6 +19,22 @@ CHDB_VENV=${CHDB_VENV:-$HOME/.local/share/chdb-core-$CHDB_VERSION}
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
+# usage_of SCRIPT: the script's opening comment, its usage.
+usage_of() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$1"; }
+
+# arguments_none SCRIPT ARGS...: for a script that takes no argument. `-h` or `--help`
+# prints its usage and exits 0 before anything is started or written; any other argument
+# is refused (exit 2).
+arguments_none() {
+  local script=$1
+  shift
+  case ${1:-} in
+    '') return 0 ;;
+    -h | --help) usage_of "$script"; exit 0 ;;
+    *) printf 'error: %s takes no argument, not %s (see --help)\n' "${script##*/}" "$1" >&2; exit 2 ;;
+  esac
+}
+
 # Debian packages: ClickHouse 18.16 and nginx. Installed only when a command is missing.
 ensure_packages() {
   local missing=()

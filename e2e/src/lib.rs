@@ -99,13 +99,28 @@ impl Running {
         format!("http://{}{path}", self.addr)
     }
 
-    pub async fn stop(mut self) -> anyhow::Result<()> {
+    /// Asks the service to stop and waits for it, [`STOP_TIMEOUT`] at most: a service that
+    /// does not stop by then is aborted and reported as an error.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.stop_within(STOP_TIMEOUT).await
+    }
+
+    async fn stop_within(mut self, limit: Duration) -> anyhow::Result<()> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        (&mut self.task).await?
+        match tokio::time::timeout(limit, &mut self.task).await {
+            Ok(ended) => ended?,
+            Err(_) => {
+                self.task.abort();
+                anyhow::bail!("the service on {} did not stop within {limit:?}", self.addr)
+            }
+        }
     }
 }
+
+/// How long [`Running::stop`] waits: a drain, a last insert and a commit, on a busy machine.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A built service run until [`Running::stop`]; `run` is its `run_until`.
 fn running<F>(
@@ -264,7 +279,8 @@ pub async fn wait_for_events(
     .await
 }
 
-/// Calls `probe` every 200 ms until it returns `Some`, for at most `timeout`.
+/// Calls `probe` every 200 ms until it returns `Some`, for at most `timeout`: a probe
+/// still running at the deadline is cut there, so a hung probe fails the test in time.
 pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut probe: F) -> T
 where
     F: FnMut() -> Fut,
@@ -272,12 +288,14 @@ where
 {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        if let Some(value) = probe().await {
-            return value;
+        match tokio::time::timeout_at(deadline, probe()).await {
+            Ok(Some(value)) => return value,
+            Ok(None) => {}
+            Err(_) => panic!("timed out waiting for {what} ({timeout:?}; the last probe hung)"),
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
+            "timed out waiting for {what} ({timeout:?})"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -653,8 +671,8 @@ impl Drop for ChildProcess {
     }
 }
 
-/// Path of a binary of the workspace, built beside the tests by `cargo build --bins`
-/// (`scripts/test` does it first).
+/// Path of a binary of the workspace, built beside the tests (in their profile) by
+/// `cargo build --workspace --bins` (`scripts/test` does it first).
 pub fn workspace_binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
     let dir = exe
@@ -664,7 +682,8 @@ pub fn workspace_binary(name: &str) -> PathBuf {
     let path = dir.join(name);
     assert!(
         path.exists(),
-        "{} not built: run cargo test --workspace",
+        "{} not built: build the binaries first, in the tests' profile \
+         (cargo build [--release] --workspace --bins)",
         path.display()
     );
     path
@@ -676,6 +695,25 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port()
+}
+
+/// A process frozen with SIGSTOP, continued with SIGCONT when this guard is dropped: a
+/// test that fails while a server is frozen does not leave it frozen for the next one.
+pub struct Paused(u32);
+
+impl Paused {
+    pub fn new(pid: u32) -> Self {
+        send_signal(pid, "-STOP");
+        Self(pid)
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
 }
 
 pub fn send_signal(pid: u32, signal: &str) {
@@ -882,5 +920,40 @@ impl Drop for Front {
             .arg(&self.conf)
             .args(["-s", "stop"])
             .status();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn eventually_cuts_a_hung_probe_at_its_deadline() {
+        let waiting = tokio::spawn(eventually(Duration::from_millis(300), "a reply", || {
+            std::future::pending::<Option<()>>()
+        }));
+        let ended = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("eventually gave up by its deadline");
+        let panic = ended.expect_err("it fails the test").into_panic();
+        let message = panic.downcast_ref::<String>().expect("a message");
+        assert!(message.contains("a reply"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn a_service_that_does_not_stop_is_reported_within_the_limit() {
+        let addr = "127.0.0.1:9".parse().expect("an address");
+        let deaf = running(addr, |_shutdown| async {
+            std::future::pending::<()>().await;
+            Ok(())
+        });
+        let stopped = tokio::time::timeout(
+            Duration::from_secs(10),
+            deaf.stop_within(Duration::from_millis(300)),
+        )
+        .await
+        .expect("stop gave up within its limit");
+        let error = stopped.expect_err("reported as an error").to_string();
+        assert!(error.contains("did not stop"), "{error}");
     }
 }

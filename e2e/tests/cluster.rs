@@ -22,6 +22,23 @@ struct Cluster {
 }
 
 impl Cluster {
+    /// This test's turn with the cluster, made whole first: whatever an earlier test left
+    /// frozen (SIGSTOP) is continued and whatever it left down is started, since a test
+    /// killed at its time limit runs no drop guard.
+    async fn take_turn() -> (tokio::sync::MutexGuard<'static, ()>, Self) {
+        let turn = ONE_AT_A_TIME.lock().await;
+        let cluster = Self::from_env();
+        for n in 1..=4 {
+            if let Some(pid) = cluster.pid(n) {
+                let _ = std::process::Command::new("kill")
+                    .args(["-CONT", &pid.to_string()])
+                    .status();
+            }
+        }
+        cluster.start();
+        (turn, cluster)
+    }
+
     fn from_env() -> Self {
         let var =
             |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.into());
@@ -62,17 +79,24 @@ impl Cluster {
         Topology::from_args(&args).expect("a cluster topology")
     }
 
-    fn pid(&self, n: usize) -> u32 {
+    /// The pid of server `n`, if its pid file has one.
+    fn pid(&self, n: usize) -> Option<u32> {
         let file = self.dir.join(format!("ch{n}/clickhouse.pid"));
-        std::fs::read_to_string(&file)
-            .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
-            .trim()
-            .parse()
-            .expect("a pid")
+        std::fs::read_to_string(file).ok()?.trim().parse().ok()
     }
 
-    fn signal(&self, n: usize, signal: &str) {
-        e2e::send_signal(self.pid(n), signal);
+    fn running_pid(&self, n: usize) -> u32 {
+        self.pid(n)
+            .unwrap_or_else(|| panic!("server {n} of the cluster has no pid file"))
+    }
+
+    fn kill(&self, n: usize) {
+        e2e::send_signal(self.running_pid(n), "-KILL");
+    }
+
+    /// Server `n` frozen (SIGSTOP) until the guard is dropped, however the test ends.
+    fn pause(&self, n: usize) -> e2e::Paused {
+        e2e::Paused::new(self.running_pid(n))
     }
 
     /// Starts whatever of the cluster is not running, as `scripts/test` did.
@@ -184,8 +208,7 @@ async fn assert_landed_once(cluster: &Cluster, database: &str, want: u64) {
 
 #[tokio::test]
 async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema() {
-    let _turn = ONE_AT_A_TIME.lock().await;
-    let cluster = Cluster::from_env();
+    let (_turn, cluster) = Cluster::take_turn().await;
     let database = e2e::unique("cluster_");
     let topology = cluster.topology(&database);
     // Two consumers starting together, then a restart.
@@ -264,8 +287,7 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
 
 #[tokio::test]
 async fn events_land_once_on_their_session_shard_with_redeliveries_and_retries() {
-    let _turn = ONE_AT_A_TIME.lock().await;
-    let cluster = Cluster::from_env();
+    let (_turn, cluster) = Cluster::take_turn().await;
     let file = SnapshotFile::new(&json!({
         "version": "cluster-1",
         "experiments": [{ "id": "exp_c", "status": "live", "variants": [
@@ -350,8 +372,7 @@ async fn events_land_once_on_their_session_shard_with_redeliveries_and_retries()
 
 #[tokio::test]
 async fn a_replica_crashed_or_hung_mid_stream_loses_and_duplicates_nothing() {
-    let _turn = ONE_AT_A_TIME.lock().await;
-    let cluster = Cluster::from_env();
+    let (_turn, cluster) = Cluster::take_turn().await;
     let names = ConsumerNames::unique();
     let url = format!("--clickhouse-url={}", cluster.url);
     // Default settings: a hung replica costs one insert timeout (30 s).
@@ -391,7 +412,7 @@ async fn a_replica_crashed_or_hung_mid_stream_loses_and_duplicates_nothing() {
             .filter(|(n, _)| *n > 0)
     })
     .await;
-    cluster.signal(1, "-KILL");
+    cluster.kill(1);
     cluster.start();
     // Then the first replica of shard 2 hangs for longer than the insert timeout: shard
     // 2's rows go to its other replica (which cannot fetch them from the hung one).
@@ -404,7 +425,7 @@ async fn a_replica_crashed_or_hung_mid_stream_loses_and_duplicates_nothing() {
             .await
             .ok()
     };
-    cluster.signal(3, "-STOP");
+    let hung = cluster.pause(3);
     let before = local_rows().await.expect("server 4 answers");
     e2e::eventually(
         Duration::from_secs(60),
@@ -412,7 +433,7 @@ async fn a_replica_crashed_or_hung_mid_stream_loses_and_duplicates_nothing() {
         || async { local_rows().await.filter(|n| *n >= before + 500) },
     )
     .await;
-    cluster.signal(3, "-CONT");
+    drop(hung);
 
     let sent = producer.await.expect("producer ran");
     assert_landed_once(&cluster, &names.database, sent).await;
