@@ -18,6 +18,7 @@ use common::error::RouteError;
 use common::event::{Envelope, EventMessage};
 use common::key::{PUBLIC_KEY_HEADER, PublicKey};
 use common::producer::{Enqueued, Outgoing};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use rdkafka::error::KafkaError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -58,13 +59,12 @@ async fn handle(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, IngestError> {
-    check_content_type(headers)?;
-    let bytes = tokio::time::timeout(
-        state.body_read_timeout,
-        read_body(headers, body, state.max_body_bytes),
-    )
-    .await
-    .map_err(|_| IngestError::RequestTimeout)??;
+    let deadline = tokio::time::Instant::now() + state.body_read_timeout;
+    if let Err(e) = check_content_type(headers) {
+        discard_unread(headers, body, deadline).await;
+        return Err(e);
+    }
+    let bytes = read_body(headers, body, state.max_body_bytes, deadline).await?;
     let parsed = Parsed::from_bytes(&bytes)?;
 
     let key = public_key(headers, parsed.pkey?)?;
@@ -259,17 +259,28 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), IngestError> {
     }
 }
 
-/// Reads at most `limit` bytes off the wire, and at most `limit` after gzip decoding.
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, IngestError> {
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let over_limit = std::error::Error::source(&e)
-            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-        if over_limit {
-            IngestError::PayloadTooLarge(limit)
-        } else {
-            IngestError::UnreadableBody
+/// Reads at most `limit` bytes off the wire, and at most `limit` after gzip decoding, by
+/// `deadline`. A body over the limit is read to its end before the 413 (see [`discard`]).
+async fn read_body(
+    headers: &HeaderMap,
+    mut body: Body,
+    limit: usize,
+    deadline: tokio::time::Instant,
+) -> Result<Bytes, IngestError> {
+    if declared_length(headers).is_some_and(|length| length > limit as u64) {
+        discard_unread(headers, body, deadline).await;
+        return Err(IngestError::PayloadTooLarge(limit));
+    }
+    let read = tokio::time::timeout_at(deadline, Limited::new(&mut body, limit).collect()).await;
+    let bytes = match read {
+        Err(_) => return Err(IngestError::RequestTimeout),
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => {
+            discard(body, deadline).await;
+            return Err(IngestError::PayloadTooLarge(limit));
         }
-    })?;
+        Ok(Err(_)) => return Err(IngestError::UnreadableBody),
+    };
     let encoding = headers
         .get(header::CONTENT_ENCODING)
         .map(|v| v.to_str().unwrap_or("").trim().to_ascii_lowercase());
@@ -287,6 +298,58 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
             Ok(Bytes::from(decoded))
         }
         Some(_) => Err(IngestError::UnsupportedContentEncoding),
+    }
+}
+
+/// Most bytes of a refused body read and thrown away (beyond what was read before it was
+/// refused): more than the front passes on (`client_max_body_size` in
+/// `deploy/nginx/routes.conf` and the k8s ingress), and than any client means to send.
+const DISCARD_MAX_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The request's `Content-Length`.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+}
+
+/// [`discard`] for a body refused before any of it was read. A client that waits for
+/// `100 Continue` has sent nothing: it is answered at once (hyper sends the 100 only when
+/// the body is read). A declared length beyond [`DISCARD_MAX_BYTES`] is not read at all.
+async fn discard_unread(headers: &HeaderMap, body: Body, deadline: tokio::time::Instant) {
+    let awaits_continue = headers
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let beyond = declared_length(headers).is_some_and(|length| length > DISCARD_MAX_BYTES);
+    if !awaits_continue && !beyond {
+        discard(body, deadline).await;
+    }
+}
+
+/// Reads the rest of a refused body and throws it away before the answer, like nginx's
+/// lingering close. A connection closed with bytes of the request still unread is reset by
+/// the kernel, and a peer still sending then loses the answer: nginx answers 502 (which
+/// clients retry for ever) and a direct client sees a reset connection. Bounded so that a
+/// huge or endless body cannot hold the ingest: at most [`DISCARD_MAX_BYTES`], and only
+/// until the body's `deadline`; past either it gives up, and the connection closes.
+async fn discard(mut body: Body, deadline: tokio::time::Instant) {
+    let mut left = DISCARD_MAX_BYTES;
+    let drain = async {
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else { return false };
+            let size = frame.data_ref().map_or(0, |data| data.len() as u64);
+            let Some(rest) = left.checked_sub(size) else {
+                return false;
+            };
+            left = rest;
+        }
+        true
+    };
+    if !tokio::time::timeout_at(deadline, drain)
+        .await
+        .unwrap_or(false)
+    {
+        tracing::debug!("A refused body was not read to its end; the connection closes.");
     }
 }
 
@@ -377,4 +440,72 @@ async fn publish(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+    use futures::StreamExt;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    static CHUNK: [u8; 64 * 1024] = [b' '; 64 * 1024];
+
+    /// A body of `chunks` chunks of 64 KiB, and the count of its bytes read so far.
+    fn counted(chunks: usize) -> (Body, Arc<AtomicU64>) {
+        let read = Arc::new(AtomicU64::default());
+        let counter = read.clone();
+        let stream = futures::stream::iter(0..chunks).map(move |_| {
+            counter.fetch_add(CHUNK.len() as u64, Ordering::Relaxed);
+            Ok::<_, std::io::Error>(Bytes::from_static(&CHUNK))
+        });
+        (Body::from_stream(stream), read)
+    }
+
+    #[tokio::test]
+    async fn a_refused_body_is_read_to_its_end_up_to_the_bound() {
+        let later = tokio::time::Instant::now() + Duration::from_secs(60);
+        let (body, read) = counted(128); // 8 MiB
+        discard(body, later).await;
+        assert_eq!(read.load(Ordering::Relaxed), 8 << 20);
+
+        let (body, read) = counted(1024); // 64 MiB
+        discard(body, later).await;
+        let read = read.load(Ordering::Relaxed);
+        assert!(read > DISCARD_MAX_BYTES && read <= DISCARD_MAX_BYTES + 64 * 1024);
+    }
+
+    #[tokio::test]
+    async fn a_refused_body_is_read_until_its_deadline_only() {
+        let endless =
+            Body::from_stream(futures::stream::pending::<Result<Bytes, std::io::Error>>());
+        let started = tokio::time::Instant::now();
+        discard(endless, started + Duration::from_millis(50)).await;
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[tokio::test]
+    async fn a_client_awaiting_100_continue_is_answered_before_its_body() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("8000000"));
+        headers.insert(header::EXPECT, HeaderValue::from_static("100-continue"));
+        let later = tokio::time::Instant::now() + Duration::from_secs(60);
+        let (body, read) = counted(128);
+        discard_unread(&headers, body, later).await;
+        assert_eq!(read.load(Ordering::Relaxed), 0);
+
+        headers.remove(header::EXPECT);
+        let (body, read) = counted(128);
+        discard_unread(&headers, body, later).await;
+        assert_eq!(read.load(Ordering::Relaxed), 8 << 20);
+
+        // Declared beyond the bound: not worth reading.
+        headers.insert(
+            header::CONTENT_LENGTH,
+            HeaderValue::from_static("100000000"),
+        );
+        let (body, read) = counted(128);
+        discard_unread(&headers, body, later).await;
+        assert_eq!(read.load(Ordering::Relaxed), 0);
+    }
 }
