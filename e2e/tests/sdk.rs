@@ -3,7 +3,13 @@
 //! another origin. The browser half is `sdk/test/browser.mjs` (Playwright); this half
 //! starts what it talks to and gives it the addresses.
 
+use std::io::{Read, Seek};
+use std::time::{Duration, Instant};
+
 use e2e::ConsumerNames;
+
+/// The whole browser run's limit; each of its tests has its own (`T` in browser.mjs).
+const BROWSER_LIMIT: Duration = Duration::from_secs(300);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_in_a_real_browser_runs_a_split_test_end_to_end() {
@@ -36,22 +42,51 @@ async fn the_sdk_in_a_real_browser_runs_a_split_test_end_to_end() {
     let config_api = e2e::start_config_api(&snapshot.path).await;
     let front = e2e::Front::start(ingest.addr, config_api.addr).await;
 
+    // Output to files, not pipes: a browser process left behind cannot hold the reads.
+    let mut stdout = tempfile::tempfile().expect("temporary file");
+    let mut stderr = tempfile::tempfile().expect("temporary file");
     let mut node = std::process::Command::new("node");
+    // SDK_TEST_NAME_PATTERN runs only the browser tests whose names match it.
+    if let Ok(pattern) = std::env::var("SDK_TEST_NAME_PATTERN") {
+        node.arg(format!("--test-name-pattern={pattern}"));
+    }
     node.arg("test/browser.mjs")
         .current_dir(&sdk)
         .env("FRONT", front.url())
         .env("ACCESS_LOG", front.access_log())
         .env("CLICKHOUSE_URL", e2e::clickhouse_url())
-        .env("CLICKHOUSE_DATABASE", &names.database);
-    let output = tokio::task::spawn_blocking(move || node.output())
-        .await
-        .expect("joined")
-        .expect("node runs");
-    let text = String::from_utf8_lossy(&output.stdout);
-    let errors = String::from_utf8_lossy(&output.stderr);
+        .env("CLICKHOUSE_DATABASE", &names.database)
+        .stdout(stdout.try_clone().expect("file handle"))
+        .stderr(stderr.try_clone().expect("file handle"));
+    // Killed (SIGKILL) when dropped, so a timeout or a panic leaves no node behind.
+    let mut child = e2e::ChildProcess(node.spawn().expect("node runs"));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.0.try_wait().expect("node's status") {
+            break Some(status);
+        }
+        if started.elapsed() > BROWSER_LIMIT {
+            child.kill();
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let read = |file: &mut std::fs::File| {
+        let mut bytes = Vec::new();
+        file.rewind().expect("rewind");
+        file.read_to_end(&mut bytes).expect("node's output");
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    let (text, errors) = (read(&mut stdout), read(&mut stderr));
     println!("{text}\n{errors}");
+    let Some(status) = status else {
+        panic!(
+            "the browser test timed out after {} s (node killed):\n{text}\n{errors}",
+            BROWSER_LIMIT.as_secs()
+        );
+    };
     assert!(
-        output.status.success(),
+        status.success(),
         "the browser test failed:\n{text}\n{errors}"
     );
     assert!(text.contains("# fail 0"), "{text}");

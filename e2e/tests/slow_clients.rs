@@ -149,10 +149,11 @@ async fn an_endless_oversized_body_is_read_only_so_far_and_so_long() {
         }
         sent += 64 * 1024;
     }
-    // What the ingest read, and what the two sockets' buffers held.
+    // What the ingest read, and what the two sockets' buffers held (a few MiB each way
+    // with loopback autotuning; an ingest reading on would take all 64).
     eprintln!("{} MiB sent before the ingest stopped reading", sent / MIB);
     assert!(
-        (17 * MIB..28 * MIB).contains(&sent),
+        (17 * MIB..48 * MIB).contains(&sent),
         "{} MiB sent before the ingest stopped reading",
         sent / MIB
     );

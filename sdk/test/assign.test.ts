@@ -43,14 +43,35 @@ test("assignment vectors", () => {
   );
 });
 
+/**
+ * `n` visitor ids shaped like the SDK's (UUID v4), from a fixed-seed PRNG (mulberry32):
+ * the same ids every run, so the check below passes or fails the same way every time.
+ */
+function visitorIds(n: number, seed: number): string[] {
+  let state = seed >>> 0;
+  const next = () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return (t ^ (t >>> 14)) >>> 0;
+  };
+  const hex = (x: number) => x.toString(16).padStart(8, "0");
+  return Array.from({ length: n }, () => {
+    const [a, b, c, d] = [next(), next(), next(), next()];
+    const variant = (8 + (c >>> 30)).toString(16); // 8, 9, a or b
+    return `${hex(a)}-${hex(b).slice(0, 4)}-4${hex(b).slice(5)}-${variant}${hex(c).slice(1, 4)}-${hex(c).slice(4)}${hex(d)}`;
+  });
+}
+
 function chiSquare(weights: number[], n: number): number {
   const exp: Experiment = {
     id: "exp_chi",
     variants: weights.map((w, i) => ({ id: `var_${i}`, weight: w })),
   };
   const counts = weights.map(() => 0);
-  for (let i = 0; i < n; i++) {
-    const v = pick(exp, crypto.randomUUID());
+  for (const visitor of visitorIds(n, 20261122)) {
+    const v = pick(exp, visitor);
     counts[Number(v!.id.slice(4))]++;
   }
   const total = weights.reduce((a, b) => a + b, 0);
@@ -60,10 +81,16 @@ function chiSquare(weights: number[], n: number): number {
   }, 0);
 }
 
-test("assignment follows the weights (chi-square over 20,000 random visitors)", () => {
-  // Critical values at p = 0.001: 10.83 (1 degree of freedom), 13.82 (2).
-  assert.ok(chiSquare([50, 50], 20000) < 10.83);
-  assert.ok(chiSquare([10, 30, 60], 20000) < 13.82);
+test("assignment follows the weights (chi-square over 20,000 seeded visitor ids)", () => {
+  const ids = visitorIds(20000, 20261122);
+  assert.equal(new Set(ids).size, ids.length, "distinct ids");
+  assert.match(ids[0], /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  // Critical values at p = 0.001: 10.83 (1 degree of freedom), 13.82 (2). The ids are
+  // fixed, so the statistics are too: a pass here is no luck of the draw.
+  const even = chiSquare([50, 50], 20000);
+  assert.ok(even < 10.83, `50/50: chi-square ${even}`);
+  const uneven = chiSquare([10, 30, 60], 20000);
+  assert.ok(uneven < 13.82, `10/30/60: chi-square ${uneven}`);
 });
 
 test("a visitor keeps the variant they saw when weights change, until it disappears", () => {

@@ -30,8 +30,8 @@ test("five queued events go at once, in one request", async () => {
   const f = fake();
   const s = new Sender("pk_x", f.transport, () => {});
   for (let i = 0; i < 5; i++) s.add(ev(i));
-  await s.flush();
-  assert.equal(f.posts.length, 1);
+  await tick(); // no timer fired, no flush: the fifth event sent the batch
+  assert.equal(f.posts.length, 1, "the fifth event sends at once");
   assert.equal(JSON.parse(f.posts[0]).events.length, 5);
   assert.ok(Math.abs(JSON.parse(f.posts[0]).sentAt - Date.now()) < 60000, "sentAt: the client's clock");
   assert.equal(s.queue.length, 0);
@@ -44,11 +44,11 @@ test("fewer than five wait for the 5-second timer", async () => {
   await tick();
   assert.equal(f.posts.length, 0);
   assert.deepEqual(f.waits.map((w) => w.ms), [5000], "one timer for the batch");
-  f.waits[0].go();
+  f.waits[0].go(); // the timer fires; no flush: the timer alone sends them
   await tick();
-  await s.flush();
-  assert.equal(f.posts.length, 1);
+  assert.equal(f.posts.length, 1, "the timer sends the four");
   assert.equal(JSON.parse(f.posts[0]).events.length, 4);
+  assert.equal(s.queue.length, 0);
 });
 
 test("a send at five restarts the 5-second timer for the next events", async () => {
@@ -56,16 +56,17 @@ test("a send at five restarts the 5-second timer for the next events", async () 
   const s = new Sender("pk_x", f.transport, () => {});
   s.add(ev(0)); // arms a timer
   for (let i = 1; i < 5; i++) s.add(ev(i)); // sent at once
-  await s.flush();
+  await tick();
+  assert.equal(f.posts.length, 1, "the fifth event sends without any timer or flush");
   s.add(ev(5)); // arms a new timer
-  assert.equal(f.waits.length, 2);
+  assert.equal(f.waits.length, 2, "the next event arms a timer of its own");
   f.waits[0].go();
   await tick();
   assert.equal(f.posts.length, 1, "the first timer no longer sends");
-  f.waits[1].go();
+  f.waits[1].go(); // no flush: the new timer alone sends the sixth event
   await tick();
-  await s.flush();
-  assert.equal(f.posts.length, 2);
+  assert.equal(f.posts.length, 2, "the new timer sends the sixth event");
+  assert.deepEqual(JSON.parse(f.posts[1]).events.map((e: { eventId: string }) => e.eventId), ["id-5"]);
 });
 
 test("events queued while a full batch is in flight wait for their own timer", async () => {

@@ -26,8 +26,8 @@ const fixture = `<!doctype html><html><head><meta charset="utf-8">
 </div></body></html>`;
 
 let server, origin, browser;
-/** Every standard-form POST the browsers sent: { headers, events, at }. */
-const posts = [];
+/** Each test's time limit: a hung browser or page fails its test instead of the run. */
+const T = { timeout: 120_000 };
 
 before(async () => {
   assert.ok(FRONT && CLICKHOUSE_URL && CLICKHOUSE_DATABASE && ACCESS_LOG, "run me from e2e/tests/sdk.rs");
@@ -41,17 +41,23 @@ before(async () => {
     executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
     args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
   });
-});
+}, T);
 
 after(async () => {
   await browser?.close();
   server?.close();
-});
+}, T);
 
+/**
+ * A new browser context (its own storage); `gets` and `posts` record the config GETs and
+ * the standard-form POSTs ({ headers, events, sentAt, at }) of this context only, so that
+ * each test checks its own requests and runs alone as well as with the others.
+ */
 async function context(init) {
   const ctx = await browser.newContext();
   if (init) await ctx.addInitScript(init);
   const gets = [];
+  const posts = [];
   ctx.on("request", (r) => {
     if (r.url() === FRONT + "/api/v1/experiments" && r.method() === "GET") gets.push(r.headers());
     if (r.url() === FRONT + "/api/v1/analytics" && r.method() === "POST" && r.headers()["x-public-key"]) {
@@ -59,7 +65,7 @@ async function context(init) {
       posts.push({ headers: r.headers(), events: body.events, sentAt: body.sentAt, at: Date.now() });
     }
   });
-  return { ctx, gets };
+  return { ctx, gets, posts };
 }
 
 async function open(ctx, path = "/landing?utm_source=news&utm_campaign=launch") {
@@ -92,7 +98,7 @@ async function eventually(what, probe, seconds = 60) {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-test("one GET with the contract's headers; parts applied as text; sticky and cached", async () => {
+test("one GET with the contract's headers; parts applied as text; sticky and cached", T, async () => {
   const { ctx, gets } = await context();
   const page = await open(ctx);
   assert.equal(gets.length, 1, "exactly one GET per init");
@@ -127,7 +133,7 @@ test("one GET with the contract's headers; parts applied as text; sticky and cac
   await ctx.close();
 });
 
-test("parts whose answer is late show their original text after the failsafe", async () => {
+test("parts whose answer is late show their original text after the failsafe", T, async () => {
   const { ctx } = await context();
   await ctx.route(FRONT + "/api/v1/experiments", async (route) => {
     await sleep(4000);
@@ -144,8 +150,8 @@ test("parts whose answer is late show their original text after the failsafe", a
   await ctx.close();
 });
 
-test("5 queued events go at once in one POST; 4 go after 5 s", async () => {
-  const { ctx } = await context();
+test("5 queued events go at once in one POST; 4 go after 5 s", T, async () => {
+  const { ctx, posts } = await context();
   const page = await open(ctx);
   const start = posts.length;
   // The impression of the applied parts is the first of five.
@@ -182,7 +188,7 @@ test("5 queued events go at once in one POST; 4 go after 5 s", async () => {
   await ctx.close();
 });
 
-test("page unload: the rest goes by beacon, a text body with pkey, no preflight", async () => {
+test("page unload: the rest goes by beacon, a text body with pkey, no preflight", T, async () => {
   const { ctx } = await context();
   const page = await open(ctx);
   const logBefore = readFileSync(ACCESS_LOG, "utf8").split("\n").length;
@@ -208,7 +214,7 @@ test("page unload: the rest goes by beacon, a text body with pkey, no preflight"
   await ctx.close();
 });
 
-test("test mode: X-service-test, the live gate bypassed, every event test: true", async () => {
+test("test mode: X-service-test, the live gate bypassed, every event test: true", T, async () => {
   const { ctx, gets } = await context(() => localStorage.setItem("service_test", "true"));
   const page = await open(ctx);
   assert.equal(gets[0]["x-service-test"], "true");
@@ -226,8 +232,8 @@ test("test mode: X-service-test, the live gate bypassed, every event test: true"
   await ctx.close();
 });
 
-test("a batch answered 503 is retried with the same eventIds and counted once", async () => {
-  const { ctx } = await context();
+test("a batch answered 503 is retried with the same eventIds and counted once", T, async () => {
+  const { ctx, posts } = await context();
   let reached = 0; // the status the service gave the attempt the browser saw fail
   await ctx.route(FRONT + "/api/v1/analytics", async (route) => {
     if (route.request().method() !== "POST" || reached) return route.continue();
@@ -261,8 +267,8 @@ test("a batch answered 503 is retried with the same eventIds and counted once", 
   await ctx.close();
 });
 
-test("blocked storage and wrong calls: the page keeps working, events still go", async () => {
-  const { ctx } = await context(() => {
+test("blocked storage and wrong calls: the page keeps working, events still go", T, async () => {
+  const { ctx, posts } = await context(() => {
     Object.defineProperty(window, "localStorage", {
       get() {
         throw new DOMException("The operation is insecure.", "SecurityError");
@@ -296,9 +302,33 @@ test("blocked storage and wrong calls: the page keeps working, events still go",
   await ctx.close();
 });
 
-test("every event the browsers sent is in analytics.events with its fields", async () => {
-  const sent = posts.flatMap((p) => p.events.map((e) => ({ ...e, sentAt: p.sentAt })));
-  assert.ok(sent.length >= 15, `${sent.length} events`);
+test("every event the browsers sent is in analytics.events with its fields", T, async () => {
+  // This test's own events: five at once (the impression and four clicks), four after the
+  // 5 s timer (scroll depths and a conversion), and a test-mode page's flushed events.
+  const { ctx, posts } = await context();
+  const page = await open(ctx);
+  await page.evaluate(() => {
+    for (let i = 0; i < 4; i++) Split.track("click", "exp_sdk_hero", { clickTarget: `#fields-${i}` });
+  });
+  await eventually("the batch of 5", () => posts.length === 1, 3);
+  await page.evaluate(() => {
+    for (let i = 0; i < 3; i++) Split.track("scroll_depth", "exp_sdk_hero", { scrollDepth: 25 * (i + 1) });
+    Split.convert("exp_sdk_hero", { clickTarget: "#fields-buy" });
+  });
+  await eventually("the timed batch", () => posts.length === 2, 10);
+  const testMode = await context(() => localStorage.setItem("service_test", "true"));
+  const testPage = await open(testMode.ctx);
+  await testPage.evaluate(async () => {
+    Split.track("click", "exp_sdk_draft", { clickTarget: "#fields-test" });
+    await Split.flush();
+  });
+  await eventually("the test-mode batch", () => testMode.posts.length === 1, 10);
+  await ctx.close();
+  await testMode.ctx.close();
+
+  const sent = [...posts, ...testMode.posts].flatMap((p) => p.events.map((e) => ({ ...e, sentAt: p.sentAt })));
+  assert.deepEqual(posts.map((p) => p.events.length), [5, 4]);
+  assert.ok(sent.some((e) => e.test) && sent.some((e) => !e.test), "events in and out of test mode");
   const ids = sent.map((e) => `'${e.eventId}'`).join(",");
   const rows = await eventually("every sent event", async () => {
     const rows = await query(
@@ -313,8 +343,17 @@ test("every event the browsers sent is in analytics.events with its fields", asy
   for (const e of sent) {
     const r = byId[e.eventId];
     assert.deepEqual(
-      [r.event_name, r.experiment_id, r.session_id, r.variant_id, r.pathname, r.referrer, r.utm_source],
-      [e.eventName, e.experimentId, e.sessionId, e.variantId ?? "", e.pathname, e.referrer, e.utm_source ?? ""],
+      [r.event_name, r.experiment_id, r.session_id, r.variant_id, r.pathname, r.referrer, r.utm_source, r.utm_campaign],
+      [
+        e.eventName,
+        e.experimentId,
+        e.sessionId,
+        e.variantId ?? "",
+        e.pathname,
+        e.referrer,
+        e.utm_source ?? "",
+        e.utm_campaign ?? "",
+      ],
     );
     assert.equal(r.click_target, e.clickTarget ?? "");
     assert.equal(r.conversion, e.conversion === undefined ? null : Number(e.conversion));
