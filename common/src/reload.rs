@@ -307,14 +307,42 @@ mod tests {
         .to_string()
     }
 
-    async fn wait_for_version(current: &ArcSwap<String>, want: &str) {
-        for _ in 0..200 {
-            if current.load().as_str() == want {
-                return;
-            }
+    /// Polls `done` every 10 ms, for 30 s at most (a loaded machine, not the poll
+    /// interval, sets how long a reload takes).
+    async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !done() {
+            assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        panic!("version stayed {}, wanted {want}", current.load());
+    }
+
+    async fn wait_for_version(current: &ArcSwap<String>, want: &str) {
+        wait_until(&format!("version {want}"), || {
+            current.load().as_str() == want
+        })
+        .await;
+    }
+
+    /// The snapshots the watcher with metrics prefix `prefix` rejected so far.
+    fn rejected(prefix: &str) -> u64 {
+        let name = format!("{prefix}_snapshot_reloads_total{{result=\"invalid\"}} ");
+        crate::telemetry::metrics_handle()
+            .render()
+            .lines()
+            .find_map(|l| l.strip_prefix(&name)?.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Replaces the file by `bytes` (by rename: a rewrite in place could be read half
+    /// written, and that rejection taken for theirs) and waits until the watcher rejected
+    /// them, so that the checks after it look at a snapshot that was read.
+    async fn write_rejected(path: &Path, prefix: &str, what: &str, bytes: &str) {
+        let before = rejected(prefix);
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, bytes).expect("write");
+        std::fs::rename(&tmp, path).expect("rename");
+        wait_until(&format!("{what} rejected"), || rejected(prefix) > before).await;
     }
 
     #[tokio::test]
@@ -322,10 +350,13 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("snapshot.json");
         std::fs::write(&path, snapshot_json(1)).expect("write");
+        // Its own prefix: the rejections it waits for are counted apart from other tests'.
+        let prefix = "reload_test";
+        crate::telemetry::metrics_handle();
         let options = WatchOptions {
             source: Source::File(path.clone()),
             interval: Duration::from_millis(20),
-            metrics_prefix: "test",
+            metrics_prefix: prefix,
         };
         let (current, task) = load_and_watch(options, Arc::new(|s: Snapshot| s.version))
             .await
@@ -342,12 +373,18 @@ mod tests {
         std::fs::rename(&tmp, &path).expect("rename");
         wait_for_version(&current, "3").await;
 
-        // An invalid file is ignored; the next valid one is taken.
-        std::fs::write(&path, "{ not json").expect("write");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(current.load().as_str(), "3");
-        std::fs::write(&path, snapshot_json(4)).expect("write");
-        wait_for_version(&current, "4").await;
+        // Invalid files are read and ignored, whatever makes them invalid: weights that
+        // do not sum to 100 (valid JSON, refused by the snapshot's rules), then no JSON.
+        let mut weights_off: serde_json::Value =
+            serde_json::from_str(&snapshot_json(4)).expect("JSON");
+        weights_off["experiments"][0]["variants"][0]["weight"] = serde_json::json!(60);
+        write_rejected(&path, prefix, "weights off", &weights_off.to_string()).await;
+        assert_eq!(current.load().as_str(), "3", "weights off were taken");
+        write_rejected(&path, prefix, "not JSON", "{ not json").await;
+        assert_eq!(current.load().as_str(), "3", "a file not JSON was taken");
+        // The next valid one is taken.
+        std::fs::write(&path, snapshot_json(5)).expect("write");
+        wait_for_version(&current, "5").await;
         task.abort();
     }
 

@@ -291,7 +291,8 @@ where
         match tokio::time::timeout_at(deadline, probe()).await {
             Ok(Some(value)) => return value,
             Ok(None) => {}
-            Err(_) => panic!("timed out waiting for {what} ({timeout:?}; the last probe hung)"),
+            // The deadline passed while a probe ran (it may hang), or during the last pause.
+            Err(_) => panic!("timed out waiting for {what} ({timeout:?})"),
         }
         assert!(
             tokio::time::Instant::now() < deadline,

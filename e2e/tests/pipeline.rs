@@ -47,7 +47,7 @@ async fn experiments(client: &reqwest::Client, url: &str, key: &str) -> Value {
 async fn events_travel_to_clickhouse_and_experiments_are_served_per_key() {
     let file = SnapshotFile::new(&snapshot());
     let names = ConsumerNames::unique();
-    let consumer = e2e::start_consumer(e2e::consumer_config(&names, &[])).await;
+    let (consumer, stats) = e2e::start_consumer_counted(e2e::consumer_config(&names, &[])).await;
     let ingest = e2e::start_ingest(e2e::ingest_config(&file.path, &names.topic, &[])).await;
     let config_api = e2e::start_config_api(&file.path).await;
     let http = reqwest::Client::new();
@@ -179,24 +179,33 @@ async fn events_travel_to_clickhouse_and_experiments_are_served_per_key() {
         .await
         .expect("ingest answers");
     assert_eq!(response.status(), 202);
-    e2e::eventually(Duration::from_secs(60), "the retried row", || {
-        let ch = ch.clone();
-        async move {
-            let raw: u64 = ch
-                .query("SELECT count() FROM events")
-                .fetch_one()
-                .await
-                .ok()?;
-            (raw == 4).then_some(())
-        }
-    })
+    // Stored twice: the consumer's own count of the rows it inserted (a count of raw rows
+    // could see the two copies already merged into one).
+    let inserted = || {
+        stats
+            .rows_inserted
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    e2e::eventually(
+        Duration::from_secs(60),
+        "the retried row inserted",
+        || async { (inserted() >= 4).then_some(()) },
+    )
     .await;
+    assert_eq!(inserted(), 4, "three rows, then the retried one");
     let counted: u64 = ch
         .query("SELECT count() FROM events FINAL")
         .fetch_one()
         .await
         .expect("count");
     assert_eq!(counted, 3, "FINAL counts the retried event once");
+    let clicks: u64 = ch
+        .query("SELECT count() FROM events FINAL WHERE event_id = toUUID(?)")
+        .bind(event_id.to_string())
+        .fetch_one()
+        .await
+        .expect("count");
+    assert_eq!(clicks, 1, "the retried event once");
 
     ingest.stop().await.expect("ingest stops cleanly");
     config_api.stop().await.expect("config-api stops cleanly");

@@ -127,6 +127,13 @@ fn row(event: serde_json::Value) -> consumer::EventRow {
 #[tokio::test]
 async fn a_redelivered_event_counts_once_with_final() {
     let (database, client) = migrated().await;
+    // No background merge: the two copies stay in two parts, so the raw count sees both
+    // and only FINAL collapses them (a merge could collapse them before the count).
+    client
+        .query(&format!("SYSTEM STOP MERGES {database}.events"))
+        .execute()
+        .await
+        .expect("merges stopped");
     let row = row(serde_json::json!({
         "eventName": "impression", "experimentId": "exp_1", "sessionId": "s"
     }));

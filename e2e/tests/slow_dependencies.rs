@@ -113,8 +113,11 @@ async fn a_broker_slower_than_the_delivery_timeout_gets_503_and_the_retry_lands(
     assert!(response.headers().contains_key("retry-after"));
     let answer: serde_json::Value = response.json().await.expect("JSON");
     assert_eq!(answer["error"]["code"], "kafka_unavailable");
+    // Bounded by the delivery timeout (1.5 s, and a 1 s backstop), not by the broker: the
+    // margin is a loaded machine's (unbounded, the acknowledgement would come after 6 s
+    // and answer 202).
     assert!(
-        waited < Duration::from_millis(1500 + 3000),
+        waited < Duration::from_millis(1500) + Duration::from_secs(15),
         "answered after {waited:?}"
     );
 
