@@ -8,8 +8,6 @@ mod config;
 mod dead_letters;
 pub mod definitions;
 mod liveness;
-mod replay;
-pub mod results;
 mod row;
 pub mod schema;
 mod shutdown;
@@ -22,7 +20,6 @@ mod worker;
 
 pub use app::Application;
 pub use config::{ClickHouseArgs, Config};
-pub use replay::{ReplayConfig, replay};
 pub use row::EventRow;
 pub use source::FETCH_WAIT_MAX_MS;
 pub use stats::Stats;

@@ -118,7 +118,7 @@ async fn poison_messages_are_set_aside_with_their_reason_and_can_be_replayed() {
     common::kafka::ensure_topics(common::kafka::client_config(&brokers), &[&target], 1)
         .await
         .expect("topic");
-    let config = consumer::ReplayConfig {
+    let config = tools::ReplayConfig {
         kafka: common::kafka::KafkaArgs {
             topic: target.clone(),
             ..common::kafka::KafkaArgs::for_brokers(&brokers)
@@ -126,9 +126,9 @@ async fn poison_messages_are_set_aside_with_their_reason_and_can_be_replayed() {
         dlq_topic: names.dlq_topic.clone(),
         group_id: e2e::unique("replay-"),
     };
-    assert_eq!(consumer::replay(&config).await.expect("replays"), 2);
+    assert_eq!(tools::replay(&config).await.expect("replays"), 2);
     assert_eq!(
-        consumer::replay(&config).await.expect("replays"),
+        tools::replay(&config).await.expect("replays"),
         0,
         "nothing twice"
     );
