@@ -47,7 +47,9 @@ pub struct Application {
 
 impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
-        common::telemetry::metrics_handle();
+        // Installs the metrics recorder, before any stage records: what is recorded
+        // before it is lost. The handle is for /metrics, which asks for it again.
+        let _recorder = common::telemetry::metrics_handle();
         let topology = Topology::from_args(&config.clickhouse)?;
         topology.check().await?;
         schema::migrate_topology(&topology, &config.clickhouse.clickhouse_database, u32::MAX)

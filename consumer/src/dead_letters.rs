@@ -85,11 +85,13 @@ impl DeadLetters {
                     }
                 }
             }
+            // Each letter keeps its room in the producer's queue (`queue_permit`) until
+            // its delivery report came.
             for (
                 item,
                 Enqueued {
                     delivered,
-                    room: _room,
+                    room: _queue_permit,
                 },
             ) in sent
             {

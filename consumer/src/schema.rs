@@ -11,15 +11,15 @@ use crate::topology::{LOCAL_SUFFIX, SHARDING_KEY, Server, Topology, first_answer
 /// What the connected server supports, read from `SELECT version()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServerCaps {
+    /// Every feature the schema depends on came with a major version.
     pub major: u32,
-    pub minor: u32,
 }
 
 impl ServerCaps {
     pub fn parse(version: &str) -> anyhow::Result<Self> {
         let mut parts = version.trim().split('.').map(str::parse::<u32>);
         match (parts.next(), parts.next()) {
-            (Some(Ok(major)), Some(Ok(minor))) => Ok(Self { major, minor }),
+            (Some(Ok(major)), Some(Ok(_minor))) => Ok(Self { major }),
             _ => anyhow::bail!("cannot read ClickHouse version {version:?}"),
         }
     }
@@ -642,13 +642,7 @@ mod tests {
     #[test]
     fn versions_parse_and_gate_low_cardinality() {
         let old = ServerCaps::parse("18.16.1").expect("parses");
-        assert_eq!(
-            old,
-            ServerCaps {
-                major: 18,
-                minor: 16
-            }
-        );
+        assert_eq!(old, ServerCaps { major: 18 });
         assert!(old.low_cardinality_setting().is_some());
         let new = ServerCaps::parse("24.8.4.13").expect("parses");
         assert!(new.low_cardinality_setting().is_none());

@@ -26,9 +26,6 @@ enum Next {
     Flush,
     Look,
     Stop,
-    /// The batch before was not stored (shutdown came first, or its task failed):
-    /// nothing after it may be committed.
-    Unstored,
 }
 
 /// The consuming half, apart from the HTTP listener.
@@ -64,7 +61,9 @@ impl Worker {
                 Batch::new(self.config.batch_max_rows, self.config.batch_max_bytes)
             });
             let mut deadline: Option<Instant> = None;
-            let next = loop {
+            // `None` when the batch before was not stored (shutdown came first, or its
+            // task failed): nothing after it may be committed.
+            let next: Option<Next> = loop {
                 let wait = async {
                     match deadline {
                         Some(at) => tokio::time::sleep_until(at).await,
@@ -73,23 +72,23 @@ impl Worker {
                 };
                 tokio::select! {
                     biased;
-                    () = stopped(&mut stop) => break Next::Stop,
+                    () = stopped(&mut stop) => break Some(Next::Stop),
                     stored = async { storing.as_mut().expect("guarded").await }, if storing.is_some() => {
                         storing = None;
                         if !self.commit(stored, &stop, &mut spares) {
-                            break Next::Unstored;
+                            break None;
                         }
                     }
                     // A batch whose wait is over while the one before is still being
                     // stored could not be stored sooner: it keeps taking rows until then.
-                    () = wait, if storing.is_none() => break Next::Flush,
-                    _ = look.tick(), if batch.is_empty() => break Next::Look,
+                    () = wait, if storing.is_none() => break Some(Next::Flush),
+                    _ = look.tick(), if batch.is_empty() => break Some(Next::Look),
                     received = self.source.consumer.recv() => match received {
                         Ok(message) => {
                             batch.add(&message);
                             deadline.get_or_insert_with(|| Instant::now() + max_wait);
                             if batch.is_full() {
-                                break Next::Flush;
+                                break Some(Next::Flush);
                             }
                         }
                         Err(e) => {
@@ -103,9 +102,9 @@ impl Worker {
                 .stats
                 .messages_read
                 .fetch_add(batch.messages() as u64, Ordering::Relaxed);
-            if matches!(next, Next::Unstored) {
+            let Some(next) = next else {
                 break false;
-            }
+            };
             if batch.is_empty() {
                 // Nothing to hand over: the batch being stored, if any, goes on (a look
                 // must not hold the reading of the next batch behind an insert).
@@ -129,7 +128,7 @@ impl Worker {
                         self.rejoin_group(&mut detector).await;
                     }
                 }
-                Next::Flush | Next::Unstored => {}
+                Next::Flush => {}
             }
         };
 
