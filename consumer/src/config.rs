@@ -55,9 +55,8 @@ pub struct Config {
     #[arg(long, env = "EXPERIMENTS_SNAPSHOT")]
     pub experiments_snapshot: Option<String>,
 
-    /// How often the snapshot is checked for changes, in milliseconds.
-    #[arg(long, env = "SNAPSHOT_POLL_INTERVAL_MS", default_value_t = 1000)]
-    pub snapshot_poll_interval_ms: u64,
+    #[command(flatten)]
+    pub snapshot_watch: common::reload::SnapshotWatchArgs,
 
     /// Longest an insert may take before it is abandoned and retried, in milliseconds.
     #[arg(long, env = "CLICKHOUSE_INSERT_TIMEOUT_MS", default_value_t = 30_000)]

@@ -31,15 +31,9 @@ pub(crate) async fn watch(config: &Config) -> anyhow::Result<Option<Watched>> {
     let Some(source) = &config.experiments_snapshot else {
         return Ok(None);
     };
-    let args = common::reload::SnapshotArgs {
-        snapshot: source.clone(),
-        snapshot_poll_interval_ms: config.snapshot_poll_interval_ms,
-        snapshot_cache: None,
-    };
+    let options = config.snapshot_watch.watch_options(source, "consumer");
     let build: Build<Snapshot> = Arc::new(|snapshot| snapshot);
-    Ok(Some(
-        load_and_watch(args.watch_options("consumer"), build).await?,
-    ))
+    Ok(Some(load_and_watch(options, build).await?))
 }
 
 /// One row of `experiment_variants`.
