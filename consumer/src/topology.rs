@@ -10,7 +10,7 @@ use anyhow::Context;
 use clickhouse::Client;
 use siphasher::sip::SipHasher24;
 
-use crate::ClickHouseArgs;
+use crate::config::ClickHouseArgs;
 
 /// The suffix of a sharded table's per-replica part in a cluster (`events_local`).
 pub const LOCAL_SUFFIX: &str = "_local";
