@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 /// One row of `analytics.events`. Absent optional text is stored as `''`, absent
 /// numbers and `conversion` as NULL, an absent `test` as 0. Its texts are `String`s, or
-/// in the consumer's batches [`Span`]s of the batch's bytes, written as [`RawText`].
+/// in the consumer's batches `Span`s of the batch's bytes, written as `RawText`.
 #[derive(Clone, Debug, PartialEq, Row, Serialize, Deserialize)]
 pub struct EventRow<T = String> {
     #[serde(with = "clickhouse::serde::uuid")]

@@ -1,7 +1,7 @@
 //! The analysts' schema, created and migrated at start: versioned migrations recorded in
 //! `schema_migrations`, each applied once; everything that depends on the server's
 //! version is decided in [`ServerCaps`] and nowhere else, everything that depends on the
-//! topology (one server or a cluster) in [`Step::render`].
+//! topology (one server or a cluster) in `Step::render`.
 
 use anyhow::Context;
 use clickhouse::Client;
