@@ -6,7 +6,8 @@
 use anyhow::Context;
 use clickhouse::Client;
 
-use crate::topology::{LOCAL_SUFFIX, SHARDING_KEY, Server, Topology, first_answering};
+use crate::row::EventRow;
+use crate::topology::{LOCAL_SUFFIX, SHARDING_KEY, Server, Topology, first_answering, is_sql_name};
 
 mod migrations;
 
@@ -48,23 +49,29 @@ impl ServerCaps {
         self.major >= 20
     }
 
+    /// The type of a time in milliseconds.
+    fn millis(self) -> &'static str {
+        if self.has_datetime64() {
+            "DateTime64(3, 'UTC')"
+        } else {
+            "Int64"
+        }
+    }
+
     /// The statement for this server: `{db}` is the database, `{millis}` the type of a
     /// time in milliseconds and `{received_at_ms}` the one of `received_at`.
     fn render(self, statement: &str, database: &str, layout: &Layout) -> String {
-        let (millis, received_at_ms) = if self.has_datetime64() {
-            (
-                "DateTime64(3, 'UTC')",
-                "toDateTime64(received_at, 3, 'UTC')",
-            )
+        let received_at_ms = if self.has_datetime64() {
+            "toDateTime64(received_at, 3, 'UTC')"
         } else {
-            ("Int64", "toInt64(received_at) * 1000")
+            "toInt64(received_at) * 1000"
         };
         statement
             .replace("{sessions_select}", SESSIONS_SELECT)
             .replace("{on_cluster}", &layout.on_cluster)
             .replace("{local}", layout.local)
             .replace("{db}", database)
-            .replace("{millis}", millis)
+            .replace("{millis}", self.millis())
             .replace("{received_at_ms}", received_at_ms)
     }
 }
@@ -188,6 +195,15 @@ pub fn statements(caps: ServerCaps, cluster: Option<&str>, database: &str) -> Ve
         .collect()
 }
 
+/// The columns of `events` as a server of version `caps` has them once migrated, in the
+/// row's order: [`EventRow::COLUMNS`], name and type.
+pub fn event_columns(caps: ServerCaps) -> Vec<(&'static str, String)> {
+    EventRow::<String>::COLUMNS
+        .iter()
+        .map(|&(name, ty)| (name, ty.replace("{millis}", caps.millis())))
+        .collect()
+}
+
 /// Creates the database and applies the migrations not yet recorded on one server.
 /// Running it again, or from several consumers at once, changes nothing.
 pub async fn migrate(client: &Client, database: &str) -> anyhow::Result<()> {
@@ -210,10 +226,7 @@ pub async fn migrate_topology(
     database: &str,
     last: u32,
 ) -> anyhow::Result<()> {
-    if !database
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-    {
+    if !is_sql_name(database) {
         anyhow::bail!("database name {database:?} must be letters, digits and _ only");
     }
     let layout = Layout::new(topology.cluster.as_deref());
