@@ -16,13 +16,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use axum::Router;
-use common::ops::Readiness;
-use common::serve::ServeArgs;
-use tokio::net::TcpListener;
+use common::serve::Http;
 
-use crate::config::Config;
+use crate::config::{CLIENT_ID, Config};
 use crate::dead_letters::DeadLetters;
 use crate::definitions::{self, Watched};
 use crate::schema;
@@ -35,9 +32,7 @@ use crate::topology::{Server, Topology};
 use crate::worker::Worker;
 
 pub struct Application {
-    listener: TcpListener,
-    http: ServeArgs,
-    readiness: Readiness,
+    http: Http,
     stats: Arc<Stats>,
     worker: Worker,
     /// The experiments snapshot, kept current by its task, and the servers it is mirrored
@@ -47,9 +42,7 @@ pub struct Application {
 
 impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
-        // Installs the metrics recorder, before any stage records: what is recorded
-        // before it is lost. The handle is for /metrics, which asks for it again.
-        let _recorder = common::telemetry::metrics_handle();
+        common::telemetry::install_metrics();
         let topology = Topology::from_args(&config.clickhouse)?;
         topology.check().await?;
         schema::migrate_topology(&topology, &config.clickhouse.clickhouse_database, u32::MAX)
@@ -60,7 +53,7 @@ impl Application {
 
         if let Err(e) = config
             .kafka
-            .ensure_topics(&[&config.kafka.topic, &config.dlq_topic])
+            .ensure_topics(CLIENT_ID, &[&config.kafka.topic, &config.dlq_topic])
             .await
         {
             tracing::warn!(error = %format!("{e:#}"), "Topics not ensured.");
@@ -68,19 +61,15 @@ impl Application {
         let source = Source::join(&config)?;
         let stats = Arc::new(Stats::default());
         let dead_letters = DeadLetters::new(&config, stats.clone())?;
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.listen))?;
-        let readiness = Readiness::default();
+        let http = Http::bind(config.listen, config.http.clone()).await?;
+        let readiness = http.readiness().clone();
         let sink = Sink::new(
             topology,
             Duration::from_millis(config.insert_timeout_ms),
             readiness.dependency(),
         );
         Ok(Self {
-            listener,
-            http: config.http.clone(),
-            readiness: readiness.clone(),
+            http,
             stats: stats.clone(),
             snapshot,
             worker: Worker {
@@ -103,9 +92,7 @@ impl Application {
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("a bound listener has an address")
+        self.http.local_addr()
     }
 
     /// Consumes until `shutdown` resolves, then inserts the batch in hand, commits it and
@@ -116,15 +103,11 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let stop = stop_on(shutdown);
-        let ops: Router = common::ops::ops_router(self.readiness.clone());
+        let ops: Router = common::ops::ops_router(self.http.readiness().clone());
         let mut http_stop = stop.clone();
-        let limits = self.http;
-        let http = tokio::spawn(async move {
-            common::serve::serve(self.listener, ops, &limits, async move {
-                stopped(&mut http_stop).await;
-            })
-            .await;
-        });
+        let http = tokio::spawn(self.http.serve(ops, async move {
+            stopped(&mut http_stop).await;
+        }));
         let mirror = self.snapshot.map(|((current, watcher), servers)| {
             (
                 tokio::spawn(definitions::mirror(servers, current, stop.clone())),

@@ -2,6 +2,10 @@
 
 use std::net::SocketAddr;
 
+/// The consumer's Kafka `client.id`, for its consumer, dead-letter producer and admin
+/// client.
+pub(crate) const CLIENT_ID: &str = env!("CARGO_PKG_NAME");
+
 /// The consumer: Kafka → ClickHouse.
 #[derive(clap::Parser, Clone, Debug)]
 #[command(version, about)]

@@ -13,7 +13,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use tokio::sync::watch;
 
 use crate::batch::Letter;
-use crate::config::Config;
+use crate::config::{CLIENT_ID, Config};
 use crate::shutdown::stopped;
 use crate::stats::Stats;
 
@@ -31,14 +31,14 @@ pub(crate) struct DeadLetters {
 impl DeadLetters {
     /// An idempotent producer to `KAFKA_DLQ_TOPIC` that waits for every replica.
     pub(crate) fn new(config: &Config, stats: Arc<Stats>) -> anyhow::Result<Self> {
-        let mut dlq = config.kafka.client_config();
-        dlq.set("acks", "all")
-            .set("enable.idempotence", "true")
-            .set(
+        let dlq = config.kafka.producer_config(
+            CLIENT_ID,
+            true,
+            &[(
                 "message.timeout.ms",
                 DEAD_LETTER_TIMEOUT.as_millis().to_string(),
-            );
-        config.kafka.apply_properties(&mut dlq);
+            )],
+        );
         let producer = BatchProducer::new(dlq, "consumer_dlq_producer_replacements_total")
             .context("cannot create dead-letter producer")?;
         Ok(Self {
@@ -124,25 +124,32 @@ impl DeadLetters {
     }
 }
 
+/// The headers of a dead letter: why it was set aside, and the topic, partition and
+/// offset it was read from.
+pub(crate) const REASON_HEADER: &str = "dlq.reason";
+pub(crate) const SOURCE_TOPIC_HEADER: &str = "dlq.source.topic";
+pub(crate) const SOURCE_PARTITION_HEADER: &str = "dlq.source.partition";
+pub(crate) const SOURCE_OFFSET_HEADER: &str = "dlq.source.offset";
+
 /// Where a dead letter came from and why it was set aside.
 fn dead_letter_headers(letter: &Letter<'_>, reason: &str) -> OwnedHeaders {
     let partition = letter.partition.to_string();
     let offset = letter.offset.to_string();
     OwnedHeaders::new()
         .insert(Header {
-            key: "dlq.reason",
+            key: REASON_HEADER,
             value: Some(reason),
         })
         .insert(Header {
-            key: "dlq.source.topic",
+            key: SOURCE_TOPIC_HEADER,
             value: Some(letter.topic),
         })
         .insert(Header {
-            key: "dlq.source.partition",
+            key: SOURCE_PARTITION_HEADER,
             value: Some(partition.as_str()),
         })
         .insert(Header {
-            key: "dlq.source.offset",
+            key: SOURCE_OFFSET_HEADER,
             value: Some(offset.as_str()),
         })
 }

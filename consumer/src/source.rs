@@ -10,7 +10,7 @@ use anyhow::Context;
 use rdkafka::consumer::{Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::{ClientConfig, ClientContext, Statistics};
 
-use crate::config::Config;
+use crate::config::{CLIENT_ID, Config};
 use crate::liveness::{GroupProbe, Membership};
 
 /// librdkafka's `fetch.wait.max.ms`. Apache Kafka answers a fetch once it has data; Tansu
@@ -58,7 +58,7 @@ impl ConsumerContext for StatsContext {}
 /// The consumer's librdkafka settings: ours, then `KAFKA_PROPERTIES`, then what the
 /// commit-after-insert design and the liveness check need.
 fn consumer_config(config: &Config) -> ClientConfig {
-    let mut kafka = config.kafka.client_config();
+    let mut kafka = config.kafka.client_config(CLIENT_ID);
     kafka
         .set("fetch.wait.max.ms", FETCH_WAIT_MAX_MS)
         .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS)
