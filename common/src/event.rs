@@ -2,13 +2,17 @@
 //! (format v1) that the ingest writes and the consumer reads.
 //!
 //! Validation turns a client's JSON object into an [`EventMessage`] or one sentence saying
-//! what is wrong; an `EventMessage` is therefore always within the documented limits.
+//! what is wrong; an `EventMessage` is therefore always within the documented limits. The
+//! client's fields are one list, [`event_fields!`](crate::event_fields) (`event/fields.rs`):
+//! the message, the typed reading and the validation's reading follow from it.
 
 use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
+
+mod fields;
 
 /// Version of the Kafka message format written by this code.
 pub const MESSAGE_VERSION: u8 = 1;
@@ -31,59 +35,152 @@ pub fn now_millis() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// One event as it travels through Kafka (JSON, snake_case field names), enriched by the
-/// ingest with `event_id`, `received_at`, `public_key` and `user_agent`. Its texts are
-/// `String`s, or any type read from a JSON string: the consumer reads them as
-/// [`JsonStr`], borrowed from the message where no unescaping is needed.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct EventMessage<T = String> {
-    /// Message format version, [`MESSAGE_VERSION`].
-    pub v: u8,
-    pub event_id: Uuid,
-    /// When the ingest received the event: milliseconds since the Unix epoch, UTC.
-    pub received_at: i64,
-    pub public_key: T,
-    #[serde(default)]
-    pub user_agent: T,
-    pub event_name: T,
-    pub experiment_id: T,
-    pub session_id: T,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub variant_id: Option<T>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub conversion: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub load_time: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scroll_depth: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time_on_page: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub click_target: Option<T>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pathname: Option<T>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub referrer: Option<T>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub utm_source: Option<T>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub utm_medium: Option<T>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub utm_campaign: Option<T>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub utm_term: Option<T>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub utm_content: Option<T>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub test: Option<bool>,
-    /// When the event happened, in milliseconds since the Unix epoch, on the ingest's
-    /// clock: the client's `timestamp` moved by the offset between the ingest's clock and
-    /// the client's (`received_at - sentAt`). Absent when the client sent no `timestamp`
-    /// or no `sentAt`: the event happened at `received_at`. Never after `received_at`,
-    /// never more than [`MAX_EVENT_AGE_MS`] before it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub event_time: Option<i64>,
+/// What a field's type and limit in [`event_fields!`](crate::event_fields) mean to the
+/// message: its [`EventMessage::map`] (`map`), and its reading by the contract (`read`).
+macro_rules! field {
+    (map T $value:expr, $f:ident) => {
+        $value.map(&mut $f)
+    };
+    (map $other:ident $value:expr, $f:ident) => {
+        $value
+    };
+
+    (read T id($max:expr) $fields:ident, $key:expr) => {
+        $fields.opt_str($key, $max, Text::Id)
+    };
+    (read T text($max:expr) $fields:ident, $key:expr) => {
+        $fields.opt_str($key, $max, Text::Free)
+    };
+    (read f64 $fields:ident, $key:expr) => {
+        $fields.opt_number($key)
+    };
+    (read bool $fields:ident, $key:expr) => {
+        $fields.opt_bool($key)
+    };
 }
+
+/// The message, the typed reading of a client's event, the [`keys`] of its fields and its
+/// reading by the contract, from the list of [`fields`]; the fields the ingest adds are
+/// written out here.
+macro_rules! event_message {
+    (
+        required { $( $req:ident $req_name:literal T id($req_max:expr) $req_column:literal, )* }
+        optional {
+            $( $opt:ident $opt_name:literal $ty:ident $($limit:ident($max:expr))? $opt_column:literal, )*
+        }
+    ) => {
+        /// One event as it travels through Kafka (JSON, snake_case field names), enriched by
+        /// the ingest with `event_id`, `received_at`, `public_key` and `user_agent`. Its
+        /// texts are `String`s, or any type read from a JSON string: the consumer reads them
+        /// as [`JsonStr`], borrowed from the message where no unescaping is needed. The
+        /// client's fields are those of [`event_fields!`](crate::event_fields).
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        pub struct EventMessage<T = String> {
+            /// Message format version, [`MESSAGE_VERSION`].
+            pub v: u8,
+            pub event_id: Uuid,
+            /// When the ingest received the event: milliseconds since the Unix epoch, UTC.
+            pub received_at: i64,
+            pub public_key: T,
+            #[serde(default)]
+            pub user_agent: T,
+            $( pub $req: T, )*
+            $(
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub $opt: Option<$ty>,
+            )*
+            /// When the event happened, in milliseconds since the Unix epoch, on the
+            /// ingest's clock: the client's `timestamp` moved by the offset between the
+            /// ingest's clock and the client's (`received_at - sentAt`). Absent when the
+            /// client sent no `timestamp` or no `sentAt`: the event happened at
+            /// `received_at`. Never after `received_at`, never more than
+            /// [`MAX_EVENT_AGE_MS`] before it.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub event_time: Option<i64>,
+        }
+
+        impl<T> EventMessage<T> {
+            /// The same message with each text converted by `f`.
+            pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> EventMessage<U> {
+                EventMessage {
+                    v: self.v,
+                    event_id: self.event_id,
+                    received_at: self.received_at,
+                    public_key: f(self.public_key),
+                    user_agent: f(self.user_agent),
+                    $( $req: f(self.$req), )*
+                    $( $opt: field!(map $ty self.$opt, f), )*
+                    event_time: self.event_time,
+                }
+            }
+        }
+
+        /// An event's fields, typed by serde straight from the request's bytes, borrowing
+        /// the strings that need no unescaping ([`JsonStr`]: serde's own `Cow` would not
+        /// borrow inside an `Option`). Reading it fails on a wrong type or a repeated
+        /// field; the [`Value`] path then gives the answer.
+        #[derive(Deserialize)]
+        struct Typed<T> {
+            #[serde(default, rename = "eventId")]
+            event_id: Option<T>,
+            $(
+                #[serde(default, rename = $req_name)]
+                $req: Option<T>,
+            )*
+            $(
+                #[serde(default, rename = $opt_name)]
+                $opt: Option<$ty>,
+            )*
+            #[serde(default)]
+            timestamp: Option<f64>,
+        }
+
+        /// A [`Key`] per client field, named as the message's field.
+        mod keys {
+            use super::Key;
+
+            pub(super) fn event_id<T>() -> Key<T, Option<T>> {
+                Key { name: "eventId", typed: |t| &mut t.event_id }
+            }
+            $(
+                pub(super) fn $req<T>() -> Key<T, Option<T>> {
+                    Key { name: $req_name, typed: |t| &mut t.$req }
+                }
+            )*
+            $(
+                pub(super) fn $opt<T>() -> Key<T, Option<$ty>> {
+                    Key { name: $opt_name, typed: |t| &mut t.$opt }
+                }
+            )*
+            pub(super) fn timestamp<T>() -> Key<T, Option<f64>> {
+                Key { name: "timestamp", typed: |t| &mut t.timestamp }
+            }
+        }
+
+        impl<'a> EventMessage<Cow<'a, str>> {
+            /// The message of an event that passed the [`rules`]: every field read, in the
+            /// list's order, with the ingest's.
+            fn read<S: Source<'a>>(
+                mut f: Fields<S>,
+                event_id: Uuid,
+                envelope: &'a Envelope,
+            ) -> Result<Self, Rejection> {
+                Ok(Self {
+                    v: MESSAGE_VERSION,
+                    event_id,
+                    received_at: envelope.received_at,
+                    public_key: Cow::Borrowed(&envelope.public_key),
+                    user_agent: Cow::Borrowed(&envelope.user_agent),
+                    $( $req: f.req_str(keys::$req(), $req_max)?, )*
+                    $( $opt: field!(read $ty $($limit($max))? f, keys::$opt())?, )*
+                    event_time: envelope.event_time(f.opt_number(keys::timestamp())?),
+                })
+            }
+        }
+    };
+}
+
+crate::event_fields!(event_message);
 
 /// A text of an [`EventMessage`] read from JSON: borrowed from the JSON when it holds no
 /// escape, unescaped into a string of its own when it does.
@@ -127,6 +224,11 @@ impl Rejection {
             message: message.into(),
         }
     }
+
+    /// `field <name> must <rule>`.
+    fn must(field: &'static str, rule: &str) -> Self {
+        Self::new(field, format!("field {field} must {rule}"))
+    }
 }
 
 impl std::fmt::Display for Rejection {
@@ -169,37 +271,6 @@ impl Envelope {
     }
 }
 
-impl<T> EventMessage<T> {
-    /// The same message with each text converted by `f`.
-    pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> EventMessage<U> {
-        EventMessage {
-            v: self.v,
-            event_id: self.event_id,
-            received_at: self.received_at,
-            public_key: f(self.public_key),
-            user_agent: f(self.user_agent),
-            event_name: f(self.event_name),
-            experiment_id: f(self.experiment_id),
-            session_id: f(self.session_id),
-            variant_id: self.variant_id.map(&mut f),
-            conversion: self.conversion,
-            load_time: self.load_time,
-            scroll_depth: self.scroll_depth,
-            time_on_page: self.time_on_page,
-            click_target: self.click_target.map(&mut f),
-            pathname: self.pathname.map(&mut f),
-            referrer: self.referrer.map(&mut f),
-            utm_source: self.utm_source.map(&mut f),
-            utm_medium: self.utm_medium.map(&mut f),
-            utm_campaign: self.utm_campaign.map(&mut f),
-            utm_term: self.utm_term.map(&mut f),
-            utm_content: self.utm_content.map(&mut f),
-            test: self.test,
-            event_time: self.event_time,
-        }
-    }
-}
-
 impl<T: AsRef<str>> EventMessage<T> {
     /// The message key: events of one session go to one partition, in order.
     pub fn kafka_key(&self) -> &str {
@@ -224,7 +295,7 @@ impl<'a> EventMessage<Cow<'a, str>> {
     pub fn from_client_json(json: &'a str, envelope: &'a Envelope) -> Result<Self, Rejection> {
         // serde would also fill a struct from an array, by position: objects only.
         if json.trim_start().starts_with('{')
-            && let Ok(typed) = serde_json::from_str::<Typed<'a>>(json)
+            && let Ok(typed) = serde_json::from_str::<Typed<JsonStr<'a>>>(json)
         {
             return Self::validate(Fields(typed), envelope);
         }
@@ -246,73 +317,56 @@ impl<'a> EventMessage<Cow<'a, str>> {
         mut f: Fields<S>,
         envelope: &'a Envelope,
     ) -> Result<Self, Rejection> {
-        let event_id = match f.opt_str("eventId", MAX_ID_CHARS, Text::Id)? {
-            None => Uuid::now_v7(),
-            Some(raw) => match Uuid::parse_str(&raw) {
-                Ok(id) if !id.is_nil() => id,
-                _ => return Err(Rejection::new("eventId", "field eventId must be a UUID")),
-            },
-        };
-        let experiment_id = f.req_str("experimentId", MAX_ID_CHARS)?;
-        if !has_prefix_and_more(&experiment_id, "exp_") {
-            return Err(Rejection::new(
-                "experimentId",
-                "field experimentId must be exp_ followed by at least one character",
-            ));
-        }
-        let variant_id = f.opt_str("variantId", MAX_ID_CHARS, Text::Id)?;
-        if variant_id
-            .as_ref()
-            .is_some_and(|v| !has_prefix_and_more(v, "var_"))
-        {
-            return Err(Rejection::new(
-                "variantId",
-                "field variantId must be var_ followed by at least one character",
-            ));
-        }
-        let scroll_depth = f.opt_number("scrollDepth")?;
-        if scroll_depth.is_some_and(|d| !(0.0..=100.0).contains(&d)) {
-            return Err(Rejection::new(
-                "scrollDepth",
-                "field scrollDepth must be between 0 and 100",
-            ));
-        }
-        let load_time = f.opt_number("loadTime")?;
-        let time_on_page = f.opt_number("timeOnPage")?;
-        for (name, n) in [("loadTime", load_time), ("timeOnPage", time_on_page)] {
-            if n.is_some_and(|n| n < 0.0) {
-                return Err(Rejection::new(
-                    name,
-                    format!("field {name} must be a number >= 0"),
-                ));
-            }
-        }
-        Ok(Self {
-            v: MESSAGE_VERSION,
-            event_id,
-            received_at: envelope.received_at,
-            public_key: Cow::Borrowed(&envelope.public_key),
-            user_agent: Cow::Borrowed(&envelope.user_agent),
-            event_name: f.req_str("eventName", MAX_ID_CHARS)?,
-            experiment_id,
-            session_id: f.req_str("sessionId", MAX_ID_CHARS)?,
-            variant_id,
-            conversion: f.opt_bool("conversion")?,
-            load_time,
-            scroll_depth,
-            time_on_page,
-            click_target: f.opt_str("clickTarget", MAX_URL_CHARS, Text::Free)?,
-            pathname: f.opt_str("pathname", MAX_URL_CHARS, Text::Free)?,
-            referrer: f.opt_str("referrer", MAX_URL_CHARS, Text::Free)?,
-            utm_source: f.opt_str("utm_source", MAX_UTM_CHARS, Text::Free)?,
-            utm_medium: f.opt_str("utm_medium", MAX_UTM_CHARS, Text::Free)?,
-            utm_campaign: f.opt_str("utm_campaign", MAX_UTM_CHARS, Text::Free)?,
-            utm_term: f.opt_str("utm_term", MAX_UTM_CHARS, Text::Free)?,
-            utm_content: f.opt_str("utm_content", MAX_UTM_CHARS, Text::Free)?,
-            test: f.opt_bool("test")?,
-            event_time: envelope.event_time(f.opt_number("timestamp")?),
-        })
+        let event_id = rules(&mut f)?;
+        Self::read(f, event_id, envelope)
     }
+}
+
+/// The contract's rules beyond a field's type and length, checked before the fields are
+/// read; their order decides which fault an event with several is refused for. Returns
+/// the event's id: the client's `eventId`, or a new UUIDv7.
+fn rules<'a, S: Source<'a>>(f: &mut Fields<S>) -> Result<Uuid, Rejection> {
+    let key = keys::event_id();
+    let event_id = match f.opt_str(key, MAX_ID_CHARS, Text::Id)? {
+        None => Uuid::now_v7(),
+        Some(raw) => match Uuid::parse_str(&raw) {
+            Ok(id) if !id.is_nil() => id,
+            _ => return Err(Rejection::must(key.name, "be a UUID")),
+        },
+    };
+    let key = keys::experiment_id();
+    let experiment_id = required(key.name, f.peek_str(key, MAX_ID_CHARS, Text::Id)?)?;
+    if !has_prefix_and_more(&experiment_id, "exp_") {
+        return Err(Rejection::must(
+            key.name,
+            "be exp_ followed by at least one character",
+        ));
+    }
+    let key = keys::variant_id();
+    let variant_id = f.peek_str(key, MAX_ID_CHARS, Text::Id)?;
+    if variant_id
+        .as_ref()
+        .is_some_and(|v| !has_prefix_and_more(v, "var_"))
+    {
+        return Err(Rejection::must(
+            key.name,
+            "be var_ followed by at least one character",
+        ));
+    }
+    let key = keys::scroll_depth();
+    if f.opt_number(key)?
+        .is_some_and(|d| !(0.0..=100.0).contains(&d))
+    {
+        return Err(Rejection::must(key.name, "be between 0 and 100"));
+    }
+    let durations = [keys::load_time(), keys::time_on_page()];
+    let values = [f.opt_number(durations[0])?, f.opt_number(durations[1])?];
+    for (key, n) in durations.into_iter().zip(values) {
+        if n.is_some_and(|n| n < 0.0) {
+            return Err(Rejection::must(key.name, "be a number >= 0"));
+        }
+    }
+    Ok(event_id)
 }
 
 fn has_prefix_and_more(s: &str, prefix: &str) -> bool {
@@ -326,140 +380,86 @@ enum Text {
     Free,
 }
 
+/// A client field: its name in the JSON, and where [`Typed`] of texts `T` holds it (a `V`).
+struct Key<T, V> {
+    name: &'static str,
+    typed: fn(&mut Typed<T>) -> &mut V,
+}
+
+impl<T, V> Clone for Key<T, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T, V> Copy for Key<T, V> {}
+
+/// The keys of a text, a number and a flag of a client's event read from JSON.
+type TextKey<'a> = Key<JsonStr<'a>, Option<JsonStr<'a>>>;
+type NumberKey<'a> = Key<JsonStr<'a>, Option<f64>>;
+type FlagKey<'a> = Key<JsonStr<'a>, Option<bool>>;
+
 /// Where an event's fields come from: a [`Value`] object, or [`Typed`] fields. A source
-/// only checks JSON types; [`Fields`] adds the contract's rules. Each field is read once.
+/// only checks JSON types; [`Fields`] adds the contract's rules.
 trait Source<'a> {
-    /// `None` when absent or `null` (JavaScript clients send `undefined` fields so).
-    fn text(&mut self, name: &'static str) -> Result<Option<Cow<'a, str>>, Rejection>;
-    fn number(&self, name: &'static str) -> Result<Option<f64>, Rejection>;
-    fn flag(&self, name: &'static str) -> Result<Option<bool>, Rejection>;
+    /// `None` when absent or `null` (JavaScript clients send `undefined` fields so). The
+    /// text is taken: a field is read once, after the [`rules`] peeked at it.
+    fn text(&mut self, key: TextKey<'a>) -> Result<Option<Cow<'a, str>>, Rejection>;
+    /// What [`Source::text`] gives, left in place.
+    fn peek_text(&mut self, key: TextKey<'a>) -> Result<Option<Cow<'a, str>>, Rejection>;
+    fn number(&mut self, key: NumberKey<'a>) -> Result<Option<f64>, Rejection>;
+    fn flag(&mut self, key: FlagKey<'a>) -> Result<Option<bool>, Rejection>;
 }
 
 impl<'a> Source<'a> for &'a Map<String, Value> {
-    fn text(&mut self, name: &'static str) -> Result<Option<Cow<'a, str>>, Rejection> {
-        match self.get(name) {
+    fn text(&mut self, key: TextKey<'a>) -> Result<Option<Cow<'a, str>>, Rejection> {
+        match self.get(key.name) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(Cow::Borrowed(s))),
-            Some(_) => Err(Rejection::new(
-                name,
-                format!("field {name} must be a string"),
-            )),
+            Some(_) => Err(Rejection::must(key.name, "be a string")),
         }
     }
 
-    fn number(&self, name: &'static str) -> Result<Option<f64>, Rejection> {
-        match self.get(name) {
+    fn peek_text(&mut self, key: TextKey<'a>) -> Result<Option<Cow<'a, str>>, Rejection> {
+        self.text(key)
+    }
+
+    fn number(&mut self, key: NumberKey<'a>) -> Result<Option<f64>, Rejection> {
+        match self.get(key.name) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Number(n)) => match n.as_f64() {
                 Some(x) if x.is_finite() => Ok(Some(x)),
-                _ => Err(Rejection::new(
-                    name,
-                    format!("field {name} must be a finite number"),
-                )),
+                _ => Err(Rejection::must(key.name, "be a finite number")),
             },
-            Some(_) => Err(Rejection::new(
-                name,
-                format!("field {name} must be a number"),
-            )),
+            Some(_) => Err(Rejection::must(key.name, "be a number")),
         }
     }
 
-    fn flag(&self, name: &'static str) -> Result<Option<bool>, Rejection> {
-        match self.get(name) {
+    fn flag(&mut self, key: FlagKey<'a>) -> Result<Option<bool>, Rejection> {
+        match self.get(key.name) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(_) => Err(Rejection::new(
-                name,
-                format!("field {name} must be a boolean"),
-            )),
+            Some(_) => Err(Rejection::must(key.name, "be a boolean")),
         }
     }
 }
 
-/// An event's fields, typed by serde straight from the request's bytes, borrowing the
-/// strings that need no unescaping ([`JsonStr`]: serde's own `Cow` would not borrow
-/// inside an `Option`). Reading it fails on a wrong type or a repeated
-/// field; the [`Value`] path then gives the answer.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Typed<'a> {
-    #[serde(borrow, default)]
-    event_id: Option<JsonStr<'a>>,
-    #[serde(borrow, default)]
-    event_name: Option<JsonStr<'a>>,
-    #[serde(borrow, default)]
-    experiment_id: Option<JsonStr<'a>>,
-    #[serde(borrow, default)]
-    session_id: Option<JsonStr<'a>>,
-    #[serde(borrow, default)]
-    variant_id: Option<JsonStr<'a>>,
-    #[serde(default)]
-    conversion: Option<bool>,
-    #[serde(default)]
-    load_time: Option<f64>,
-    #[serde(default)]
-    scroll_depth: Option<f64>,
-    #[serde(default)]
-    time_on_page: Option<f64>,
-    #[serde(borrow, default)]
-    click_target: Option<JsonStr<'a>>,
-    #[serde(borrow, default)]
-    pathname: Option<JsonStr<'a>>,
-    #[serde(borrow, default)]
-    referrer: Option<JsonStr<'a>>,
-    #[serde(borrow, default, rename = "utm_source")]
-    utm_source: Option<JsonStr<'a>>,
-    #[serde(borrow, default, rename = "utm_medium")]
-    utm_medium: Option<JsonStr<'a>>,
-    #[serde(borrow, default, rename = "utm_campaign")]
-    utm_campaign: Option<JsonStr<'a>>,
-    #[serde(borrow, default, rename = "utm_term")]
-    utm_term: Option<JsonStr<'a>>,
-    #[serde(borrow, default, rename = "utm_content")]
-    utm_content: Option<JsonStr<'a>>,
-    #[serde(default)]
-    test: Option<bool>,
-    #[serde(default)]
-    timestamp: Option<f64>,
-}
-
-impl<'a> Source<'a> for Typed<'a> {
-    fn text(&mut self, name: &'static str) -> Result<Option<Cow<'a, str>>, Rejection> {
-        let field = match name {
-            "eventId" => &mut self.event_id,
-            "eventName" => &mut self.event_name,
-            "experimentId" => &mut self.experiment_id,
-            "sessionId" => &mut self.session_id,
-            "variantId" => &mut self.variant_id,
-            "clickTarget" => &mut self.click_target,
-            "pathname" => &mut self.pathname,
-            "referrer" => &mut self.referrer,
-            "utm_source" => &mut self.utm_source,
-            "utm_medium" => &mut self.utm_medium,
-            "utm_campaign" => &mut self.utm_campaign,
-            "utm_term" => &mut self.utm_term,
-            "utm_content" => &mut self.utm_content,
-            _ => unreachable!("no text field {name}"),
-        };
-        Ok(field.take().map(|text| text.0))
+impl<'a> Source<'a> for Typed<JsonStr<'a>> {
+    fn text(&mut self, key: TextKey<'a>) -> Result<Option<Cow<'a, str>>, Rejection> {
+        Ok((key.typed)(self).take().map(|text| text.0))
     }
 
-    fn number(&self, name: &'static str) -> Result<Option<f64>, Rejection> {
-        Ok(match name {
-            "loadTime" => self.load_time,
-            "scrollDepth" => self.scroll_depth,
-            "timeOnPage" => self.time_on_page,
-            "timestamp" => self.timestamp,
-            _ => unreachable!("no number field {name}"),
-        })
+    fn peek_text(&mut self, key: TextKey<'a>) -> Result<Option<Cow<'a, str>>, Rejection> {
+        // Free for a borrowed text; the rules peek at two short ids.
+        Ok((key.typed)(self).clone().map(|text| text.0))
     }
 
-    fn flag(&self, name: &'static str) -> Result<Option<bool>, Rejection> {
-        Ok(match name {
-            "conversion" => self.conversion,
-            "test" => self.test,
-            _ => unreachable!("no boolean field {name}"),
-        })
+    fn number(&mut self, key: NumberKey<'a>) -> Result<Option<f64>, Rejection> {
+        Ok(*(key.typed)(self))
+    }
+
+    fn flag(&mut self, key: FlagKey<'a>) -> Result<Option<bool>, Rejection> {
+        Ok(*(key.typed)(self))
     }
 }
 
@@ -467,48 +467,67 @@ impl<'a> Source<'a> for Typed<'a> {
 struct Fields<S>(S);
 
 impl<'a, S: Source<'a>> Fields<S> {
-    fn req_str(&mut self, name: &'static str, max: usize) -> Result<Cow<'a, str>, Rejection> {
-        match self.opt_str(name, max, Text::Id)? {
-            Some(s) if !s.is_empty() => Ok(s),
-            Some(_) => Err(Rejection::new(
-                name,
-                format!("field {name} must not be empty"),
-            )),
-            None => Err(Rejection::new(name, format!("field {name} is required"))),
-        }
+    fn req_str(&mut self, key: TextKey<'a>, max: usize) -> Result<Cow<'a, str>, Rejection> {
+        required(key.name, self.opt_str(key, max, Text::Id)?)
     }
 
     fn opt_str(
         &mut self,
-        name: &'static str,
+        key: TextKey<'a>,
         max: usize,
         text: Text,
     ) -> Result<Option<Cow<'a, str>>, Rejection> {
-        let Some(s) = self.0.text(name)? else {
-            return Ok(None);
-        };
-        // Cheap bound first: a string of more bytes than 4 * max has more than max chars.
-        if s.len() > max && (s.len() > 4 * max || s.chars().count() > max) {
-            return Err(Rejection::new(
-                name,
-                format!("field {name} is longer than {max} characters"),
-            ));
-        }
-        if text == Text::Id && s.chars().any(char::is_control) {
-            return Err(Rejection::new(
-                name,
-                format!("field {name} must not contain control characters"),
-            ));
-        }
-        Ok(Some(s))
+        let s = self.0.text(key)?;
+        checked(key.name, s, max, text)
     }
 
-    fn opt_number(&self, name: &'static str) -> Result<Option<f64>, Rejection> {
-        self.0.number(name)
+    /// [`Fields::opt_str`], leaving the text to be read.
+    fn peek_str(
+        &mut self,
+        key: TextKey<'a>,
+        max: usize,
+        text: Text,
+    ) -> Result<Option<Cow<'a, str>>, Rejection> {
+        let s = self.0.peek_text(key)?;
+        checked(key.name, s, max, text)
     }
 
-    fn opt_bool(&self, name: &'static str) -> Result<Option<bool>, Rejection> {
-        self.0.flag(name)
+    fn opt_number(&mut self, key: NumberKey<'a>) -> Result<Option<f64>, Rejection> {
+        self.0.number(key)
+    }
+
+    fn opt_bool(&mut self, key: FlagKey<'a>) -> Result<Option<bool>, Rejection> {
+        self.0.flag(key)
+    }
+}
+
+fn checked<'a>(
+    name: &'static str,
+    s: Option<Cow<'a, str>>,
+    max: usize,
+    text: Text,
+) -> Result<Option<Cow<'a, str>>, Rejection> {
+    let Some(s) = s else {
+        return Ok(None);
+    };
+    // Cheap bound first: a string of more bytes than 4 * max has more than max chars.
+    if s.len() > max && (s.len() > 4 * max || s.chars().count() > max) {
+        return Err(Rejection::new(
+            name,
+            format!("field {name} is longer than {max} characters"),
+        ));
+    }
+    if text == Text::Id && s.chars().any(char::is_control) {
+        return Err(Rejection::must(name, "not contain control characters"));
+    }
+    Ok(Some(s))
+}
+
+fn required<'a>(name: &'static str, s: Option<Cow<'a, str>>) -> Result<Cow<'a, str>, Rejection> {
+    match s {
+        Some(s) if !s.is_empty() => Ok(s),
+        Some(_) => Err(Rejection::must(name, "not be empty")),
+        None => Err(Rejection::new(name, format!("field {name} is required"))),
     }
 }
 
@@ -755,6 +774,42 @@ mod tests {
                 field == "event" || want.contains(field),
                 "{err:?} blames {field}"
             );
+        }
+    }
+
+    #[test]
+    fn an_event_with_several_faults_is_refused_for_the_first_the_rules_check() {
+        let faults = |pairs: &[(&str, Value)]| {
+            let mut v = minimal();
+            for (field, value) in pairs {
+                v[*field] = value.clone();
+            }
+            check(v).expect_err("refused")
+        };
+        let cases = [
+            (
+                faults(&[("eventName", json!(5)), ("experimentId", json!("x"))]),
+                "experimentId: field experimentId must be exp_",
+            ),
+            (
+                faults(&[("sessionId", json!("")), ("variantId", json!("x"))]),
+                "variantId: field variantId must be var_",
+            ),
+            (
+                faults(&[("loadTime", json!(-1)), ("scrollDepth", json!(101))]),
+                "scrollDepth: field scrollDepth must be between",
+            ),
+            (
+                faults(&[("loadTime", json!(-1)), ("timeOnPage", json!("x"))]),
+                "timeOnPage: field timeOnPage must be a number",
+            ),
+            (
+                faults(&[("conversion", json!(1)), ("pathname", json!(1))]),
+                "conversion: field conversion must be a boolean",
+            ),
+        ];
+        for (got, want) in cases {
+            assert!(got.starts_with(want), "got {got:?}, want {want:?}");
         }
     }
 

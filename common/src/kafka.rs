@@ -55,12 +55,33 @@ impl KafkaArgs {
         }
     }
 
-    /// A client configuration: the settings every client here shares, the debug contexts
-    /// and the operator's properties.
-    pub fn client_config(&self) -> ClientConfig {
-        let mut config = client_config(&self.kafka_brokers);
+    /// A client configuration: the settings every client here shares, with `client_id`
+    /// (the service's name: the broker's logs and metrics tell the clients apart by it),
+    /// the debug contexts and the operator's properties.
+    pub fn client_config(&self, client_id: &str) -> ClientConfig {
+        let mut config = client_config(&self.kafka_brokers, client_id);
         if let Some(contexts) = &self.kafka_debug {
             config.set("debug", contexts).set("log_level", "7");
+        }
+        self.apply_properties(&mut config);
+        config
+    }
+
+    /// A producer's configuration: every message acknowledged by all in-sync replicas
+    /// (`acks=all`), idempotent or not, with the producer's own `settings`, then the
+    /// operator's properties over them.
+    pub fn producer_config(
+        &self,
+        client_id: &str,
+        idempotent: bool,
+        settings: &[(&str, String)],
+    ) -> ClientConfig {
+        let mut config = self.client_config(client_id);
+        config
+            .set("acks", "all")
+            .set("enable.idempotence", idempotent.to_string());
+        for (name, value) in settings {
+            config.set(*name, value);
         }
         self.apply_properties(&mut config);
         config
@@ -74,19 +95,20 @@ impl KafkaArgs {
         }
     }
 
-    /// Creates the `topics` that do not exist yet, with this many partitions.
-    pub async fn ensure_topics(&self, topics: &[&str]) -> anyhow::Result<()> {
-        ensure_topics(self.client_config(), topics, self.topic_partitions).await
+    /// Creates the `topics` that do not exist yet, with this many partitions, through a
+    /// client named `client_id`.
+    pub async fn ensure_topics(&self, client_id: &str, topics: &[&str]) -> anyhow::Result<()> {
+        ensure_topics(self.client_config(client_id), topics, self.topic_partitions).await
     }
 }
 
-/// A client configuration for `brokers` with the settings every client here shares (for
-/// tools and tests; the services start from [`KafkaArgs::client_config`]).
-pub fn client_config(brokers: &str) -> ClientConfig {
+/// A client configuration for `brokers` with the settings every client here shares, named
+/// `client_id` (for tools and tests; the services start from [`KafkaArgs::client_config`]).
+pub fn client_config(brokers: &str, client_id: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", brokers)
-        .set("client.id", env!("CARGO_PKG_NAME"))
+        .set("client.id", client_id)
         .set("log_level", "4");
     config
 }

@@ -65,6 +65,21 @@ pub struct SnapshotArgs {
     )]
     pub snapshot: String,
 
+    #[command(flatten)]
+    pub watch: SnapshotWatchArgs,
+}
+
+impl SnapshotArgs {
+    /// Watch options for the service whose metrics start with `metrics_prefix`.
+    pub fn watch_options(&self, metrics_prefix: &'static str) -> WatchOptions {
+        self.watch.watch_options(&self.snapshot, metrics_prefix)
+    }
+}
+
+/// How a snapshot is watched, whatever names it: shared by every service that loads one
+/// (the consumer's snapshot is optional, and its flag named for it).
+#[derive(clap::Args, Clone, Debug)]
+pub struct SnapshotWatchArgs {
     /// How often the snapshot is checked for changes, in milliseconds.
     #[arg(long, env = "SNAPSHOT_POLL_INTERVAL_MS", default_value_t = 1000)]
     pub snapshot_poll_interval_ms: u64,
@@ -75,14 +90,15 @@ pub struct SnapshotArgs {
     pub snapshot_cache: Option<PathBuf>,
 }
 
-impl SnapshotArgs {
-    /// Watch options for the service whose metrics start with `metrics_prefix`.
-    pub fn watch_options(&self, metrics_prefix: &'static str) -> WatchOptions {
+impl SnapshotWatchArgs {
+    /// Watch options for `snapshot` (a file path or URL), for the service whose metrics
+    /// start with `metrics_prefix`.
+    pub fn watch_options(&self, snapshot: &str, metrics_prefix: &'static str) -> WatchOptions {
         let cache = self.snapshot_cache.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!("{metrics_prefix}-snapshot.json"))
         });
         WatchOptions {
-            source: Source::parse(&self.snapshot, cache),
+            source: Source::parse(snapshot, cache),
             interval: Duration::from_millis(self.snapshot_poll_interval_ms),
             metrics_prefix,
         }

@@ -6,8 +6,10 @@
 //! the listen backlog until one closes. Request bodies are bounded by whoever reads them
 //! (the ingest). At shutdown the listener closes and requests in flight finish.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use anyhow::Context;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
@@ -29,6 +31,61 @@ pub struct ServeArgs {
     /// keep-alive connections included) is closed, in milliseconds.
     #[arg(long, env = "HTTP_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000)]
     pub header_read_timeout_ms: u64,
+}
+
+/// A service's HTTP side, bound by its `build` (so that a test knows the address before
+/// it serves): the listener, the bounds and the readiness `/readyz` reports.
+pub struct Http {
+    listener: TcpListener,
+    limits: ServeArgs,
+    readiness: crate::ops::Readiness,
+}
+
+impl Http {
+    pub async fn bind(address: SocketAddr, limits: ServeArgs) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind(address)
+            .await
+            .with_context(|| format!("cannot listen on {address}"))?;
+        Ok(Self {
+            listener,
+            limits,
+            readiness: crate::ops::Readiness::default(),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// What `/readyz` reports: serving, and each dependency of the service.
+    pub fn readiness(&self) -> &crate::ops::Readiness {
+        &self.readiness
+    }
+
+    /// [`serve_ready`] on this listener.
+    pub async fn serve_ready<S: HttpService>(
+        self,
+        router: S,
+        drain: Duration,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        serve_ready(
+            self.listener,
+            router,
+            &self.limits,
+            &self.readiness,
+            drain,
+            shutdown,
+        )
+        .await;
+    }
+
+    /// [`serve`] on this listener: readiness is the service's to set.
+    pub async fn serve<S: HttpService>(self, router: S, shutdown: impl Future<Output = ()>) {
+        serve(self.listener, router, &self.limits, shutdown).await;
+    }
 }
 
 /// Serves `router` on `listener`, ready (`/readyz` 200) until `shutdown`; then not ready

@@ -29,7 +29,14 @@ pub fn init_test_logging() {
         .try_init();
 }
 
-/// The recorder, installed on first use; services of one process share it.
+/// Installs the Prometheus recorder, if no service of this process did: what is recorded
+/// before it is lost, so each service calls it first thing in its `build`.
+pub fn install_metrics() {
+    metrics_handle();
+}
+
+/// The recorder, installed on first use; services of one process share it. `/metrics`
+/// renders it.
 pub fn metrics_handle() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {

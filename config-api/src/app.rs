@@ -6,12 +6,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use arc_swap::ArcSwap;
-use axum::http::{HeaderName, HeaderValue, Method, header};
+use axum::http::{HeaderValue, Method, header};
 use common::cors::CorsPolicy;
 use common::error::RouteError;
-use common::ops::Readiness;
 use common::reload::load_and_watch;
-use tokio::net::TcpListener;
+use common::serve::Http;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
@@ -27,24 +26,20 @@ pub(crate) struct AppState {
 }
 
 pub struct Application {
-    listener: TcpListener,
+    http: Http,
     api: routes::Api,
-    readiness: Readiness,
     watcher: JoinHandle<()>,
-    http: common::serve::ServeArgs,
 }
 
 impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
-        common::telemetry::metrics_handle();
+        common::telemetry::install_metrics();
         let (prepared, watcher) = load_and_watch(
             config.snapshot.watch_options("config_api"),
             Arc::new(Prepared::new),
         )
         .await?;
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let http = Http::bind(config.listen, config.http).await?;
         let state = AppState {
             prepared,
             cache_control: HeaderValue::try_from(format!(
@@ -57,36 +52,27 @@ impl Application {
                 routes::EXPERIMENTS_PATH,
             ),
         };
-        let readiness = Readiness::default();
         let cors = CorsPolicy::new(
             state.prepared.clone(),
             &[Method::GET, Method::HEAD],
             &[
                 header::ACCEPT,
                 common::key::PUBLIC_KEY_HEADER,
-                HeaderName::from_static("x-experiment-ids"),
-                HeaderName::from_static("x-service-test"),
+                routes::EXPERIMENT_IDS_HEADER,
+                routes::SERVICE_TEST_HEADER,
             ],
         );
         let api = routes::Api {
             state,
             cors: Arc::new(cors),
-            rest: common::ops::ops_router(readiness.clone())
+            rest: common::ops::ops_router(http.readiness().clone())
                 .fallback(|| async { RouteError::NotFound }),
         };
-        Ok(Self {
-            listener,
-            api,
-            readiness,
-            watcher,
-            http: config.http,
-        })
+        Ok(Self { http, api, watcher })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("a bound listener has an address")
+        self.http.local_addr()
     }
 
     /// Serves until `shutdown` resolves, then finishes the requests in flight.
@@ -94,15 +80,9 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        common::serve::serve_ready(
-            self.listener,
-            self.api,
-            &self.http,
-            &self.readiness,
-            std::time::Duration::ZERO,
-            shutdown,
-        )
-        .await;
+        self.http
+            .serve_ready(self.api, std::time::Duration::ZERO, shutdown)
+            .await;
         self.watcher.abort();
         tracing::info!("Config-api stopped cleanly.");
         Ok(())

@@ -7,7 +7,7 @@ use std::task::Poll;
 
 use axum::Router;
 use axum::extract::Request;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use common::cors::CorsPolicy;
 use common::error::RouteError;
@@ -23,6 +23,12 @@ use crate::prepared::{Prepared, Selection};
 
 pub(crate) const EXPERIMENTS_PATH: &str = "/api/v1/experiments";
 pub(crate) const ALLOW: &str = "GET, HEAD, OPTIONS";
+/// Which experiments to answer: a comma-separated list of ids (all when absent).
+pub(crate) const EXPERIMENT_IDS_HEADER: HeaderName = HeaderName::from_static("x-experiment-ids");
+/// `true`: answer in test mode (draft experiments too, never cached).
+pub(crate) const SERVICE_TEST_HEADER: HeaderName = HeaderName::from_static("x-service-test");
+/// The three request headers above and the public key, as the answers have always
+/// spelled them.
 const VARY: &str = "X-public-key, X-experiment-ids, X-service-test";
 
 /// The config-api's whole HTTP service: its one API route answered here directly, with
@@ -96,12 +102,12 @@ fn answer(state: &AppState, headers: &HeaderMap) -> Result<Response, ConfigApiEr
         return Err(ConfigApiError::UnknownPublicKey);
     };
     let test_mode = headers
-        .get("x-service-test")
+        .get(SERVICE_TEST_HEADER)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
     let selection = Selection {
         ids: Selection::parse_ids(
             headers
-                .get("x-experiment-ids")
+                .get(EXPERIMENT_IDS_HEADER)
                 .and_then(|v| v.to_str().ok()),
         ),
         test_mode,

@@ -2,6 +2,10 @@
 
 use std::net::SocketAddr;
 
+/// The consumer's Kafka `client.id`, for its consumer, dead-letter producer and admin
+/// client.
+pub(crate) const CLIENT_ID: &str = env!("CARGO_PKG_NAME");
+
 /// The consumer: Kafka → ClickHouse.
 #[derive(clap::Parser, Clone, Debug)]
 #[command(version, about)]
@@ -55,9 +59,8 @@ pub struct Config {
     #[arg(long, env = "EXPERIMENTS_SNAPSHOT")]
     pub experiments_snapshot: Option<String>,
 
-    /// How often the snapshot is checked for changes, in milliseconds.
-    #[arg(long, env = "SNAPSHOT_POLL_INTERVAL_MS", default_value_t = 1000)]
-    pub snapshot_poll_interval_ms: u64,
+    #[command(flatten)]
+    pub snapshot_watch: common::reload::SnapshotWatchArgs,
 
     /// Longest an insert may take before it is abandoned and retried, in milliseconds.
     #[arg(long, env = "CLICKHOUSE_INSERT_TIMEOUT_MS", default_value_t = 30_000)]

@@ -10,15 +10,31 @@ use anyhow::Context;
 use arc_swap::ArcSwap;
 use clickhouse::{Client, Row};
 use common::backoff::Backoff;
+use common::reload::{Build, load_and_watch};
 use common::snapshot::{Snapshot, Status};
 use serde::Serialize;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
-use crate::app::stopped;
+use crate::config::Config;
+use crate::shutdown::stopped;
 use crate::topology::Server;
 
 /// How often the loaded snapshot is compared with the one last written.
 const LOOK_EVERY: Duration = Duration::from_millis(500);
+
+/// The snapshot as last loaded, and the task that keeps it current.
+pub(crate) type Watched = (Arc<ArcSwap<Snapshot>>, JoinHandle<()>);
+
+/// Loads the experiments snapshot and watches it for changes, when one is mirrored.
+pub(crate) async fn watch(config: &Config) -> anyhow::Result<Option<Watched>> {
+    let Some(source) = &config.experiments_snapshot else {
+        return Ok(None);
+    };
+    let options = config.snapshot_watch.watch_options(source, "consumer");
+    let build: Build<Snapshot> = Arc::new(|snapshot| snapshot);
+    Ok(Some(load_and_watch(options, build).await?))
+}
 
 /// One row of `experiment_variants`.
 #[derive(Clone, Debug, PartialEq, Row, Serialize)]

@@ -3,16 +3,23 @@
 //! they cover.
 
 mod app;
+mod batch;
 mod config;
+mod dead_letters;
 pub mod definitions;
 mod liveness;
-mod replay;
-pub mod results;
+mod row;
 pub mod schema;
+mod shutdown;
 mod sink;
+mod source;
+mod stats;
+mod store;
 pub mod topology;
+mod worker;
 
-pub use app::{Application, FETCH_WAIT_MAX_MS, Stats};
+pub use app::Application;
 pub use config::{ClickHouseArgs, Config};
-pub use replay::{ReplayConfig, replay};
-pub use sink::EventRow;
+pub use row::EventRow;
+pub use source::FETCH_WAIT_MAX_MS;
+pub use stats::Stats;

@@ -10,7 +10,7 @@ use anyhow::Context;
 use clickhouse::Client;
 use siphasher::sip::SipHasher24;
 
-use crate::ClickHouseArgs;
+use crate::config::ClickHouseArgs;
 
 /// The suffix of a sharded table's per-replica part in a cluster (`events_local`).
 pub const LOCAL_SUFFIX: &str = "_local";
@@ -56,10 +56,7 @@ impl Topology {
             return Ok(Self::single(args.client()));
         };
         anyhow::ensure!(
-            !cluster.is_empty()
-                && cluster
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+            !cluster.is_empty() && is_sql_name(cluster),
             "CLICKHOUSE_CLUSTER {cluster:?} must be letters, digits and _ only"
         );
         let shards: Vec<Vec<Server>> = args
@@ -169,6 +166,12 @@ pub async fn first_answering<'a>(
     }
     Err(last.unwrap_or_else(|| anyhow::anyhow!("no ClickHouse server")))
         .context("no ClickHouse server answers")
+}
+
+/// Whether `name` can stand unquoted in a statement: letters, digits and _ only (a
+/// database or cluster name is spliced into the SQL, not bound).
+pub(crate) fn is_sql_name(name: &str) -> bool {
+    name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 #[cfg(test)]

@@ -337,7 +337,7 @@ pub async fn read_topic_at(
     use rdkafka::consumer::{Consumer, StreamConsumer};
     use rdkafka::{Message, Offset, TopicPartitionList};
 
-    let consumer: StreamConsumer = common::kafka::client_config(brokers)
+    let consumer: StreamConsumer = common::kafka::client_config(brokers, "e2e")
         .set("group.id", unique("reader-"))
         .set("enable.auto.commit", "false")
         .create()
@@ -611,7 +611,7 @@ pub async fn produce(brokers: &str, topic: &str, key: Option<&[u8]>, payload: &[
 /// a batch, so a consumer resuming from an offset committed mid-batch would stall there.
 pub async fn produce_all(brokers: &str, topic: &str, messages: &[(Option<&[u8]>, &[u8])]) {
     use rdkafka::producer::{FutureProducer, FutureRecord};
-    let producer: FutureProducer = common::kafka::client_config(brokers)
+    let producer: FutureProducer = common::kafka::client_config(brokers, "e2e")
         .set("acks", "all")
         .set("batch.num.messages", "1")
         .set("message.timeout.ms", "30000")

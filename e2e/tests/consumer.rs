@@ -118,10 +118,10 @@ async fn poison_messages_are_set_aside_with_their_reason_and_can_be_replayed() {
 
     // The replay command publishes them again, once.
     let target = e2e::unique("replayed-");
-    common::kafka::ensure_topics(common::kafka::client_config(&brokers), &[&target], 1)
+    common::kafka::ensure_topics(common::kafka::client_config(&brokers, "e2e"), &[&target], 1)
         .await
         .expect("topic");
-    let config = consumer::ReplayConfig {
+    let config = tools::ReplayConfig {
         kafka: common::kafka::KafkaArgs {
             topic: target.clone(),
             ..common::kafka::KafkaArgs::for_brokers(&brokers)
@@ -129,9 +129,9 @@ async fn poison_messages_are_set_aside_with_their_reason_and_can_be_replayed() {
         dlq_topic: names.dlq_topic.clone(),
         group_id: e2e::unique("replay-"),
     };
-    assert_eq!(consumer::replay(&config).await.expect("replays"), 2);
+    assert_eq!(tools::replay(&config).await.expect("replays"), 2);
     assert_eq!(
-        consumer::replay(&config).await.expect("replays"),
+        tools::replay(&config).await.expect("replays"),
         0,
         "nothing twice"
     );
@@ -462,7 +462,7 @@ async fn a_consumer_killed_mid_stream_loses_nothing_after_restart() {
     };
     // The backlog is written first, so that the kill falls in the middle of it.
     common::kafka::ensure_topics(
-        common::kafka::client_config(&e2e::kafka_brokers()),
+        common::kafka::client_config(&e2e::kafka_brokers(), "e2e"),
         &[&names.topic, &names.dlq_topic],
         3,
     )
@@ -578,7 +578,7 @@ async fn a_consumer_restarted_faster_than_its_session_timeout_recovers_by_itself
         async move { e2e::produce_events_to(&brokers, &topic, &events).await }
     };
     common::kafka::ensure_topics(
-        common::kafka::client_config(&broker.brokers),
+        common::kafka::client_config(&broker.brokers, "e2e"),
         &[&names.topic, &names.dlq_topic],
         3,
     )

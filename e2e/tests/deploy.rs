@@ -39,7 +39,7 @@ fn settings_of(binary: &str) -> BTreeSet<String> {
         "ingest" => ingest::Config::command(),
         "consumer" => consumer::Config::command(),
         "config-api" => config_api::Config::command(),
-        "dlq-replay" => consumer::ReplayConfig::command(),
+        "dlq-replay" => tools::ReplayConfig::command(),
         other => panic!("unknown binary {other}"),
     };
     command

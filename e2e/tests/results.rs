@@ -433,11 +433,11 @@ fn mean_and_variance(xs: &[f64]) -> (f64, f64) {
 
 /// The command's report: lift and Welch's test computed here, guards below the minimums.
 async fn check_command(ch: &clickhouse::Client, plan: &Plan, rows: &[ResultRow]) {
-    let minimums = consumer::results::Minimums {
+    let minimums = tools::results::Minimums {
         sessions: 50,
         conversions: 5,
     };
-    let ab = consumer::results::report(ch, "exp_ab", Some(KEY), minimums)
+    let ab = tools::results::report(ch, "exp_ab", Some(KEY), minimums)
         .await
         .expect("report");
     assert_eq!(ab.len(), 1);
@@ -471,7 +471,7 @@ async fn check_command(ch: &clickhouse::Client, plan: &Plan, rows: &[ResultRow])
     close("welch p", time.p_value, Some(welch));
 
     // 30 sessions of var_y: below the minimums, no statistic, said so.
-    let abc = consumer::results::report(ch, "exp_abc", Some(KEY), minimums)
+    let abc = tools::results::report(ch, "exp_abc", Some(KEY), minimums)
         .await
         .expect("report");
     let y = abc[0]
@@ -485,7 +485,7 @@ async fn check_command(ch: &clickhouse::Client, plan: &Plan, rows: &[ResultRow])
         (None, None, None)
     );
     assert_eq!(y.time_on_page.as_ref().and_then(|t| t.p_value), None);
-    let table = consumer::results::render(&abc, minimums);
+    let table = tools::results::render(&abc, minimums);
     assert!(
         table
             .lines()

@@ -58,6 +58,31 @@ async fn migrations_create_the_schema_once_and_rerun_as_a_no_op() {
     e2e::drop_database(&database).await;
 }
 
+/// Every column of the row is in `events` with its type, and `events` has no other: the
+/// list of an event's fields and the migrations agree.
+#[tokio::test]
+async fn the_events_table_has_the_rows_columns_and_no_other() {
+    let (database, client) = migrated().await;
+    let caps = consumer::schema::ServerCaps::of(&client)
+        .await
+        .expect("server version");
+    let mut want: Vec<(String, String)> = consumer::schema::event_columns(caps)
+        .into_iter()
+        .map(|(name, ty)| (name.to_owned(), ty))
+        .collect();
+    let mut got: Vec<(String, String)> = client
+        .query("SELECT name, type FROM system.columns WHERE database = ? AND table = 'events'")
+        .bind(&database)
+        .fetch_all()
+        .await
+        .expect("columns");
+    // The row names its columns when it writes, so their order in the table is free.
+    want.sort();
+    got.sort();
+    assert_eq!(got, want);
+    e2e::drop_database(&database).await;
+}
+
 #[tokio::test]
 async fn an_upgrade_keeps_the_rows_and_counts_them_in_the_results() {
     let database = unique("test_");

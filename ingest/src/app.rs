@@ -13,10 +13,10 @@ use axum::http::{Method, header};
 use common::error::RouteError;
 use common::ops::{Dependency, Readiness};
 use common::reload::load_and_watch;
+use common::serve::Http;
 use common::snapshot::Snapshot;
 use rdkafka::ClientConfig;
 use rdkafka::producer::Producer;
-use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
@@ -24,6 +24,9 @@ use crate::routes;
 use common::producer::BatchProducer;
 
 use crate::limits::RateLimiter;
+
+/// The ingest's Kafka `client.id`.
+const CLIENT_ID: &str = env!("CARGO_PKG_NAME");
 
 /// What every request handler needs.
 #[derive(Clone)]
@@ -40,25 +43,27 @@ pub(crate) struct AppState {
 }
 
 pub struct Application {
-    listener: TcpListener,
+    http: Http,
     router: Router,
     state: AppState,
-    readiness: Readiness,
     background: Vec<JoinHandle<()>>,
     drain: Duration,
-    http: common::serve::ServeArgs,
 }
 
 impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
-        common::telemetry::metrics_handle();
+        common::telemetry::install_metrics();
         let (snapshot, watcher) = load_and_watch(
             config.snapshot.watch_options("ingest"),
             Arc::new(|s: Snapshot| s),
         )
         .await?;
 
-        if let Err(e) = config.kafka.ensure_topics(&[&config.kafka.topic]).await {
+        if let Err(e) = config
+            .kafka
+            .ensure_topics(CLIENT_ID, &[&config.kafka.topic])
+            .await
+        {
             tracing::warn!(error = %format!("{e:#}"), "Topics not ensured; publishing will tell.");
         }
         let delivery_timeout = Duration::from_millis(config.delivery_timeout_ms);
@@ -73,9 +78,7 @@ impl Application {
                 .context("cannot create Kafka producer")?,
         );
 
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let http = Http::bind(config.listen, config.http).await?;
         let state = AppState {
             producer,
             snapshot,
@@ -90,28 +93,23 @@ impl Application {
                 routes::ANALYTICS_PATH,
             ),
         };
-        let readiness = Readiness::default();
-        let router = router(state.clone(), readiness.clone());
+        let router = router(state.clone(), http.readiness().clone());
         let checker = tokio::spawn(watch_broker(
             state.producer.clone(),
             state.topic.clone(),
-            readiness.dependency(),
+            http.readiness().dependency(),
         ));
         Ok(Self {
-            listener,
+            http,
             router,
             state,
-            readiness,
             background: vec![watcher, checker],
             drain: Duration::from_millis(config.shutdown_drain_ms),
-            http: config.http,
         })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("a bound listener has an address")
+        self.http.local_addr()
     }
 
     /// Serves until `shutdown` resolves; then /readyz turns 503 for the drain period while
@@ -121,15 +119,9 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        common::serve::serve_ready(
-            self.listener,
-            self.router,
-            &self.http,
-            &self.readiness,
-            self.drain,
-            shutdown,
-        )
-        .await;
+        self.http
+            .serve_ready(self.router, self.drain, shutdown)
+            .await;
         for task in &self.background {
             task.abort();
         }
@@ -202,13 +194,13 @@ pub fn producer_config(
     delivery_timeout_ms: u64,
     queue_messages: usize,
 ) -> ClientConfig {
-    let mut config = kafka.client_config();
-    config
-        .set("acks", "all")
-        .set("queue.buffering.max.messages", queue_messages.to_string())
-        .set("enable.idempotence", "false")
-        .set("linger.ms", linger_ms.to_string())
-        .set("message.timeout.ms", delivery_timeout_ms.to_string());
-    kafka.apply_properties(&mut config);
-    config
+    kafka.producer_config(
+        CLIENT_ID,
+        false,
+        &[
+            ("queue.buffering.max.messages", queue_messages.to_string()),
+            ("linger.ms", linger_ms.to_string()),
+            ("message.timeout.ms", delivery_timeout_ms.to_string()),
+        ],
+    )
 }

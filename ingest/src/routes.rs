@@ -401,9 +401,11 @@ async fn publish(
             headers: None,
         })
         .collect();
+    // The events keep their room in the producer's queue (`_queue_permit`) until their
+    // delivery reports came.
     let Enqueued {
         delivered,
-        room: _room,
+        room: _queue_permit,
     } = state
         .producer
         .enqueue_all(&state.topic, outgoing, state.delivery_timeout)

@@ -118,7 +118,7 @@ pub fn produce(
 /// how fast the broker hands a backlog out, the ceiling of the consumer service. Returns the time from the
 /// first message to the last.
 pub fn consume(target: &KafkaArgs, group: &str, count: u64) -> anyhow::Result<Duration> {
-    let mut config = common::kafka::client_config(&target.brokers);
+    let mut config = common::kafka::client_config(&target.brokers, "loadgen");
     config
         .set("group.id", group)
         .set("enable.auto.commit", "false")
@@ -155,7 +155,7 @@ pub fn consume(target: &KafkaArgs, group: &str, count: u64) -> anyhow::Result<Du
 /// The number of messages the topic holds (high minus low watermark, over its partitions).
 pub fn held(target: &KafkaArgs) -> anyhow::Result<u64> {
     let (brokers, topic) = (target.brokers.as_str(), target.topic.as_str());
-    let mut config = common::kafka::client_config(brokers);
+    let mut config = common::kafka::client_config(brokers, "loadgen");
     set_properties(&mut config, &target.properties)?;
     let client: BaseConsumer = config.create()?;
     let timeout = Duration::from_secs(10);
@@ -174,7 +174,7 @@ pub fn held(target: &KafkaArgs) -> anyhow::Result<u64> {
 /// last message: the consumer has stored everything, and a measurement that starts now
 /// does not share the machine with the tail of the previous one.
 pub fn settle(brokers: &str, topic: &str, group: &str, timeout: Duration) -> anyhow::Result<()> {
-    let client: BaseConsumer = common::kafka::client_config(brokers)
+    let client: BaseConsumer = common::kafka::client_config(brokers, "loadgen")
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .create()?;

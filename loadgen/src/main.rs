@@ -453,7 +453,7 @@ async fn get(args: GetArgs) -> anyhow::Result<Figure> {
 async fn produce(args: ProduceArgs) -> anyhow::Result<Figure> {
     let target = args.kafka.clone();
     common::kafka::ensure_topics(
-        common::kafka::client_config(&target.brokers),
+        common::kafka::client_config(&target.brokers, "loadgen"),
         &[&target.topic],
         args.partitions,
     )

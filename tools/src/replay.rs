@@ -36,6 +36,9 @@ pub struct ReplayConfig {
     pub group_id: String,
 }
 
+/// The Kafka `client.id` of the replay's consumer and producer.
+const CLIENT_ID: &str = "dlq-replay";
+
 const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Replays every dead letter not replayed yet; returns how many were replayed.
@@ -49,7 +52,7 @@ pub async fn replay(config: &ReplayConfig) -> anyhow::Result<u64> {
     let started = common::event::now_millis();
     let consumer: StreamConsumer = config
         .kafka
-        .client_config()
+        .client_config(CLIENT_ID)
         .set("group.id", &config.group_id)
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
@@ -57,9 +60,7 @@ pub async fn replay(config: &ReplayConfig) -> anyhow::Result<u64> {
         .context("cannot create Kafka consumer")?;
     let producer: FutureProducer = config
         .kafka
-        .client_config()
-        .set("acks", "all")
-        .set("enable.idempotence", "true")
+        .producer_config(CLIENT_ID, true, &[])
         .create()
         .context("cannot create Kafka producer")?;
 

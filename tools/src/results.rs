@@ -35,7 +35,7 @@ pub struct ResultsConfig {
     pub min_conversions: u64,
 
     #[command(flatten)]
-    pub clickhouse: crate::ClickHouseArgs,
+    pub clickhouse: consumer::ClickHouseArgs,
 }
 
 /// A row of `experiment_results`.
