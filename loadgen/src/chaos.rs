@@ -3,12 +3,16 @@
 //! retried with the same batch, exponential backoff with jitter, never sooner than
 //! `Retry-After`), keeping the ids the service acknowledged. Afterwards the verdict comes
 //! from ClickHouse: acknowledged events that never landed (lost) and events `FINAL` shows
-//! more than once (visible duplicates).
+//! more than once (visible duplicates). With `--answers-log`, every answer that was not a
+//! success is written down with its time, for `scripts/chaos` to lay beside its faults.
 
 use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
 
 use rand::Rng;
 use uuid::Uuid;
@@ -47,6 +51,10 @@ pub struct ChaosArgs {
     /// Run id, the prefix of every session id (letters and digits); random by default.
     #[arg(long)]
     run: Option<String>,
+    /// Writes every answer that was not a success here, one a line: the milliseconds
+    /// since the Unix epoch when it came, then the answer (`503`, `network error`, …).
+    #[arg(long)]
+    answers_log: Option<PathBuf>,
 }
 
 /// What one client saw.
@@ -57,6 +65,16 @@ struct Seen {
     gave_up: u64,
     retries: u64,
     answers: BTreeMap<String, u64>,
+    /// The answers that were not a success: when (ms since the Unix epoch), and which.
+    failures: Vec<(u128, String)>,
+}
+
+/// Milliseconds since the Unix epoch, the clock `scripts/chaos` logs its faults by.
+fn unix_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis()
 }
 
 /// Runs the load, then waits for the verdict; `Ok(false)` when events were lost or
@@ -93,8 +111,21 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<bool> {
         for (answer, n) in one.answers {
             *seen.answers.entry(answer).or_default() += n;
         }
+        seen.failures.extend(one.failures);
     }
     let loaded = started.elapsed();
+    if let Some(path) = &args.answers_log {
+        seen.failures.sort();
+        let mut out = std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+        );
+        for (at, answer) in &seen.failures {
+            writeln!(out, "{at} {answer}")?;
+        }
+        out.flush()?;
+    }
+    let settling = Instant::now();
 
     let clickhouse = ClickHouse::new(&args.clickhouse);
     let acknowledged: HashSet<Uuid> = seen.acknowledged.iter().copied().collect();
@@ -128,9 +159,10 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<bool> {
     let duplicates = once.saturating_sub(landed.len() as u64);
 
     println!(
-        "chaos run {run}: {:.0} s of load, {} clients",
+        "chaos run {run}: {:.0} s of load, {} clients; landed within {:.0} s after",
         loaded.as_secs_f64(),
-        args.clients
+        args.clients,
+        settling.elapsed().as_secs_f64()
     );
     println!("events acknowledged:          {}", acknowledged.len());
     println!("events lost (acked, absent):  {lost}");
@@ -186,6 +218,7 @@ async fn client(
                     }
                     if status.as_u16() != 429 && !status.is_server_error() {
                         *seen.answers.entry(status.as_u16().to_string()).or_default() += 1;
+                        seen.failures.push((unix_ms(), status.as_u16().to_string()));
                         seen.refused += ids.len() as u64;
                         break;
                     }
@@ -193,6 +226,7 @@ async fn client(
                 }
                 Err(_) => ("network error".to_owned(), None),
             };
+            seen.failures.push((unix_ms(), answer.clone()));
             *seen.answers.entry(answer).or_default() += 1;
             if Instant::now() > give_up_at {
                 seen.gave_up += ids.len() as u64;
