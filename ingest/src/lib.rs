@@ -8,6 +8,9 @@ mod limits;
 mod routes;
 pub mod sink;
 
+#[cfg(test)]
+mod router_tests;
+
 pub use app::Application;
 pub use config::Config;
 pub use sink::kafka::producer_config;

@@ -1,11 +1,14 @@
 //! Where accepted events go: the [`EventSink`] seam between the handler and Kafka. A sink
 //! takes a batch whole or not at all, and answers only once every message of it is
-//! acknowledged. Kafka is the production sink ([`kafka::KafkaSink`]).
+//! acknowledged. Kafka is the production sink ([`kafka::KafkaSink`]); the router's unit
+//! tests use a memory one (`memory::MemorySink`), so that they need no broker.
 
 use std::future::Future;
 use std::pin::Pin;
 
 pub mod kafka;
+#[cfg(test)]
+pub(crate) mod memory;
 
 /// One message of a batch: its key (which picks the partition) and its payload, both
 /// borrowed from the handler's buffers.
