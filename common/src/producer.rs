@@ -163,13 +163,19 @@ impl BatchProducer {
 
     /// Enqueues `messages` on `topic`, whole: room for all of them is reserved first,
     /// waiting up to `within`; librdkafka's own byte bound is waited for the same way.
-    pub async fn enqueue_all(
+    /// Any exactly sized iterator will do, so that a caller need not collect its messages.
+    pub async fn enqueue_all<'m, M>(
         &self,
         topic: &str,
-        messages: Vec<Outgoing<'_>>,
+        messages: M,
         within: Duration,
-    ) -> Result<Enqueued, EnqueueError> {
+    ) -> Result<Enqueued, EnqueueError>
+    where
+        M: IntoIterator<Item = Outgoing<'m>>,
+        M::IntoIter: ExactSizeIterator,
+    {
         let deadline = Instant::now() + within;
+        let messages = messages.into_iter();
         let n = messages.len();
         let wanted = u32::try_from(n).ok().filter(|_| n <= self.capacity);
         let room = match wanted {

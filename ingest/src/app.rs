@@ -1,6 +1,7 @@
 //! One build path for production and tests: `Application::build` binds, loads the
-//! snapshot and connects the producer; `run_until` serves until a shutdown future fires,
-//! then drains in-flight requests and flushes the producer.
+//! snapshot and connects the Kafka sink; `run_until` serves until a shutdown future fires,
+//! then drains in-flight requests and flushes the sink. Only wiring: the handler is in
+//! `routes`, Kafka in `sink::kafka`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,30 +12,24 @@ use arc_swap::ArcSwap;
 use axum::Router;
 use axum::http::{Method, header};
 use common::error::RouteError;
-use common::ops::{Dependency, Readiness};
+use common::ops::Readiness;
 use common::reload::load_and_watch;
 use common::serve::Http;
 use common::snapshot::Snapshot;
-use rdkafka::ClientConfig;
-use rdkafka::producer::Producer;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
-use crate::routes;
-use common::producer::BatchProducer;
-
 use crate::limits::RateLimiter;
-
-/// The ingest's Kafka `client.id`.
-const CLIENT_ID: &str = env!("CARGO_PKG_NAME");
+use crate::routes;
+use crate::sink::EventSink;
+use crate::sink::kafka::{CLIENT_ID, KafkaSink, producer_config};
 
 /// What every request handler needs.
 #[derive(Clone)]
 pub(crate) struct AppState {
-    pub producer: Arc<BatchProducer>,
+    /// Where accepted events go: Kafka, or memory in the router's unit tests.
+    pub sink: Arc<dyn EventSink>,
     pub snapshot: Arc<ArcSwap<Snapshot>>,
-    pub topic: Arc<str>,
-    pub delivery_timeout: Duration,
     pub max_body_bytes: usize,
     pub body_read_timeout: Duration,
     pub requests: common::ops::RequestCounter,
@@ -45,7 +40,7 @@ pub(crate) struct AppState {
 pub struct Application {
     http: Http,
     router: Router,
-    state: AppState,
+    sink: Arc<KafkaSink>,
     background: Vec<JoinHandle<()>>,
     drain: Duration,
 }
@@ -66,24 +61,25 @@ impl Application {
         {
             tracing::warn!(error = %format!("{e:#}"), "Topics not ensured; publishing will tell.");
         }
-        let delivery_timeout = Duration::from_millis(config.delivery_timeout_ms);
         let producer_config = producer_config(
             &config.kafka,
             config.linger_ms,
             config.delivery_timeout_ms,
             config.producer_queue_messages,
         );
-        let producer = Arc::new(
-            BatchProducer::new(producer_config, "ingest_producer_replacements_total")
-                .context("cannot create Kafka producer")?,
+        let sink = Arc::new(
+            KafkaSink::new(
+                producer_config,
+                config.kafka.topic,
+                Duration::from_millis(config.delivery_timeout_ms),
+            )
+            .context("cannot create Kafka producer")?,
         );
 
         let http = Http::bind(config.listen, config.http).await?;
         let state = AppState {
-            producer,
+            sink: sink.clone(),
             snapshot,
-            topic: config.kafka.topic.into(),
-            delivery_timeout,
             max_body_bytes: config.max_body_bytes,
             body_read_timeout: Duration::from_millis(config.body_read_timeout_ms),
             limiter: Arc::default(),
@@ -93,16 +89,12 @@ impl Application {
                 routes::ANALYTICS_PATH,
             ),
         };
-        let router = router(state.clone(), http.readiness().clone());
-        let checker = tokio::spawn(watch_broker(
-            state.producer.clone(),
-            state.topic.clone(),
-            http.readiness().dependency(),
-        ));
+        let router = router(state, http.readiness().clone());
+        let checker = tokio::spawn(sink.clone().watch_broker(http.readiness().dependency()));
         Ok(Self {
             http,
             router,
-            state,
+            sink,
             background: vec![watcher, checker],
             drain: Duration::from_millis(config.shutdown_drain_ms),
         })
@@ -125,43 +117,15 @@ impl Application {
         for task in &self.background {
             task.abort();
         }
-        let producer = self.state.producer.get();
-        let timeout = self.state.delivery_timeout;
-        tokio::task::spawn_blocking(move || producer.flush(timeout))
-            .await
-            .context("flush task failed")?
-            .context("producer flush did not complete")?;
+        self.sink.flush().await?;
         tracing::info!("Ingest stopped cleanly.");
         Ok(())
     }
 }
 
-/// Every few seconds: is the broker reachable (readiness), and how many messages wait in
-/// the producer (a gauge).
-async fn watch_broker(producer: Arc<BatchProducer>, topic: Arc<str>, broker: Dependency) {
-    let mut ticker = tokio::time::interval(Duration::from_secs(2));
-    loop {
-        ticker.tick().await;
-        producer.replace_if_broken(None);
-        let probe = producer.get();
-        metrics::gauge!("ingest_producer_queue_depth").set(f64::from(probe.in_flight_count()));
-        let topic = topic.clone();
-        let reachable = tokio::task::spawn_blocking(move || {
-            probe
-                .client()
-                .fetch_metadata(Some(&topic), Duration::from_secs(2))
-                .is_ok()
-        })
-        .await
-        .unwrap_or(false);
-        if !reachable {
-            tracing::warn!("Kafka is not reachable; /readyz answers 503.");
-        }
-        broker.set_ok(reachable);
-    }
-}
-
-fn router(state: AppState, readiness: Readiness) -> Router {
+/// The whole HTTP surface: the analytics route behind CORS, the operational routes and the
+/// 404 fallback.
+pub(crate) fn router(state: AppState, readiness: Readiness) -> Router {
     let cors = common::cors::cors_layer(
         state.snapshot.clone(),
         &[Method::POST],
@@ -178,29 +142,4 @@ fn router(state: AppState, readiness: Readiness) -> Router {
         .with_state(Arc::new(state))
         .merge(common::ops::ops_router(readiness))
         .fallback(|| async { RouteError::NotFound })
-}
-
-/// The producer settings of the ingest: every event acknowledged by all in-sync replicas
-/// before the client hears 202. Not idempotent: a retry of librdkafka's own may write an
-/// event twice, with the same `event_id`, which the `events` table collapses like any
-/// other redelivery; and the idempotent producer cost 2.3 times the CPU for 7% fewer
-/// events per second (BENCHMARKS.md). `KAFKA_PROPERTIES=enable.idempotence=true` turns it
-/// back on. `queue_messages` bounds the messages waiting in the producer (a request waits
-/// for room for all its events before enqueuing any). Public so that the benchmark's
-/// reference producer runs with the same settings.
-pub fn producer_config(
-    kafka: &common::kafka::KafkaArgs,
-    linger_ms: u64,
-    delivery_timeout_ms: u64,
-    queue_messages: usize,
-) -> ClientConfig {
-    kafka.producer_config(
-        CLIENT_ID,
-        false,
-        &[
-            ("queue.buffering.max.messages", queue_messages.to_string()),
-            ("linger.ms", linger_ms.to_string()),
-            ("message.timeout.ms", delivery_timeout_ms.to_string()),
-        ],
-    )
 }

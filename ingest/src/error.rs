@@ -6,6 +6,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::sink::SinkError;
+
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
     #[error("The body is not valid JSON: {0}.")]
@@ -40,7 +42,7 @@ pub enum IngestError {
     #[error("This key sends more than {rate} events per second; retry in {retry_after} s.")]
     RateLimited { rate: f64, retry_after: u32 },
     #[error("{0}")]
-    KafkaUnavailable(&'static str),
+    KafkaUnavailable(SinkError),
     #[error("{0}")]
     Internal(String),
 }
@@ -106,7 +108,7 @@ impl IngestError {
                 rate: 0.0,
                 retry_after: 0,
             },
-            Self::KafkaUnavailable(""),
+            Self::KafkaUnavailable(SinkError::QueueFull),
             Self::Internal(String::new()),
         ];
         // A new variant breaks this match (it has no `_`): list it above as well.

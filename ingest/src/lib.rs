@@ -6,6 +6,11 @@ mod config;
 pub mod error;
 mod limits;
 mod routes;
+pub mod sink;
 
-pub use app::{Application, producer_config};
+#[cfg(test)]
+mod router_tests;
+
+pub use app::Application;
 pub use config::Config;
+pub use sink::kafka::producer_config;

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::io::Read;
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::Json;
 use axum::Router;
@@ -17,15 +17,14 @@ use axum::routing::post;
 use common::error::RouteError;
 use common::event::{Envelope, EventMessage};
 use common::key::{PUBLIC_KEY_HEADER, PublicKey};
-use common::producer::{Enqueued, Outgoing};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use rdkafka::error::KafkaError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::app::AppState;
 use crate::error::{IngestError, Rejected};
+use crate::sink::Message;
 
 pub(crate) const ANALYTICS_PATH: &str = "/api/v1/analytics";
 pub(crate) const ALLOW: &str = "POST, OPTIONS";
@@ -375,14 +374,12 @@ fn public_key(headers: &HeaderMap, pkey: Option<Cow<'_, str>>) -> Result<PublicK
         .map_err(|e| IngestError::InvalidPublicKey(format!("The public key is malformed: {e}.")))
 }
 
-/// Enqueues the batch whole (or nothing of it), then waits for all acknowledgements
-/// within the delivery timeout. Any failure answers 503: the client retries, and
-/// `event_id` lets analysts count a retried event once.
+/// Hands the batch to the sink and waits for its answer. Any failure answers 503: the
+/// client retries, and `event_id` lets analysts count a retried event once.
 async fn publish(
     state: &AppState,
     messages: &[EventMessage<Cow<'_, str>>],
 ) -> Result<(), IngestError> {
-    let started = Instant::now();
     // The payloads, one after the other in one buffer.
     let mut payloads = Vec::with_capacity(messages.len() * 512);
     let mut ends: Vec<Range<usize>> = Vec::with_capacity(messages.len());
@@ -392,56 +389,19 @@ async fn publish(
             .map_err(|e| IngestError::Internal(e.to_string()))?;
         ends.push(start..payloads.len());
     }
-    let outgoing = messages
+    let batch: Vec<Message<'_>> = messages
         .iter()
         .zip(ends)
-        .map(|(message, payload)| Outgoing {
-            key: Some(message.kafka_key().as_bytes()),
+        .map(|(message, payload)| Message {
+            key: message.kafka_key().as_bytes(),
             payload: &payloads[payload],
-            headers: None,
         })
         .collect();
-    // The events keep their room in the producer's queue (`_queue_permit`) until their
-    // delivery reports came.
-    let Enqueued {
-        delivered,
-        room: _queue_permit,
-    } = state
-        .producer
-        .enqueue_all(&state.topic, outgoing, state.delivery_timeout)
+    state
+        .sink
+        .publish(&batch)
         .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, "Events not enqueued.");
-            metrics::counter!("ingest_delivery_errors_total", "reason" => "enqueue").increment(1);
-            IngestError::KafkaUnavailable("The event queue is full; retry later.")
-        })?;
-    // librdkafka times messages out after message.timeout.ms; this bound is a backstop.
-    let result = tokio::time::timeout(state.delivery_timeout + Duration::from_secs(1), delivered)
-        .await
-        .map_err(|_| {
-            metrics::counter!("ingest_delivery_errors_total", "reason" => "timeout").increment(1);
-            IngestError::KafkaUnavailable(
-                "Kafka did not acknowledge the events in time; retry later.",
-            )
-        })?;
-    metrics::histogram!("ingest_delivery_seconds").record(started.elapsed().as_secs_f64());
-    match result {
-        Ok(()) => {}
-        Err(KafkaError::Canceled) => {
-            return Err(IngestError::KafkaUnavailable(
-                "The producer is shutting down; retry later.",
-            ));
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "Delivery failed.");
-            state.producer.replace_if_broken(Some(&e));
-            metrics::counter!("ingest_delivery_errors_total", "reason" => "delivery").increment(1);
-            return Err(IngestError::KafkaUnavailable(
-                "Kafka did not take the events; retry later.",
-            ));
-        }
-    }
-    Ok(())
+        .map_err(IngestError::KafkaUnavailable)
 }
 
 #[cfg(test)]
@@ -450,6 +410,7 @@ mod tests {
     use axum::http::HeaderValue;
     use futures::StreamExt;
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
 
     static CHUNK: [u8; 64 * 1024] = [b' '; 64 * 1024];
 
