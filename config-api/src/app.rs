@@ -7,10 +7,10 @@ use std::sync::Arc;
 use anyhow::Context;
 use arc_swap::ArcSwap;
 use axum::http::{HeaderValue, Method, header};
-use common::cors::CorsPolicy;
-use common::error::RouteError;
-use common::reload::load_and_watch;
-use common::serve::Http;
+use http_kit::cors::CorsPolicy;
+use http_kit::error::RouteError;
+use http_kit::reload::load_and_watch;
+use http_kit::serve::Http;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
@@ -22,7 +22,7 @@ pub(crate) struct AppState {
     pub prepared: Arc<ArcSwap<Prepared>>,
     /// `Cache-Control` of answers outside test mode.
     pub cache_control: HeaderValue,
-    pub requests: common::ops::RequestCounter,
+    pub requests: http_kit::ops::RequestCounter,
 }
 
 pub struct Application {
@@ -33,7 +33,7 @@ pub struct Application {
 
 impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
-        common::telemetry::install_metrics();
+        http_kit::telemetry::install_metrics();
         let (prepared, watcher) = load_and_watch(
             config.snapshot.watch_options("config_api"),
             Arc::new(Prepared::new),
@@ -47,7 +47,7 @@ impl Application {
                 config.cache_max_age
             ))
             .context("Cache-Control value")?,
-            requests: common::ops::RequestCounter::new(
+            requests: http_kit::ops::RequestCounter::new(
                 "config_api_requests_total",
                 routes::EXPERIMENTS_PATH,
             ),
@@ -57,7 +57,7 @@ impl Application {
             &[Method::GET, Method::HEAD],
             &[
                 header::ACCEPT,
-                common::key::PUBLIC_KEY_HEADER,
+                contract::key::PUBLIC_KEY_HEADER,
                 routes::EXPERIMENT_IDS_HEADER,
                 routes::SERVICE_TEST_HEADER,
             ],
@@ -65,7 +65,7 @@ impl Application {
         let api = routes::Api {
             state,
             cors: Arc::new(cors),
-            rest: common::ops::ops_router(http.readiness().clone())
+            rest: http_kit::ops::ops_router(http.readiness().clone())
                 .fallback(|| async { RouteError::NotFound }),
         };
         Ok(Self { http, api, watcher })

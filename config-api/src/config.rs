@@ -11,10 +11,10 @@ pub struct Config {
     pub listen: SocketAddr,
 
     #[command(flatten)]
-    pub snapshot: common::reload::SnapshotArgs,
+    pub snapshot: http_kit::reload::SnapshotArgs,
 
     #[command(flatten)]
-    pub http: common::serve::ServeArgs,
+    pub http: http_kit::serve::ServeArgs,
 
     /// `max-age` of the Cache-Control header of live responses, in seconds.
     #[arg(long, env = "CONFIG_API_CACHE_MAX_AGE", default_value_t = 30)]

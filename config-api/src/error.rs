@@ -44,6 +44,6 @@ impl ConfigApiError {
 impl IntoResponse for ConfigApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        common::error::respond(status, common::error::body(code, &self.to_string()), None)
+        http_kit::error::respond(status, http_kit::error::body(code, &self.to_string()), None)
     }
 }

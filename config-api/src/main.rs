@@ -7,9 +7,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    common::telemetry::init_logging();
+    http_kit::telemetry::init_logging();
     let config = config_api::Config::parse();
     let app = config_api::Application::build(config).await?;
     tracing::info!(address = %app.local_addr(), "Config-api listening.");
-    app.run_until(common::ops::shutdown_signal()).await
+    app.run_until(http_kit::ops::shutdown_signal()).await
 }

@@ -2,8 +2,8 @@
 //! request only picks the experiments its key, filter and mode let through and joins
 //! their bytes.
 
-use common::cors::HasSnapshot;
-use common::snapshot::{KeyEntry, Snapshot, Variant};
+use contract::snapshot::{KeyEntry, Snapshot, Variant};
+use http_kit::cors::HasSnapshot;
 use serde::Serialize;
 use time::OffsetDateTime;
 

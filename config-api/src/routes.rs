@@ -9,10 +9,10 @@ use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use common::cors::CorsPolicy;
-use common::error::RouteError;
-use common::key::{PUBLIC_KEY_HEADER, PublicKey};
+use contract::key::{PUBLIC_KEY_HEADER, PublicKey};
 use futures::future::Either;
+use http_kit::cors::CorsPolicy;
+use http_kit::error::RouteError;
 use time::OffsetDateTime;
 use tower::ServiceExt;
 use tower::util::Oneshot;
@@ -98,7 +98,7 @@ fn answer(state: &AppState, headers: &HeaderMap) -> Result<Response, ConfigApiEr
         .and_then(PublicKey::parse)
         .map_err(ConfigApiError::InvalidPublicKey)?;
     let prepared = state.prepared.load();
-    let Some(entry) = common::cors::HasSnapshot::snapshot(&**prepared).key(key.as_str()) else {
+    let Some(entry) = http_kit::cors::HasSnapshot::snapshot(&**prepared).key(key.as_str()) else {
         return Err(ConfigApiError::UnknownPublicKey);
     };
     let test_mode = headers

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use common::serve::Http;
+use http_kit::serve::Http;
 
 use crate::config::{CLIENT_ID, Config};
 use crate::dead_letters::DeadLetters;
@@ -42,7 +42,7 @@ pub struct Application {
 
 impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
-        common::telemetry::install_metrics();
+        http_kit::telemetry::install_metrics();
         let topology = Topology::from_args(&config.clickhouse)?;
         topology.check().await?;
         schema::migrate_topology(&topology, &config.clickhouse.clickhouse_database, u32::MAX)
@@ -103,7 +103,7 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let stop = stop_on(shutdown);
-        let ops: Router = common::ops::ops_router(self.http.readiness().clone());
+        let ops: Router = http_kit::ops::ops_router(self.http.readiness().clone());
         let mut http_stop = stop.clone();
         let http = tokio::spawn(self.http.serve(ops, async move {
             stopped(&mut http_stop).await;

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
 
-use common::event::{EventMessage, JsonStr, MESSAGE_VERSION};
+use contract::event::{EventMessage, JsonStr, MESSAGE_VERSION};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use crate::row::{EventRow, Span};

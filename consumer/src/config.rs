@@ -15,13 +15,13 @@ pub struct Config {
     pub listen: SocketAddr,
 
     #[command(flatten)]
-    pub http: common::serve::ServeArgs,
+    pub http: http_kit::serve::ServeArgs,
 
     #[command(flatten)]
-    pub kafka: common::kafka::KafkaArgs,
+    pub kafka: kafka_kit::client::KafkaArgs,
 
     /// Topic that receives the messages that cannot be stored (dead letters).
-    #[arg(long, env = "KAFKA_DLQ_TOPIC", default_value = common::kafka::DEAD_LETTER_TOPIC)]
+    #[arg(long, env = "KAFKA_DLQ_TOPIC", default_value = kafka_kit::client::DEAD_LETTER_TOPIC)]
     pub dlq_topic: String,
 
     /// Consumer group; consumers of one group share the topic's partitions.
@@ -60,7 +60,7 @@ pub struct Config {
     pub experiments_snapshot: Option<String>,
 
     #[command(flatten)]
-    pub snapshot_watch: common::reload::SnapshotWatchArgs,
+    pub snapshot_watch: http_kit::reload::SnapshotWatchArgs,
 
     /// Longest an insert may take before it is abandoned and retried, in milliseconds.
     #[arg(long, env = "CLICKHOUSE_INSERT_TIMEOUT_MS", default_value_t = 30_000)]

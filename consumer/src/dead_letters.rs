@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
-use common::producer::{BatchProducer, Enqueued, Outgoing};
+use kafka_kit::producer::{BatchProducer, Enqueued, Outgoing};
 use rdkafka::message::{Header, OwnedHeaders};
 use tokio::sync::watch;
 
@@ -57,7 +57,7 @@ impl DeadLetters {
         stop: &mut watch::Receiver<bool>,
     ) -> bool {
         let mut pending: Vec<&(Letter<'_>, String)> = letters.iter().collect();
-        let mut backoff = common::backoff::Backoff::standard();
+        let mut backoff = crate::backoff::Backoff::standard();
         while !pending.is_empty() {
             let mut failed = Vec::new();
             let mut sent = Vec::with_capacity(pending.len());

@@ -9,13 +9,13 @@ use std::time::Duration;
 use anyhow::Context;
 use arc_swap::ArcSwap;
 use clickhouse::{Client, Row};
-use common::backoff::Backoff;
-use common::reload::{Build, load_and_watch};
-use common::snapshot::{Snapshot, Status};
+use contract::snapshot::{Snapshot, Status};
+use http_kit::reload::{Build, load_and_watch};
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::shutdown::stopped;
 use crate::topology::Server;
@@ -84,7 +84,7 @@ pub fn rows(snapshot: &Snapshot, loaded_at: i64) -> Vec<VariantRow> {
 }
 
 async fn write(client: &Client, snapshot: &Snapshot) -> anyhow::Result<usize> {
-    let rows = rows(snapshot, common::event::now_millis());
+    let rows = rows(snapshot, contract::event::now_millis());
     let mut insert = client
         .insert::<VariantRow>("experiment_variants")
         .await

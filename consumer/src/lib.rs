@@ -3,6 +3,7 @@
 //! they cover.
 
 mod app;
+mod backoff;
 mod batch;
 mod config;
 mod dead_letters;

@@ -1,5 +1,5 @@
 //! A row of `events`, made from an event message, with a column per field of
-//! [`common::event_fields!`] besides the ingest's: written by the consumer with its texts
+//! [`contract::event_fields!`] besides the ingest's: written by the consumer with its texts
 //! as spans of a batch's bytes ([`Span`], [`RawText`]), read back with `String`s by tests
 //! and tools. Whatever the type of its texts, a row has the same columns in the same
 //! order, [`EventRow::COLUMNS`], so all of them write and read the same table.
@@ -7,7 +7,7 @@
 use std::ops::Range;
 
 use clickhouse::Row;
-use common::event::EventMessage;
+use contract::event::EventMessage;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -145,7 +145,7 @@ macro_rules! event_row {
     };
 }
 
-common::event_fields!(row_of_fields);
+contract::event_fields!(row_of_fields);
 
 /// Where a text of a batch's row is in the batch's bytes.
 pub(crate) type Span = Range<usize>;

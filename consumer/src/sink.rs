@@ -60,14 +60,14 @@ pub(crate) struct Sink {
     insert_timeout: Duration,
     /// Not ready while an insert fails, until a whole batch is stored again: ClickHouse
     /// is the consumer's dependency.
-    clickhouse: common::ops::Dependency,
+    clickhouse: http_kit::ops::Dependency,
 }
 
 impl Sink {
     pub fn new(
         topology: Topology,
         insert_timeout: Duration,
-        clickhouse: common::ops::Dependency,
+        clickhouse: http_kit::ops::Dependency,
     ) -> Self {
         Self {
             preferred: topology
@@ -149,7 +149,7 @@ impl Sink {
         mut shutdown: watch::Receiver<bool>,
     ) -> Outcome {
         let replicas = &self.topology.shards[shard];
-        let mut backoff = common::backoff::Backoff::standard();
+        let mut backoff = crate::backoff::Backoff::standard();
         let mut failures = 0;
         loop {
             let replica = self.preferred[shard].load(Ordering::Relaxed) % replicas.len();

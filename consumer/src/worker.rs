@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::ops::{Dependency, Readiness};
+use http_kit::ops::{Dependency, Readiness};
 use rdkafka::consumer::{CommitMode, Consumer};
 use tokio::sync::watch;
 use tokio::time::Instant;

@@ -80,7 +80,7 @@ pub fn event_ids(messages: &[rdkafka::message::OwnedMessage]) -> Vec<uuid::Uuid>
         .iter()
         .map(|m| {
             let payload = m.payload().expect("payload");
-            let event: common::event::EventMessage =
+            let event: contract::event::EventMessage =
                 serde_json::from_slice(payload).expect("event message");
             event.event_id
         })
@@ -166,7 +166,7 @@ pub fn ingest_config(snapshot: &Path, topic: &str, extra: &[&str]) -> ingest::Co
 }
 
 pub async fn start_ingest(config: ingest::Config) -> Running {
-    common::telemetry::init_test_logging();
+    http_kit::telemetry::init_test_logging();
     let app = ingest::Application::build(config)
         .await
         .expect("ingest builds");
@@ -184,7 +184,7 @@ pub async fn start_config_api(snapshot: &Path) -> Running {
 }
 
 pub async fn start_config_api_with(config: config_api::Config) -> Running {
-    common::telemetry::init_test_logging();
+    http_kit::telemetry::init_test_logging();
     let app = config_api::Application::build(config)
         .await
         .expect("config-api builds");
@@ -232,7 +232,7 @@ pub async fn start_consumer(config: consumer::Config) -> Running {
 
 /// A started consumer and its counts.
 pub async fn start_consumer_counted(config: consumer::Config) -> (Running, Arc<consumer::Stats>) {
-    common::telemetry::init_test_logging();
+    http_kit::telemetry::init_test_logging();
     let app = consumer::Application::build(config)
         .await
         .expect("consumer builds");
@@ -337,7 +337,7 @@ pub async fn read_topic_at(
     use rdkafka::consumer::{Consumer, StreamConsumer};
     use rdkafka::{Message, Offset, TopicPartitionList};
 
-    let consumer: StreamConsumer = common::kafka::client_config(brokers, "e2e")
+    let consumer: StreamConsumer = kafka_kit::client::client_config(brokers, "e2e")
         .set("group.id", unique("reader-"))
         .set("enable.auto.commit", "false")
         .create()
@@ -588,7 +588,11 @@ pub async fn until_ready(readyz: &str, ready: bool, what: &str) {
 }
 
 /// Publishes event messages keyed by session, as the ingest does, in order.
-pub async fn produce_events_to(brokers: &str, topic: &str, events: &[common::event::EventMessage]) {
+pub async fn produce_events_to(
+    brokers: &str,
+    topic: &str,
+    events: &[contract::event::EventMessage],
+) {
     let payloads: Vec<Vec<u8>> = events
         .iter()
         .map(|e| serde_json::to_vec(e).expect("serialized"))
@@ -611,7 +615,7 @@ pub async fn produce(brokers: &str, topic: &str, key: Option<&[u8]>, payload: &[
 /// a batch, so a consumer resuming from an offset committed mid-batch would stall there.
 pub async fn produce_all(brokers: &str, topic: &str, messages: &[(Option<&[u8]>, &[u8])]) {
     use rdkafka::producer::{FutureProducer, FutureRecord};
-    let producer: FutureProducer = common::kafka::client_config(brokers, "e2e")
+    let producer: FutureProducer = kafka_kit::client::client_config(brokers, "e2e")
         .set("acks", "all")
         .set("batch.num.messages", "1")
         .set("message.timeout.ms", "30000")
@@ -640,14 +644,14 @@ pub async fn produce_all(brokers: &str, topic: &str, messages: &[(Option<&[u8]>,
 }
 
 /// A v1 event message, as the ingest writes it.
-pub fn event_message(public_key: &str, session: &str, name: &str) -> common::event::EventMessage {
-    let envelope = common::event::Envelope {
-        received_at: common::event::now_millis(),
+pub fn event_message(public_key: &str, session: &str, name: &str) -> contract::event::EventMessage {
+    let envelope = contract::event::Envelope {
+        received_at: contract::event::now_millis(),
         public_key: public_key.into(),
         user_agent: "test".into(),
         sent_at: None,
     };
-    common::event::EventMessage::from_client(
+    contract::event::EventMessage::from_client(
         &serde_json::json!({ "eventName": name, "experimentId": "exp_1", "sessionId": session }),
         &envelope,
     )

@@ -10,18 +10,18 @@ use rdkafka::message::Headers;
 
 const WAIT: Duration = Duration::from_secs(90);
 
-async fn produce_events(topic: &str, events: &[common::event::EventMessage]) {
+async fn produce_events(topic: &str, events: &[contract::event::EventMessage]) {
     e2e::produce_events_to(&e2e::kafka_brokers(), topic, events).await;
 }
 
-fn events(n: usize, tag: &str) -> Vec<common::event::EventMessage> {
+fn events(n: usize, tag: &str) -> Vec<contract::event::EventMessage> {
     (0..n)
         .map(|i| e2e::event_message("pk_c", &format!("{tag}-{}", i % 17), "impression"))
         .collect()
 }
 
 /// Asserts that `events` holds, by `FINAL`, the events of `all` and no other.
-async fn assert_stored(ch: &clickhouse::Client, all: &[common::event::EventMessage]) {
+async fn assert_stored(ch: &clickhouse::Client, all: &[contract::event::EventMessage]) {
     let ids: Vec<String> = ch
         .query("SELECT toString(event_id) FROM events FINAL")
         .fetch_all()
@@ -118,13 +118,17 @@ async fn poison_messages_are_set_aside_with_their_reason_and_can_be_replayed() {
 
     // The replay command publishes them again, once.
     let target = e2e::unique("replayed-");
-    common::kafka::ensure_topics(common::kafka::client_config(&brokers, "e2e"), &[&target], 1)
-        .await
-        .expect("topic");
+    kafka_kit::client::ensure_topics(
+        kafka_kit::client::client_config(&brokers, "e2e"),
+        &[&target],
+        1,
+    )
+    .await
+    .expect("topic");
     let config = tools::ReplayConfig {
-        kafka: common::kafka::KafkaArgs {
+        kafka: kafka_kit::client::KafkaArgs {
             topic: target.clone(),
-            ..common::kafka::KafkaArgs::for_brokers(&brokers)
+            ..kafka_kit::client::KafkaArgs::for_brokers(&brokers)
         },
         dlq_topic: names.dlq_topic.clone(),
         group_id: e2e::unique("replay-"),
@@ -461,8 +465,8 @@ async fn a_consumer_killed_mid_stream_loses_nothing_after_restart() {
             .expect("consumer starts")
     };
     // The backlog is written first, so that the kill falls in the middle of it.
-    common::kafka::ensure_topics(
-        common::kafka::client_config(&e2e::kafka_brokers(), "e2e"),
+    kafka_kit::client::ensure_topics(
+        kafka_kit::client::client_config(&e2e::kafka_brokers(), "e2e"),
         &[&names.topic, &names.dlq_topic],
         3,
     )
@@ -573,12 +577,12 @@ async fn a_consumer_restarted_faster_than_its_session_timeout_recovers_by_itself
             .map(e2e::ChildProcess)
             .expect("consumer starts")
     };
-    let produce = |events: Vec<common::event::EventMessage>| {
+    let produce = |events: Vec<contract::event::EventMessage>| {
         let (brokers, topic) = (broker.brokers.clone(), names.topic.clone());
         async move { e2e::produce_events_to(&brokers, &topic, &events).await }
     };
-    common::kafka::ensure_topics(
-        common::kafka::client_config(&broker.brokers, "e2e"),
+    kafka_kit::client::ensure_topics(
+        kafka_kit::client::client_config(&broker.brokers, "e2e"),
         &[&names.topic, &names.dlq_topic],
         3,
     )

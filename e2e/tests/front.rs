@@ -66,7 +66,7 @@ async fn outcome(
         Err(e) => return format!("{status}, body cut: {}", root_cause(&e)),
     };
     let (want_status, code) = expected.status_and_code();
-    let want_body = common::error::body(code, &expected.to_string());
+    let want_body = http_kit::error::body(code, &expected.to_string());
     match serde_json::from_slice::<serde_json::Value>(&body) {
         Ok(value) if json && status == want_status && value == want_body => {
             format!("{} {code}", status.as_u16())

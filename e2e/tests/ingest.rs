@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use common::event::EventMessage;
+use contract::event::EventMessage;
 use e2e::{Running, SnapshotFile};
 use rdkafka::Message;
 use reqwest::StatusCode;

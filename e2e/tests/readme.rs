@@ -36,7 +36,7 @@ fn the_readme_error_table_is_the_error_enums() {
     config_api::error::ConfigApiError::examples()
         .iter()
         .for_each(|e| add(e.status_and_code()));
-    common::error::RouteError::examples()
+    http_kit::error::RouteError::examples()
         .iter()
         .for_each(|e| add(e.status_and_code()));
     assert_eq!(readme_errors(), answered);

@@ -52,7 +52,7 @@ fn session_batch(
     test: bool,
     time_on_page: Option<f64>,
 ) -> Value {
-    let now = common::event::now_millis();
+    let now = contract::event::now_millis();
     let event = |name: &str, variant: &str, at: i64| {
         json!({ "eventId": uuid::Uuid::now_v7().to_string(), "eventName": name,
                 "experimentId": experiment, "sessionId": session, "variantId": variant,

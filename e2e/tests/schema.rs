@@ -138,14 +138,14 @@ async fn migrated() -> (String, clickhouse::Client) {
 
 /// The row the consumer stores for a client event received at a fixed time.
 fn row(event: serde_json::Value) -> consumer::EventRow {
-    let envelope = common::event::Envelope {
+    let envelope = contract::event::Envelope {
         received_at: 1_763_700_000_000,
         public_key: "pk_x".into(),
         user_agent: String::new(),
         sent_at: None,
     };
     consumer::EventRow::from(
-        common::event::EventMessage::from_client(&event, &envelope).expect("valid"),
+        contract::event::EventMessage::from_client(&event, &envelope).expect("valid"),
     )
 }
 

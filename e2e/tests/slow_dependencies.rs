@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::event::EventMessage;
+use contract::event::EventMessage;
 use e2e::{ConsumerNames, DelayProxy, PrivateBroker, SnapshotFile};
 use reqwest::StatusCode;
 use uuid::Uuid;

@@ -11,11 +11,11 @@ use anyhow::Context;
 use arc_swap::ArcSwap;
 use axum::Router;
 use axum::http::{Method, header};
-use common::error::RouteError;
-use common::ops::Readiness;
-use common::reload::load_and_watch;
-use common::serve::Http;
-use common::snapshot::Snapshot;
+use contract::snapshot::Snapshot;
+use http_kit::error::RouteError;
+use http_kit::ops::Readiness;
+use http_kit::reload::load_and_watch;
+use http_kit::serve::Http;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
@@ -32,7 +32,7 @@ pub(crate) struct AppState {
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     pub max_body_bytes: usize,
     pub body_read_timeout: Duration,
-    pub requests: common::ops::RequestCounter,
+    pub requests: http_kit::ops::RequestCounter,
     pub limiter: Arc<RateLimiter>,
     pub default_max_events_per_second: Option<f64>,
 }
@@ -47,7 +47,7 @@ pub struct Application {
 
 impl Application {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
-        common::telemetry::install_metrics();
+        http_kit::telemetry::install_metrics();
         let (snapshot, watcher) = load_and_watch(
             config.snapshot.watch_options("ingest"),
             Arc::new(|s: Snapshot| s),
@@ -84,7 +84,7 @@ impl Application {
             body_read_timeout: Duration::from_millis(config.body_read_timeout_ms),
             limiter: Arc::default(),
             default_max_events_per_second: config.default_max_events_per_second,
-            requests: common::ops::RequestCounter::new(
+            requests: http_kit::ops::RequestCounter::new(
                 "ingest_requests_total",
                 routes::ANALYTICS_PATH,
             ),
@@ -126,20 +126,20 @@ impl Application {
 /// The whole HTTP surface: the analytics route behind CORS, the operational routes and the
 /// 404 fallback.
 pub(crate) fn router(state: AppState, readiness: Readiness) -> Router {
-    let cors = common::cors::cors_layer(
+    let cors = http_kit::cors::cors_layer(
         state.snapshot.clone(),
         &[Method::POST],
         &[
             header::CONTENT_TYPE,
             header::ACCEPT,
-            common::key::PUBLIC_KEY_HEADER,
+            contract::key::PUBLIC_KEY_HEADER,
         ],
     );
     Router::new()
         .merge(routes::analytics_router())
         .layer(cors)
-        .layer(common::cors::allow_layer(routes::ALLOW))
+        .layer(http_kit::cors::allow_layer(routes::ALLOW))
         .with_state(Arc::new(state))
-        .merge(common::ops::ops_router(readiness))
+        .merge(http_kit::ops::ops_router(readiness))
         .fallback(|| async { RouteError::NotFound })
 }

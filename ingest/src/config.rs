@@ -11,13 +11,13 @@ pub struct Config {
     pub listen: SocketAddr,
 
     #[command(flatten)]
-    pub kafka: common::kafka::KafkaArgs,
+    pub kafka: kafka_kit::client::KafkaArgs,
 
     #[command(flatten)]
-    pub snapshot: common::reload::SnapshotArgs,
+    pub snapshot: http_kit::reload::SnapshotArgs,
 
     #[command(flatten)]
-    pub http: common::serve::ServeArgs,
+    pub http: http_kit::serve::ServeArgs,
 
     /// Longest wait for Kafka to acknowledge a request's events before answering 503,
     /// in milliseconds.

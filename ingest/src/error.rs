@@ -148,12 +148,12 @@ impl IntoResponse for IngestError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
         let retry_after = self.retry_after();
-        let mut body = common::error::body(code, &self.to_string());
+        let mut body = http_kit::error::body(code, &self.to_string());
         // The refused events are listed as in a partly accepted batch.
         if let Self::NoValidEvents { rejected } = self {
             body["accepted"] = 0.into();
             body["rejected"] = serde_json::to_value(rejected).unwrap_or_default();
         }
-        common::error::respond(status, body, retry_after)
+        http_kit::error::respond(status, body, retry_after)
     }
 }

@@ -11,10 +11,10 @@ use arc_swap::ArcSwap;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Request, StatusCode, request};
-use common::event::EventMessage;
-use common::ops::{Readiness, RequestCounter};
-use common::snapshot::Snapshot;
+use contract::event::EventMessage;
+use contract::snapshot::Snapshot;
 use http_body_util::BodyExt;
+use http_kit::ops::{Readiness, RequestCounter};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 

@@ -14,10 +14,10 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use common::error::RouteError;
-use common::event::{Envelope, EventMessage};
-use common::key::{PUBLIC_KEY_HEADER, PublicKey};
+use contract::event::{Envelope, EventMessage};
+use contract::key::{PUBLIC_KEY_HEADER, PublicKey};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_kit::error::RouteError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -80,7 +80,7 @@ async fn handle(
 
     let envelope = Envelope {
         sent_at: parsed.sent_at?,
-        received_at: common::event::now_millis(),
+        received_at: contract::event::now_millis(),
         public_key: key.to_string(),
         user_agent: Envelope::clamp_user_agent(
             headers

@@ -202,7 +202,7 @@ async fn client(
                 http.post(&url)
                     .header("content-type", "application/json")
                     .header("accept", "application/json")
-                    .header(common::key::PUBLIC_KEY_HEADER, &batch.key)
+                    .header(contract::key::PUBLIC_KEY_HEADER, &batch.key)
             };
             let (answer, retry_after) = match request.body(body.clone()).send().await {
                 Ok(response) => {

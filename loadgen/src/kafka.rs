@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use common::event::EventMessage;
+use contract::event::EventMessage;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::DeliveryResult;
@@ -49,7 +49,7 @@ pub struct ProduceOutcome {
 
 /// The Kafka key and JSON payload of `count` messages, generated before the clock starts.
 pub fn messages(traffic: &mut Traffic, count: u64) -> Vec<(String, Vec<u8>)> {
-    let now = common::event::now_millis();
+    let now = contract::event::now_millis();
     let mut out = Vec::with_capacity(count as usize);
     while (out.len() as u64) < count {
         for message in traffic.next_messages(now) {
@@ -80,7 +80,7 @@ pub fn produce(
 ) -> anyhow::Result<ProduceOutcome> {
     let deliveries = Arc::new(Deliveries::default());
     let mut config = ingest::producer_config(
-        &common::kafka::KafkaArgs::for_brokers(&target.brokers),
+        &kafka_kit::client::KafkaArgs::for_brokers(&target.brokers),
         linger_ms,
         30_000,
         100_000,
@@ -118,7 +118,7 @@ pub fn produce(
 /// how fast the broker hands a backlog out, the ceiling of the consumer service. Returns the time from the
 /// first message to the last.
 pub fn consume(target: &KafkaArgs, group: &str, count: u64) -> anyhow::Result<Duration> {
-    let mut config = common::kafka::client_config(&target.brokers, "loadgen");
+    let mut config = kafka_kit::client::client_config(&target.brokers, "loadgen");
     config
         .set("group.id", group)
         .set("enable.auto.commit", "false")
@@ -155,7 +155,7 @@ pub fn consume(target: &KafkaArgs, group: &str, count: u64) -> anyhow::Result<Du
 /// The number of messages the topic holds (high minus low watermark, over its partitions).
 pub fn held(target: &KafkaArgs) -> anyhow::Result<u64> {
     let (brokers, topic) = (target.brokers.as_str(), target.topic.as_str());
-    let mut config = common::kafka::client_config(brokers, "loadgen");
+    let mut config = kafka_kit::client::client_config(brokers, "loadgen");
     set_properties(&mut config, &target.properties)?;
     let client: BaseConsumer = config.create()?;
     let timeout = Duration::from_secs(10);
@@ -174,7 +174,7 @@ pub fn held(target: &KafkaArgs) -> anyhow::Result<u64> {
 /// last message: the consumer has stored everything, and a measurement that starts now
 /// does not share the machine with the tail of the previous one.
 pub fn settle(brokers: &str, topic: &str, group: &str, timeout: Duration) -> anyhow::Result<()> {
-    let client: BaseConsumer = common::kafka::client_config(brokers, "loadgen")
+    let client: BaseConsumer = kafka_kit::client::client_config(brokers, "loadgen")
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .create()?;

@@ -60,7 +60,7 @@ enum Command {
     Settle {
         #[arg(long, default_value = "127.0.0.1:9092")]
         brokers: String,
-        #[arg(long, default_value = common::kafka::EVENTS_TOPIC)]
+        #[arg(long, default_value = kafka_kit::client::EVENTS_TOPIC)]
         topic: String,
         #[arg(long, default_value = "analytics-consumer")]
         group: String,
@@ -391,7 +391,7 @@ impl Workload for Browser {
             builder
                 .header(header::CONTENT_TYPE, "application/json")
                 .header(header::ACCEPT, "application/json")
-                .header(common::key::PUBLIC_KEY_HEADER, &batch.key)
+                .header(contract::key::PUBLIC_KEY_HEADER, &batch.key)
         };
         builder
             .body(Full::new(Bytes::from(batch.body())))
@@ -452,8 +452,8 @@ async fn get(args: GetArgs) -> anyhow::Result<Figure> {
 
 async fn produce(args: ProduceArgs) -> anyhow::Result<Figure> {
     let target = args.kafka.clone();
-    common::kafka::ensure_topics(
-        common::kafka::client_config(&target.brokers, "loadgen"),
+    kafka_kit::client::ensure_topics(
+        kafka_kit::client::client_config(&target.brokers, "loadgen"),
         &[&target.topic],
         args.partitions,
     )
@@ -482,7 +482,7 @@ async fn produce(args: ProduceArgs) -> anyhow::Result<Figure> {
 
 async fn insert(args: InsertArgs) -> anyhow::Result<Figure> {
     let sites = Arc::new(Sites::from_file(&args.snapshot)?);
-    let now = common::event::now_millis();
+    let now = contract::event::now_millis();
     let mut traffic = Traffic::new(sites, &args.run, 1);
     let mut rows = Vec::with_capacity(args.rows as usize);
     while (rows.len() as u64) < args.rows {

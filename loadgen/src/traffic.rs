@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
-use common::event::{Envelope, EventMessage};
-use common::snapshot::Snapshot;
+use contract::event::{Envelope, EventMessage};
+use contract::snapshot::Snapshot;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};

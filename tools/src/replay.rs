@@ -21,10 +21,10 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 pub struct ReplayConfig {
     // Its events topic (`--topic`) is where the dead letters are published again.
     #[command(flatten)]
-    pub kafka: common::kafka::KafkaArgs,
+    pub kafka: kafka_kit::client::KafkaArgs,
 
     /// Topic the dead letters are read from.
-    #[arg(long, env = "KAFKA_DLQ_TOPIC", default_value = common::kafka::DEAD_LETTER_TOPIC)]
+    #[arg(long, env = "KAFKA_DLQ_TOPIC", default_value = kafka_kit::client::DEAD_LETTER_TOPIC)]
     pub dlq_topic: String,
 
     /// Consumer group remembering what was replayed.
@@ -49,7 +49,7 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 /// set aside while it runs wait for the next run, so a letter that is still poison cannot
 /// go round in circles.
 pub async fn replay(config: &ReplayConfig) -> anyhow::Result<u64> {
-    let started = common::event::now_millis();
+    let started = contract::event::now_millis();
     let consumer: StreamConsumer = config
         .kafka
         .client_config(CLIENT_ID)

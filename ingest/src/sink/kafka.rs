@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use common::ops::Dependency;
-use common::producer::{BatchProducer, Enqueued, Outgoing};
+use http_kit::ops::Dependency;
+use kafka_kit::producer::{BatchProducer, Enqueued, Outgoing};
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::producer::Producer;
@@ -142,7 +142,7 @@ fn outgoing<'m>(message: &Message<'m>) -> Outgoing<'m> {
 /// for room for all its events before enqueuing any). Public so that the benchmark's
 /// reference producer runs with the same settings.
 pub fn producer_config(
-    kafka: &common::kafka::KafkaArgs,
+    kafka: &kafka_kit::client::KafkaArgs,
     linger_ms: u64,
     delivery_timeout_ms: u64,
     queue_messages: usize,

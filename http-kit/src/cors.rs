@@ -21,11 +21,11 @@ pub fn allow_layer(
 /// A value built from a snapshot that gives it back: the CORS layer reads the keys'
 /// allowed origins from it.
 pub trait HasSnapshot: Send + Sync + 'static {
-    fn snapshot(&self) -> &crate::snapshot::Snapshot;
+    fn snapshot(&self) -> &contract::snapshot::Snapshot;
 }
 
-impl HasSnapshot for crate::snapshot::Snapshot {
-    fn snapshot(&self) -> &crate::snapshot::Snapshot {
+impl HasSnapshot for contract::snapshot::Snapshot {
+    fn snapshot(&self) -> &contract::snapshot::Snapshot {
         self
     }
 }
@@ -77,7 +77,7 @@ impl<T: HasSnapshot> CorsPolicy<T> {
     fn allow_origin(&self, headers: &axum::http::HeaderMap) -> Option<HeaderValue> {
         let origin = headers.get(header::ORIGIN)?;
         let Some(key) = headers
-            .get(crate::key::PUBLIC_KEY_HEADER)
+            .get(contract::key::PUBLIC_KEY_HEADER)
             .and_then(|k| k.to_str().ok())
         else {
             return Some(origin.clone());
@@ -264,7 +264,7 @@ mod tests {
     use tower::{Layer, ServiceExt};
 
     async fn through_cors(request: axum::http::Request<axum::body::Body>) -> Response {
-        let snapshot = crate::snapshot::Snapshot::from_json(
+        let snapshot = contract::snapshot::Snapshot::from_json(
             br#"{"version": "1", "experiments": [],
                  "keys": [{ "publicKey": "pk_open", "experiments": [] },
                           { "publicKey": "pk_strict", "experiments": [],
@@ -274,7 +274,7 @@ mod tests {
         let layer = cors_layer(
             Arc::new(arc_swap::ArcSwap::from_pointee(snapshot)),
             &[axum::http::Method::GET, axum::http::Method::HEAD],
-            &[header::ACCEPT, crate::key::PUBLIC_KEY_HEADER],
+            &[header::ACCEPT, contract::key::PUBLIC_KEY_HEADER],
         );
         let inner = tower::service_fn(|_: axum::http::Request<axum::body::Body>| async {
             Ok::<_, std::convert::Infallible>(StatusCode::IM_A_TEAPOT.into_response())

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use axum::http::HeaderName;
+use http::HeaderName;
 
 /// The header that carries the public key (`X-public-key`).
 pub const PUBLIC_KEY_HEADER: HeaderName = HeaderName::from_static("x-public-key");

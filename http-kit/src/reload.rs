@@ -16,7 +16,7 @@ use anyhow::Context;
 use arc_swap::ArcSwap;
 use tokio::task::JoinHandle;
 
-use crate::snapshot::Snapshot;
+use contract::snapshot::Snapshot;
 
 /// How the watched value is made from a validated snapshot.
 pub type Build<T> = Arc<dyn Fn(Snapshot) -> T + Send + Sync>;

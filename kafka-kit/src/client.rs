@@ -1,4 +1,5 @@
-//! Kafka names and helpers shared by the ingest, the consumer and the tests.
+//! Kafka names and client settings shared by the ingest, the consumer, the tools and the
+//! tests: the topics, the flags every Kafka client takes, and the producer settings.
 
 use std::time::Duration;
 

@@ -1,0 +1,12 @@
+//! What every service's process shares around its own routes: the serving loop, the
+//! operational routes (`/healthz`, `/readyz`, `/metrics`) with logging and the metrics
+//! recorder behind them, the one JSON error shape, CORS, and the hot reload of the
+//! experiments snapshot (a file or an `http(s)://` URL). No Kafka here: a service that does
+//! not talk to Kafka does not link librdkafka.
+
+pub mod cors;
+pub mod error;
+pub mod ops;
+pub mod reload;
+pub mod serve;
+pub mod telemetry;
