@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::limits::RateLimiter;
 use crate::routes;
 use crate::sink::EventSink;
-use crate::sink::kafka::{CLIENT_ID, KafkaSink, producer_config};
+use crate::sink::kafka::{CLIENT_ID, KafkaSink};
 
 /// What every request handler needs.
 #[derive(Clone)]
@@ -61,8 +61,7 @@ impl Application {
         {
             tracing::warn!(error = %format!("{e:#}"), "Topics not ensured; publishing will tell.");
         }
-        let producer_config = producer_config(
-            &config.kafka,
+        let producer_config = config.kafka.events_producer_config(
             config.linger_ms,
             config.delivery_timeout_ms,
             config.producer_queue_messages,

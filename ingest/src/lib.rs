@@ -13,4 +13,3 @@ mod router_tests;
 
 pub use app::Application;
 pub use config::Config;
-pub use sink::kafka::producer_config;

@@ -13,6 +13,9 @@ use rdkafka::types::RDKafkaErrorCode;
 pub const EVENTS_TOPIC: &str = "analytics-events";
 /// The topic that holds messages the consumer could not store.
 pub const DEAD_LETTER_TOPIC: &str = "analytics-events-dlq";
+/// The ingest's Kafka `client.id`, of its producer and its admin client; also that of the
+/// benchmark's reference producer, which stands for the ingest's.
+pub const INGEST_CLIENT_ID: &str = "ingest";
 
 /// The Kafka settings of every binary that talks to Kafka, flattened into its flags so
 /// that `--help` lists them all.
@@ -86,6 +89,31 @@ impl KafkaArgs {
         }
         self.apply_properties(&mut config);
         config
+    }
+
+    /// The producer settings of the events topic, the ingest's: every event acknowledged by
+    /// all in-sync replicas before the client hears 202. Not idempotent: a retry of
+    /// librdkafka's own may write an event twice, with the same `event_id`, which the
+    /// `events` table collapses like any other redelivery; and the idempotent producer cost
+    /// 2.3 times the CPU for 7% fewer events per second (BENCHMARKS.md).
+    /// `KAFKA_PROPERTIES=enable.idempotence=true` turns it back on. `queue_messages` bounds
+    /// the messages waiting in the producer (a request waits for room for all its events
+    /// before enqueuing any). The benchmark's reference producer runs with these settings.
+    pub fn events_producer_config(
+        &self,
+        linger_ms: u64,
+        delivery_timeout_ms: u64,
+        queue_messages: usize,
+    ) -> ClientConfig {
+        self.producer_config(
+            INGEST_CLIENT_ID,
+            false,
+            &[
+                ("queue.buffering.max.messages", queue_messages.to_string()),
+                ("linger.ms", linger_ms.to_string()),
+                ("message.timeout.ms", delivery_timeout_ms.to_string()),
+            ],
+        )
     }
 
     /// Sets the operator's properties over what the code set. Call it last when setting

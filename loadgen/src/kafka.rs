@@ -79,12 +79,8 @@ pub fn produce(
     messages: &[(String, Vec<u8>)],
 ) -> anyhow::Result<ProduceOutcome> {
     let deliveries = Arc::new(Deliveries::default());
-    let mut config = ingest::producer_config(
-        &kafka_kit::client::KafkaArgs::for_brokers(&target.brokers),
-        linger_ms,
-        30_000,
-        100_000,
-    );
+    let mut config = kafka_kit::client::KafkaArgs::for_brokers(&target.brokers)
+        .events_producer_config(linger_ms, 30_000, 100_000);
     set_properties(&mut config, &target.properties)?;
     let producer: ThreadedProducer<Counter> = config
         .create_with_context(Counter(Arc::clone(&deliveries)))

@@ -15,7 +15,7 @@ use rdkafka::producer::Producer;
 use super::{EventSink, Message, Publishing, SinkError};
 
 /// The ingest's Kafka `client.id`.
-pub(crate) const CLIENT_ID: &str = env!("CARGO_PKG_NAME");
+pub(crate) const CLIENT_ID: &str = kafka_kit::client::INGEST_CLIENT_ID;
 
 pub struct KafkaSink {
     producer: BatchProducer,
@@ -131,29 +131,4 @@ fn outgoing<'m>(message: &Message<'m>) -> Outgoing<'m> {
         payload: message.payload,
         headers: None,
     }
-}
-
-/// The producer settings of the ingest: every event acknowledged by all in-sync replicas
-/// before the client hears 202. Not idempotent: a retry of librdkafka's own may write an
-/// event twice, with the same `event_id`, which the `events` table collapses like any
-/// other redelivery; and the idempotent producer cost 2.3 times the CPU for 7% fewer
-/// events per second (BENCHMARKS.md). `KAFKA_PROPERTIES=enable.idempotence=true` turns it
-/// back on. `queue_messages` bounds the messages waiting in the producer (a request waits
-/// for room for all its events before enqueuing any). Public so that the benchmark's
-/// reference producer runs with the same settings.
-pub fn producer_config(
-    kafka: &kafka_kit::client::KafkaArgs,
-    linger_ms: u64,
-    delivery_timeout_ms: u64,
-    queue_messages: usize,
-) -> ClientConfig {
-    kafka.producer_config(
-        CLIENT_ID,
-        false,
-        &[
-            ("queue.buffering.max.messages", queue_messages.to_string()),
-            ("linger.ms", linger_ms.to_string()),
-            ("message.timeout.ms", delivery_timeout_ms.to_string()),
-        ],
-    )
 }
