@@ -1,0 +1,80 @@
+//! Processes a test starts or freezes: the workspace's binaries, children that are killed
+//! and reaped when dropped, signals, and a free port to give them. A guard here always
+//! undoes its effect when dropped, so a failing test leaves nothing running or frozen.
+
+use std::path::{Path, PathBuf};
+
+/// A process started by a test, killed (SIGKILL) and reaped at the latest when dropped,
+/// so that a failing test leaves nothing running.
+pub struct ChildProcess(pub std::process::Child);
+
+impl ChildProcess {
+    /// SIGKILL, then wait for the exit.
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Path of a binary of the workspace, built beside the tests (in their profile) by
+/// `cargo build --workspace --bins` (`scripts/test` does it first).
+pub fn workspace_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} not built: build the binaries first, in the tests' profile \
+         (cargo build [--release] --workspace --bins)",
+        path.display()
+    );
+    path
+}
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A process frozen with SIGSTOP, continued with SIGCONT when this guard is dropped: a
+/// test that fails while a server is frozen does not leave it frozen for the next one.
+pub struct Paused(u32);
+
+impl Paused {
+    pub fn new(pid: u32) -> Self {
+        send_signal(pid, "-STOP");
+        Self(pid)
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        let _ = kill(self.0, "-CONT");
+    }
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`, `-TERM`…) to `pid`; a failure fails the test.
+pub fn send_signal(pid: u32, signal: &str) {
+    let status = kill(pid, signal).expect("kill runs");
+    assert!(status.success(), "kill {signal} {pid} failed");
+}
+
+/// Runs `kill signal pid`.
+fn kill(pid: u32, signal: &str) -> std::io::Result<std::process::ExitStatus> {
+    std::process::Command::new("kill")
+        .arg(signal)
+        .arg(pid.to_string())
+        .status()
+}
