@@ -61,8 +61,14 @@ impl Paused {
 
 impl Drop for Paused {
     fn drop(&mut self) {
-        let _ = kill(self.0, "-CONT");
+        resume(self.0);
     }
+}
+
+/// SIGCONT to `pid`, whatever its state: a process that is not frozen, or gone, is left
+/// as it is.
+pub fn resume(pid: u32) {
+    let _ = kill(pid, "-CONT");
 }
 
 /// Sends `signal` (`-STOP`, `-CONT`, `-TERM`…) to `pid`; a failure fails the test.

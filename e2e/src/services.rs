@@ -152,6 +152,17 @@ pub async fn start_consumer_counted(config: consumer::Config) -> (Running, Arc<c
     )
 }
 
+/// The Prometheus text a service serves at `url` (its `/metrics`).
+pub async fn metrics_text(url: &str) -> String {
+    reqwest::get(url)
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .unwrap_or_else(|e| panic!("{url}: {e}"))
+        .text()
+        .await
+        .unwrap_or_else(|e| panic!("{url}: {e}"))
+}
+
 /// The value of an unlabelled metric in a Prometheus text (a service's `/metrics`),
 /// `None` when it is absent (never recorded).
 pub fn metric(text: &str, name: &str) -> Option<f64> {

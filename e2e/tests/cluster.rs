@@ -30,9 +30,7 @@ impl Cluster {
         let cluster = Self::from_env();
         for n in 1..=4 {
             if let Some(pid) = cluster.pid(n) {
-                let _ = std::process::Command::new("kill")
-                    .args(["-CONT", &pid.to_string()])
-                    .status();
+                e2e::resume(pid);
             }
         }
         cluster.start();

@@ -93,15 +93,7 @@ impl Fixture {
 
     /// The snapshots refused so far, from /metrics.
     async fn invalid_reloads(&self) -> f64 {
-        let text = self
-            .http
-            .get(self.api.url("/metrics"))
-            .send()
-            .await
-            .expect("answer")
-            .text()
-            .await
-            .expect("text");
+        let text = e2e::metrics_text(&self.api.url("/metrics")).await;
         e2e::metric(
             &text,
             "config_api_snapshot_reloads_total{result=\"invalid\"}",

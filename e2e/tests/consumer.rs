@@ -508,12 +508,7 @@ async fn a_consumer_killed_mid_stream_loses_nothing_after_restart() {
     // The broker finished the rebalance the restart began (once the dead member's session
     // ended): the consumer must not have left the group in the middle of it, which can
     // leave Tansu with a leader that is gone and the group without an owner for good.
-    let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
+    let metrics = e2e::metrics_text(&format!("http://127.0.0.1:{port}/metrics")).await;
     child.kill();
     assert_eq!(
         once, 2000,

@@ -348,14 +348,7 @@ async fn a_key_over_its_rate_is_answered_429_and_nothing_of_it_is_published() {
     .collect();
     assert_eq!(found, published.into_iter().collect::<HashSet<_>>());
     assert!(refused.iter().all(|id| !found.contains(id)));
-    let metrics = http
-        .get(ingest.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = e2e::metrics_text(&ingest.url("/metrics")).await;
     assert!(
         metrics.contains("ingest_rate_limited_requests_total"),
         "{metrics}"

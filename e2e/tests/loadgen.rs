@@ -36,13 +36,9 @@ fn args(list: &[&str]) -> Vec<String> {
 
 /// Requests the ingest answered so far, whatever their status, from its /metrics.
 async fn requests_served(metrics: &str) -> u64 {
-    let text = reqwest::get(metrics)
+    e2e::metrics_text(metrics)
         .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
-    text.lines()
+        .lines()
         .filter(|l| l.starts_with("ingest_requests_total{"))
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
         .sum::<f64>() as u64
