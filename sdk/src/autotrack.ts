@@ -24,11 +24,11 @@ let done = false;
 let converted = "";
 let views = 0;
 
-/** Sends `name` to `experimentId`'s experiment, or to every (shown: on this page) one. */
-function send(name: string, fields: Fields, experimentId?: string | null, onlyShown?: boolean): void {
+/** Sends `name` to `experimentId`'s experiment, or to every (shown: on this page) one; how many. */
+function send(name: string, fields: Fields, experimentId?: string | null, onlyShown?: boolean): number {
   try {
     const core = w.SplitTesting;
-    if (!core) return;
+    if (!core) return 0;
     const ids = experimentId
       ? [experimentId]
       : core
@@ -36,8 +36,9 @@ function send(name: string, fields: Fields, experimentId?: string | null, onlySh
           .filter((a) => a.shown || !onlyShown)
           .map((a) => a.experimentId);
     for (const id of ids) core.track(name, id, fields);
+    return ids.length;
   } catch {
-    // never in the page's way
+    return 0; // never in the page's way
   }
 }
 
@@ -75,13 +76,13 @@ addEventListener("error", (e) => {
   if (errors++ < MAX_ERRORS) send("error", { clickTarget: String(e.message).slice(0, 200) }, null, true);
 });
 
-/** The URL rule: one conversion per matching path. */
+/** The URL rule: one conversion per matching path (once the visitor's assignments are known). */
 function checkUrl(): void {
-  if (rule && location.pathname !== converted && new RegExp(rule).test(location.pathname)) {
-    converted = location.pathname;
-    send("conversion", { conversion: true, clickTarget: "url" });
-  }
+  const path = location.pathname;
+  if (rule && path !== converted && new RegExp(rule).test(path) && send("conversion", { conversion: true, clickTarget: "url" }))
+    converted = path;
 }
+checkUrl(); // the core may have applied a cached answer before this script loaded
 // The core announces each view (its answer, a route change) once it has applied it.
 addEventListener("split:view", () => {
   if (views++) active = true; // a route change is an interaction

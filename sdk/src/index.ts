@@ -431,7 +431,7 @@ export function setConsent(state: Consent): void {
       off = true;
       sender.queue = held = [];
       shown = {};
-      for (const key of KEYS.concat("split_kept")) guard(() => localStorage.removeItem(key));
+      guard(() => Object.keys(localStorage).forEach((k) => k.startsWith("split_") && localStorage.removeItem(k)));
       originals.forEach((text, el) => (el.textContent = text));
       reveal();
     }
