@@ -137,15 +137,11 @@ pub async fn report(
         .context("cannot read experiment_results")?;
     let times: Vec<TimeRow> = client
         .query(
-            "SELECT public_key, if(n > 1, '__multiple__', v0) AS variant_id, \
-             count() AS sessions, avg(top) AS mean, varSamp(top) AS variance \
-             FROM (SELECT toString(public_key) AS public_key, session_id, \
-                   uniqExactIfMerge(variants) AS n, argMinIfMerge(first_variant) AS v0, \
-                   maxMerge(tested) AS any_test, maxIfMerge(max_time_on_page) AS top, \
-                   maxMerge(has_time_on_page) AS has_top \
-                   FROM experiment_sessions WHERE experiment_id = ? \
-                   GROUP BY public_key, session_id) \
-             WHERE n > 0 AND any_test = 0 AND has_top = 1 \
+            "SELECT public_key, variant_id, count() AS sessions, \
+             avg(assumeNotNull(max_time_on_page)) AS mean, \
+             varSamp(assumeNotNull(max_time_on_page)) AS variance \
+             FROM experiment_visitor_exposures \
+             WHERE experiment_id = ? AND isNotNull(max_time_on_page) \
              GROUP BY public_key, variant_id",
         )
         .bind(experiment)
