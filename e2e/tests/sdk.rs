@@ -32,7 +32,8 @@ impl Drop for Group {
 const BROWSER_LIMIT: Duration = Duration::from_secs(240);
 
 /// The experiments of every browser run: a live one with text parts, a draft (the live
-/// gate), and one that a single-page app shows on its second view.
+/// gate), one that a single-page app shows on its second view, and one whose phase,
+/// weights and status `fresh.mjs` changes in the file (the services reload it).
 fn snapshot() -> e2e::SnapshotFile {
     e2e::SnapshotFile::new(&serde_json::json!({
         "version": "sdk-1",
@@ -56,17 +57,31 @@ fn snapshot() -> e2e::SnapshotFile {
                 { "id": "var_sdk_spa_a", "weight": 50, "control": true, "parts": { "title": "Spa A" } },
                 { "id": "var_sdk_spa_b", "weight": 50, "control": false, "parts": { "title": "Spa B" } }
             ]
+        }, {
+            "id": "exp_sdk_phase",
+            "status": "live",
+            "phase": 1,
+            "variants": [
+                { "id": "var_sdk_p_a", "weight": 50, "control": true, "parts": { "title": "Phase A" } },
+                { "id": "var_sdk_p_b", "weight": 50, "control": false, "parts": { "title": "Phase B" } }
+            ]
         }],
         "keys": [{ "publicKey": "pk_sdk",
-                   "experiments": ["exp_sdk_hero", "exp_sdk_draft", "exp_sdk_spa"] }]
+                   "experiments": ["exp_sdk_hero", "exp_sdk_draft", "exp_sdk_spa", "exp_sdk_phase"] }]
     }))
 }
 
 /// The core: the answer, parts without flicker or late swap, batches, beacons within the
-/// browser's budget, retries, test mode, blocked storage, every field in ClickHouse.
+/// browser's budget, retries, test mode, blocked storage, every field in ClickHouse, and
+/// fresh answers (a new phase, weight 0, a stopped experiment).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_in_a_real_browser_runs_a_split_test_end_to_end() {
-    browser_run(&["test/browser/core.mjs", "test/browser/sender.mjs"]).await;
+    browser_run(&[
+        "test/browser/core.mjs",
+        "test/browser/sender.mjs",
+        "test/browser/fresh.mjs",
+    ])
+    .await;
 }
 
 /// Single-page views, consent, forced variants, another library's `window.Split`, the
@@ -110,6 +125,7 @@ async fn browser_run(files: &[&str]) {
         .env("ACCESS_LOG", front.access_log())
         .env("CLICKHOUSE_URL", e2e::clickhouse_url())
         .env("CLICKHOUSE_DATABASE", &names.database)
+        .env("SNAPSHOT", &snapshot.path)
         .stdout(stdout.try_clone().expect("file handle"))
         .stderr(stderr.try_clone().expect("file handle"));
     // A process group of its own: node's runner, a child per file and their browsers are

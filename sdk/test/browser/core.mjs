@@ -324,6 +324,7 @@ test("every event the browsers sent is in analytics.events with its fields", T, 
     const rows = await query(
       "SELECT toString(event_id) AS event_id, event_name, experiment_id, session_id, variant_id, " +
         "conversion, scroll_depth, click_target, pathname, referrer, utm_source, utm_campaign, test, " +
+        "visitor_id, phase, " +
         "received_at_ms, event_time " +
         `FROM events FINAL WHERE event_id IN (${ids})`,
     );
@@ -349,6 +350,10 @@ test("every event the browsers sent is in analytics.events with its fields", T, 
     assert.equal(r.conversion, e.conversion === undefined ? null : Number(e.conversion));
     assert.equal(r.scroll_depth, e.scrollDepth ?? null);
     assert.equal(r.test, e.test ? 1 : 0);
+    // The visitor, the unit of the results, and the phase the variant was assigned in.
+    assert.equal(r.visitor_id, e.visitorId);
+    assert.equal(r.phase, e.phase ?? 1);
+    if (e.variantId) assert.equal(e.phase, 1, "events of an assigned experiment carry its phase");
     // The event's time: the browser's timestamp moved by its clock's offset at sending.
     // Browser and service share this machine's clock, so it is the timestamp give or take
     // the request's way; events that waited for the 5 s timer were received well after.
@@ -356,6 +361,8 @@ test("every event the browsers sent is in analytics.events with its fields", T, 
     const [time, received] = [Number(r.event_time), Number(r.received_at_ms)];
     assert.ok(time <= received && Math.abs(time - e.timestamp) < 1000, `${e.eventId}: ${time}`);
   }
+  assert.equal(new Set(posts.flatMap((p) => p.events).map((e) => e.visitorId)).size, 1, "one visitor per browser");
+  assert.match(sent[0].visitorId, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
   const waited = sent.filter((e) => e.sentAt - e.timestamp > 3000);
   assert.ok(waited.length > 0, "some events waited for the timer");
 });

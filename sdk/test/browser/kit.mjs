@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import http from "node:http";
 import { chromium } from "playwright-core";
 
-export const { FRONT, CLICKHOUSE_URL, CLICKHOUSE_DATABASE, ACCESS_LOG } = process.env;
+export const { FRONT, CLICKHOUSE_URL, CLICKHOUSE_DATABASE, ACCESS_LOG, SNAPSHOT } = process.env;
 export const PK = "pk_sdk";
 export const EXP = "exp_sdk_hero";
 export const PARTS = {
@@ -19,11 +19,11 @@ export const PARTS = {
 export const T = { timeout: 120_000 };
 
 /** The SDK's tags: the core, its init, and what else the page needs in its head. */
-export function head({ init = "", extra = "" } = {}) {
+export function head({ init = "", extra = "", ids = [EXP, "exp_sdk_draft", "exp_sdk_spa"] } = {}) {
   return `<meta charset="utf-8">
 <script src="${FRONT}/sdk/v1/split.min.js"></script>
 <script>window.splitReady = Split.init({ baseUrl: ${JSON.stringify(FRONT)}, publicKey: "${PK}",
-  experimentIds: ["${EXP}", "exp_sdk_draft", "exp_sdk_spa"], debug: true${init} });</script>${extra}`;
+  experimentIds: ${JSON.stringify(ids)}, debug: true${init} });</script>${extra}`;
 }
 
 export const heroRoot = `<div data-split-experiment="${EXP}">
@@ -44,7 +44,7 @@ export let browser;
 
 export function site(pages) {
   before(async () => {
-    assert.ok(FRONT && CLICKHOUSE_URL && CLICKHOUSE_DATABASE && ACCESS_LOG, "run me from e2e/tests/sdk.rs");
+    assert.ok(FRONT && CLICKHOUSE_URL && CLICKHOUSE_DATABASE && ACCESS_LOG && SNAPSHOT, "run me from e2e/tests/sdk.rs");
     server = http.createServer(async (req, res) => {
       res.setHeader("content-type", "text/html; charset=utf-8");
       const page = pages(new URL(req.url, "http://x")) ?? landing;
@@ -74,8 +74,8 @@ export function site(pages) {
  * (which Playwright does not see once the page is gone) is recorded in the tab's
  * sessionStorage, `test_beacons` ({ bytes, ok }), for the next page of the same origin.
  */
-export async function context(init) {
-  const ctx = await browser.newContext();
+export async function context(init, storageState) {
+  const ctx = await browser.newContext({ storageState });
   await ctx.addInitScript(() => {
     const send = navigator.sendBeacon.bind(navigator);
     navigator.sendBeacon = (url, body) => {
