@@ -54,7 +54,7 @@ export function beaconBodies<T>(
  * clients that failed together do not come back together; never less than the server's
  * `Retry-After` (seconds or an HTTP date), when it gave one.
  */
-export function retryDelay(attempt: number, retryAfter: string | null, random: number, now: number): number {
+export function retryDelay(attempt: number, retryAfter: string | null | undefined, random: number, now: number): number {
   const ceiling = Math.min(60000, 1000 * 2 ** Math.max(0, attempt - 1));
   const jittered = Math.round(ceiling / 2 + (random * ceiling) / 2);
   const seconds = Number(retryAfter || 0);
@@ -70,7 +70,7 @@ export function retryable(status: number): boolean {
 export interface Answer {
   /** The HTTP status; 0 when no answer came (network error, refused keepalive). */
   status: number;
-  retryAfter: string | null;
+  retryAfter?: string | null;
   /** The service's `rejected` list: `index` into the batch and the reason. */
   rejected?: { index: number; error: string }[];
 }
@@ -189,7 +189,7 @@ export function sender<E>(
       try {
         answer = await transport.post(body, alive);
       } catch {
-        answer = { status: 0, retryAfter: null };
+        answer = { status: 0 };
       }
       if (alive) keepalive -= bytes;
       flying = [];

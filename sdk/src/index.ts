@@ -344,7 +344,7 @@ async function start(opts: Options): Promise<void> {
     if (!response.ok) throw response.status;
     const list = (await response.json()).experiments;
     const age = /max-age=(\d+)/.exec(response.headers.get("Cache-Control") || "");
-    if (!testMode && age) save(cacheKey, JSON.stringify({ t: Date.now(), a: Math.min(+age[1], 86400), e: list }));
+    if (!testMode && age) save(cacheKey, JSON.stringify({ t: Date.now(), a: +age[1], e: list }));
     log("experiments", list);
     decide(list);
   } catch (e) {

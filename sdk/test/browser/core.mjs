@@ -11,6 +11,10 @@ import {
 
 site((url) => {
   if (url.pathname.startsWith("/next")) return "<p>next page</p>";
+  // An event tracked in the head, before any answer.
+  if (url.pathname === "/early")
+    return `<!doctype html><html><head>${head()}
+<script>Split.track("click", "${EXP}", { clickTarget: "#early" });</script></head><body>${heroRoot}</body></html>`;
   // A page whose body comes 1.5 s after its head (the answer arrives while it parses),
   // and whose end comes a second after its experiment.
   if (url.pathname === "/slow")
@@ -112,6 +116,28 @@ test("an answer before the page is parsed: no part is ever seen with its origina
     assert.equal(await page.locator("h1").textContent(), PARTS[variant].headline);
     await page.close();
   }
+  await ctx.close();
+});
+
+test("an event tracked before the answer is held until it, and gets the variant and phase", T, async () => {
+  const { ctx, posts } = await context();
+  await ctx.route(FRONT + "/api/v1/experiments", async (route) => {
+    await sleep(300);
+    await route.continue();
+  });
+  const page = await open(ctx, "/early");
+  const variant = await page.evaluate((e) => Split.variant(e), EXP);
+  const session = await sessionOf(page);
+  await page.evaluate(() => Split.flush());
+  const rows = await rowsWhen(
+    "the early click",
+    `SELECT variant_id, phase FROM events FINAL WHERE session_id = '${session}' AND event_name = 'click'`,
+    (r) => r.length === 1,
+    20,
+  );
+  assert.deepEqual(rows, [{ variant_id: variant, phase: 1 }]);
+  const early = posts.flatMap((p) => p.events).find((e) => e.clickTarget === "#early");
+  assert.equal(early.variantId, variant);
   await ctx.close();
 });
 
