@@ -350,7 +350,7 @@ test("every event the browsers sent is in analytics.events with its fields", T, 
     const rows = await query(
       "SELECT toString(event_id) AS event_id, event_name, experiment_id, session_id, variant_id, " +
         "conversion, scroll_depth, click_target, pathname, referrer, utm_source, utm_campaign, test, " +
-        "visitor_id, phase, " +
+        "visitor_id, phase, is_bot, " +
         "received_at_ms, event_time " +
         `FROM events FINAL WHERE event_id IN (${ids})`,
     );
@@ -379,6 +379,7 @@ test("every event the browsers sent is in analytics.events with its fields", T, 
     // The visitor, the unit of the results, and the phase the variant was assigned in.
     assert.equal(r.visitor_id, e.visitorId);
     assert.equal(r.phase, e.phase ?? 1);
+    assert.equal(r.is_bot, 0, "a browser's User-Agent is no bot's");
     if (e.variantId) assert.equal(e.phase, 1, "events of an assigned experiment carry its phase");
     // The event's time: the browser's timestamp moved by its clock's offset at sending.
     // Browser and service share this machine's clock, so it is the timestamp give or take

@@ -75,7 +75,10 @@ export function site(pages) {
  * sessionStorage, `test_beacons` ({ bytes, ok }), for the next page of the same origin.
  */
 export async function context(init, storageState) {
-  const ctx = await browser.newContext({ storageState });
+  // Chromium's own User-Agent without "Headless": the ingest flags HeadlessChrome as a bot
+  // (is_bot), and these pages stand for a visitor's.
+  const userAgent = `Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/${browser.version()} Safari/537.36`;
+  const ctx = await browser.newContext({ storageState, userAgent });
   await ctx.addInitScript(() => {
     const send = navigator.sendBeacon.bind(navigator);
     navigator.sendBeacon = (url, body) => {
