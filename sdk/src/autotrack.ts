@@ -89,7 +89,7 @@ addEventListener("split:view", () => {
   checkUrl();
 });
 
-/** The page's measures, once; run before the core's own unload handler (capture). */
+/** The page's measures, once: the core announces its unload (hide or pagehide) before it sends. */
 function measures(): void {
   if (done) return;
   done = true;
@@ -99,9 +99,4 @@ function measures(): void {
   send("dwell_time", { timeOnPage: Math.round(performance.now() - started) }, null, true);
   if (!active) send("bounce", {}, null, true);
 }
-addEventListener("pagehide", measures, true);
-document.addEventListener(
-  "visibilitychange",
-  () => document.visibilityState === "hidden" && measures(),
-  true,
-);
+addEventListener("split:unload", measures);

@@ -291,7 +291,8 @@ async function start(opts: Options): Promise<void> {
     log,
   );
   sender.held = consent !== "granted";
-  const unload = () => guard(() => sender?.unload());
+  // split:unload first: listeners (the auto-capture) queue their last events synchronously.
+  const unload = () => guard(() => dispatchEvent(new Event("split:unload")) && sender?.unload());
   addEventListener("pagehide", unload);
   document.addEventListener("visibilitychange", () => document.visibilityState === "hidden" && unload());
   if (consent === "denied") return setConsent("denied");
