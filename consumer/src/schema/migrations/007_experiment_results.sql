@@ -39,13 +39,18 @@ FROM (
         srm_k - 1 AS srm_df,
         greatest(srm_w / srm_n * srm_sum - srm_n, 0) AS srm_x
     FROM (
-        SELECT *
-        FROM {db}.experiment_variant_counts
-        ANY LEFT JOIN (
+        -- The counts read once: each experiment's and phase's variants in arrays, with the
+        -- control's counts and the sample-ratio sums beside them, then a row per variant.
+        SELECT
+            public_key, experiment_id, phase, variant_id, is_control, exposed, converted,
+            controls, control_exposed, control_converted, srm_n, srm_sum
+        FROM (
             SELECT
-                public_key,
-                experiment_id,
-                phase,
+                public_key, experiment_id, phase,
+                groupArray(variant_id) AS variant_ids,
+                groupArray(is_control) AS controls_flags,
+                groupArray(exposed) AS exposed_counts,
+                groupArray(converted) AS converted_counts,
                 countIf(is_control = 1) AS controls,
                 sumIf(exposed, is_control = 1) AS control_exposed,
                 sumIf(converted, is_control = 1) AS control_converted,
@@ -53,7 +58,12 @@ FROM (
                 sumIf(exposed * exposed / weight, weight > 0) AS srm_sum
             FROM {db}.experiment_variant_counts
             GROUP BY public_key, experiment_id, phase
-        ) AS per_experiment USING (public_key, experiment_id, phase)
+        ) AS per_experiment
+        ARRAY JOIN
+            variant_ids AS variant_id,
+            controls_flags AS is_control,
+            exposed_counts AS exposed,
+            converted_counts AS converted
     ) AS counts
     ANY LEFT JOIN (
         SELECT experiment_id, phase, sum(weight) AS srm_w, count() AS srm_k
