@@ -59,12 +59,18 @@ impl ServerCaps {
     }
 
     /// The statement for this server: `{db}` is the database, `{millis}` the type of a
-    /// time in milliseconds and `{received_at_ms}` the one of `received_at`.
+    /// time in milliseconds, `{received_at_ms}` the one of `received_at` and
+    /// `{first_exposure_hour}` the UTC hour (a `DateTime('UTC')`) of `first_exposure`.
     fn render(self, statement: &str, database: &str, layout: &Layout) -> String {
         let received_at_ms = if self.has_datetime64() {
             "toDateTime64(received_at, 3, 'UTC')"
         } else {
             "toInt64(received_at) * 1000"
+        };
+        let first_exposure_hour = if self.has_datetime64() {
+            "toStartOfHour(toDateTime(first_exposure, 'UTC'))"
+        } else {
+            "toStartOfHour(toDateTime(intDiv(first_exposure, 1000), 'UTC'))"
         };
         statement
             .replace("{sessions_select}", SESSIONS_SELECT)
@@ -74,6 +80,7 @@ impl ServerCaps {
             .replace("{db}", database)
             .replace("{millis}", self.millis())
             .replace("{received_at_ms}", received_at_ms)
+            .replace("{first_exposure_hour}", first_exposure_hour)
     }
 }
 

@@ -6,6 +6,7 @@
 
 mod chaos;
 mod clickhouse;
+mod demo;
 mod kafka;
 mod load;
 mod report;
@@ -75,6 +76,10 @@ enum Command {
     /// The clients of scripts/chaos: SDK-like traffic that retries through faults, then
     /// the count of acknowledged events lost or duplicated in ClickHouse. Exits 1 if any.
     Chaos(chaos::ChaosArgs),
+    /// The demo's history for scripts/demo: visitors of the demo site over several
+    /// sessions and hours, with an effect planted in one experiment and none in the others,
+    /// through the front as the SDK sends it; waits until ClickHouse holds every event.
+    Demo(demo::DemoArgs),
 }
 
 #[derive(Args)]
@@ -326,6 +331,7 @@ async fn main() -> anyhow::Result<()> {
                 .await??;
             return Ok(());
         }
+        Command::Demo(args) => return demo::run(args).await,
         Command::Chaos(args) => {
             if !chaos::run(args).await? {
                 std::process::exit(1);

@@ -5,6 +5,7 @@
 //! whose data it reads.
 
 mod replay;
+pub mod report;
 pub mod results;
 
 pub use replay::{ReplayConfig, replay};

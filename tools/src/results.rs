@@ -26,6 +26,11 @@ pub struct ResultsConfig {
     #[arg(long)]
     pub json: bool,
 
+    /// Also writes the results as a self-contained HTML page to FILE: the table with a
+    /// verdict in words and a chart of the differences over time (`crate::report`).
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<std::path::PathBuf>,
+
     /// Fewest exposed sessions a variant (and the control) needs for its statistics.
     #[arg(long, default_value_t = 50)]
     pub min_sessions: u64,
@@ -347,6 +352,15 @@ pub fn render(reports: &[Report], minimums: Minimums) -> String {
 /// The command: prints the table, or JSON.
 pub async fn run(config: &ResultsConfig) -> anyhow::Result<String> {
     let client = config.clickhouse.client();
+    if let Some(path) = &config.html {
+        crate::report::write(
+            &client,
+            &config.experiment,
+            config.public_key.as_deref(),
+            path,
+        )
+        .await?;
+    }
     let minimums = Minimums {
         sessions: config.min_sessions,
         conversions: config.min_conversions,

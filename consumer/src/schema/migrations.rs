@@ -222,6 +222,21 @@ pub(super) const MIGRATIONS: &[Migration] = &[
             Step::Once("DROP TABLE IF EXISTS {db}.experiment_sessions{local}{on_cluster}"),
         ],
     },
+    Migration {
+        version: 8,
+        description: "experiment_results_over_time, the results hour by hour",
+        steps: &[
+            // Per hour that has a first exposure in the experiment and phase, each variant's
+            // exposed and converted visitors first exposed up to the end of that hour
+            // (cumulative; a conversion counts at its visitor's first exposure).
+            Step::Once(sql!(
+                "migrations/008_experiment_variant_counts_over_time.sql"
+            )),
+            // The statistics of 7 on those cumulative counts, per hour (`day` beside it):
+            // how the difference, its intervals and the sample-ratio check moved.
+            Step::Once(sql!("migrations/008_experiment_results_over_time.sql")),
+        ],
+    },
 ];
 
 /// What exists before the first migration: the database and the record of migrations.

@@ -1,0 +1,531 @@
+//! The demo and what shows its answer: `loadgen demo` (what `scripts/demo` runs) through a
+//! pipeline of the test's own finds the effect it planted and no other; its HTML report,
+//! opened in real Chromium from a file with the network cut, shows that experiment's
+//! numbers in a table and a chart; and `experiment_results_over_time` equals a count made
+//! here, hour by hour, from events of known times written straight into ClickHouse.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clickhouse::Row;
+use e2e::ConsumerNames;
+use serde::Deserialize;
+use statrs::distribution::{ChiSquared, ContinuousCDF};
+
+const KEY: &str = "pk_demo_coffee";
+const PLANTED: &str = "exp_home_headline";
+const NULL: &str = "exp_checkout_button";
+
+fn demo_snapshot() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/experiments.json")
+}
+
+#[derive(Debug, Deserialize, Row)]
+struct ResultRow {
+    experiment_id: String,
+    variant_id: String,
+    is_control: u8,
+    exposed: u64,
+    converted: u64,
+    srm_p_value: Option<f64>,
+    always_valid_ci_low: Option<f64>,
+    always_valid_ci_high: Option<f64>,
+}
+
+/// Runs a command to its end within `limit`, killed after it.
+async fn run_bounded(mut command: std::process::Command, limit: Duration) -> std::process::Output {
+    let child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    let pid = child.id();
+    let waited = tokio::time::timeout(
+        limit,
+        tokio::task::spawn_blocking(move || child.wait_with_output()),
+    )
+    .await;
+    match waited {
+        Ok(output) => output.expect("joined").expect("output"),
+        Err(_) => {
+            e2e::send_signal(pid, "KILL");
+            panic!("{command:?} ran over {} s (killed)", limit.as_secs());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_finds_its_planted_effect_and_no_other_and_its_report_shows_it_offline() {
+    let snapshot = demo_snapshot();
+    let names = ConsumerNames::unique();
+    let snapshot_flag = format!("--experiments-snapshot={}", snapshot.display());
+    let consumer = e2e::start_consumer(e2e::consumer_config(&names, &[&snapshot_flag])).await;
+    let ingest = e2e::start_ingest(e2e::ingest_config(&snapshot, &names.topic, &[])).await;
+    let config_api = e2e::start_config_api(&snapshot).await;
+    let front = e2e::Front::start(ingest.addr, config_api.addr).await;
+
+    let mut loadgen = std::process::Command::new(e2e::workspace_binary("loadgen"));
+    loadgen.args([
+        "demo",
+        "--url",
+        &front.url(),
+        "--clickhouse",
+        &e2e::clickhouse_url(),
+    ]);
+    loadgen.args(["--database", &names.database, "--settle", "150"]);
+    let started = Instant::now();
+    let output = run_bounded(loadgen, Duration::from_secs(240)).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "loadgen demo failed: {stderr}");
+    println!(
+        "{stderr}loadgen demo: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    let ch = e2e::clickhouse(&names.database);
+    let rows: Vec<ResultRow> = ch
+        .query(
+            "SELECT experiment_id, variant_id, is_control, exposed, converted, srm_p_value, \
+             always_valid_ci_low, always_valid_ci_high FROM experiment_results \
+             WHERE public_key = ? ORDER BY experiment_id, variant_id",
+        )
+        .bind(KEY)
+        .fetch_all()
+        .await
+        .expect("experiment_results");
+    for row in &rows {
+        println!("{row:?}");
+    }
+    let of = |e: &str| {
+        rows.iter()
+            .filter(|r| r.experiment_id == e)
+            .collect::<Vec<_>>()
+    };
+    let (planted, null) = (of(PLANTED), of(NULL));
+    assert_eq!(planted.len(), 2, "control and treatment: {planted:?}");
+    assert_eq!(null.len(), 3, "three variants: {null:?}");
+    let visitors: u64 = planted.iter().map(|r| r.exposed).sum();
+    assert_eq!(
+        visitors, 6000,
+        "every visitor exposed once, none in two variants"
+    );
+    assert_eq!(null.iter().map(|r| r.exposed).sum::<u64>(), 6000);
+    for row in planted.iter().chain(&null) {
+        assert!(
+            row.srm_p_value.is_some_and(|p| p > 0.001),
+            "the SDK's hashing follows the weights: {row:?}"
+        );
+        if row.is_control == 1 {
+            continue;
+        }
+        let (low, high) = (
+            row.always_valid_ci_low.expect("an interval"),
+            row.always_valid_ci_high.expect("an interval"),
+        );
+        if row.experiment_id == PLANTED {
+            assert!(low > 0.0, "the planted effect is found: {row:?}");
+            assert!(
+                low < 0.04 && high > 0.04,
+                "its interval holds +4 pp: {row:?}"
+            );
+        } else {
+            assert!(
+                low < 0.0 && high > 0.0,
+                "no effect where none was planted: {row:?}"
+            );
+        }
+    }
+
+    // The report of the planted experiment, in a real browser, offline.
+    let dir = tempfile::tempdir().expect("a folder");
+    let report = dir.path().join("report.html");
+    let screenshot = std::env::var("DEMO_SCREENSHOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| dir.path().join("report.png"));
+    tools::report::write(&ch, PLANTED, Some(KEY), &report)
+        .await
+        .expect("the report is written");
+    let sdk = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sdk");
+    assert!(
+        sdk.join("node_modules/playwright-core").exists(),
+        "playwright-core is not installed: scripts/test installs it (npm ci in sdk/)"
+    );
+    let mut node = std::process::Command::new("node");
+    node.arg("test/browser/report.mjs")
+        .current_dir(&sdk)
+        .env("REPORT", &report)
+        .env("SCREENSHOT", &screenshot);
+    let output = run_bounded(node, Duration::from_secs(90)).await;
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(
+        output.status.success(),
+        "the browser run failed: {stdout}{stderr}"
+    );
+    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    println!("{seen}");
+    assert_eq!(
+        seen["requests"],
+        serde_json::json!([]),
+        "the page asked the network"
+    );
+    assert!(
+        seen["overflow"].as_i64() == Some(0),
+        "wider than a phone: {seen}"
+    );
+    let sections = seen["sections"].as_array().expect("sections");
+    assert_eq!(sections.len(), 1, "{seen}");
+    let section = &sections[0];
+    assert!(
+        section["srm"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("Sample ratio as expected"))
+    );
+    assert!(section["range"].as_str().is_some_and(|s| s.contains("UTC")));
+    for row in &planted {
+        let shown = section["rows"]
+            .as_array()
+            .and_then(|rows| {
+                rows.iter()
+                    .find(|r| r["variant"] == row.variant_id.as_str())
+            })
+            .unwrap_or_else(|| panic!("no row for {}: {seen}", row.variant_id));
+        assert_eq!(shown["exposed"], row.exposed, "{shown}");
+        assert_eq!(shown["converted"], row.converted, "{shown}");
+        assert_eq!(shown["visible"], true);
+        if row.is_control == 0 {
+            let verdict = shown["verdict"].as_str().unwrap_or_default();
+            assert!(verdict.starts_with("Better than the control"), "{verdict}");
+            let chart = &section["chart"][0];
+            assert_eq!(chart["variant"], row.variant_id.as_str(), "{seen}");
+            assert!(chart["points"].as_u64().is_some_and(|n| n >= 10), "{chart}");
+            assert_eq!(chart["bands"], 1, "{chart}");
+            assert!(
+                chart["width"].as_f64().is_some_and(|w| w > 300.0),
+                "{chart}"
+            );
+        }
+    }
+    let png = std::fs::read(&screenshot).expect("the screenshot");
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "a real screenshot"
+    );
+
+    ingest.stop().await.expect("ingest stops");
+    config_api.stop().await.expect("config-api stops");
+    consumer.stop().await.expect("consumer stops");
+    e2e::drop_database(&names.database).await;
+}
+
+/// An event written straight into `events` (what the consumer would write).
+#[derive(Clone, Debug)]
+struct Event {
+    visitor: String,
+    phase: u32,
+    name: &'static str,
+    variant: &'static str,
+    /// Milliseconds since the Unix epoch.
+    at: i64,
+    test: bool,
+    bot: bool,
+}
+
+/// A small deterministic generator (xorshift64*), so the data is fixed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) % n
+    }
+}
+
+#[derive(Debug, Deserialize, Row)]
+struct OverTimeRow {
+    phase: u32,
+    day: u16,
+    hour: u32,
+    variant_id: String,
+    exposed: u64,
+    converted: u64,
+    diff: Option<f64>,
+    ci_low: Option<f64>,
+    ci_high: Option<f64>,
+    p_value: Option<f64>,
+    srm_p_value: Option<f64>,
+    always_valid_ci_low: Option<f64>,
+    always_valid_ci_high: Option<f64>,
+}
+
+/// `(variant, first-exposure hour in seconds, converted)` of each counted visitor of a
+/// phase, by the README's rules, computed from the events.
+fn visitors_of(events: &[Event], phase: u32) -> Vec<(String, u32, bool)> {
+    let mut by_visitor: BTreeMap<&str, Vec<&Event>> = BTreeMap::new();
+    for e in events.iter().filter(|e| e.phase == phase) {
+        by_visitor.entry(&e.visitor).or_default().push(e);
+    }
+    by_visitor
+        .values()
+        .filter(|list| !list.iter().any(|e| e.test || e.bot))
+        .filter_map(|list| {
+            let impressions: Vec<&&Event> =
+                list.iter().filter(|e| e.name == "impression").collect();
+            let first = impressions.iter().min_by_key(|e| e.at)?;
+            let variants: BTreeSet<&str> = impressions.iter().map(|e| e.variant).collect();
+            let variant = if variants.len() > 1 {
+                "__multiple__"
+            } else {
+                first.variant
+            };
+            let converted = list
+                .iter()
+                .any(|e| e.name == "conversion" && e.at >= first.at);
+            let hour = (first.at / 1000 / 3600 * 3600) as u32;
+            Some((variant.to_owned(), hour, converted))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_over_time_equal_a_count_made_hour_by_hour_from_the_events() {
+    let database = e2e::unique("over_time");
+    let ch = e2e::clickhouse(&database);
+    consumer::schema::migrate(&e2e::clickhouse("default"), &database)
+        .await
+        .expect("migrations");
+
+    // Phase 1: 50/25/25 over nine hours with a gap (hours 3 and 4 have no first exposure),
+    // a visitor seeing two variants, conversions before exposure, in a later hour, test
+    // and bot visitors; phase 2 (50/50), a few visitors in two hours.
+    let base: i64 = 1_793_491_200_000; // 2026-11-01 00:00 UTC
+    let hour = 3_600_000;
+    let weights = [
+        ("var_x", 50.0, 1u32),
+        ("var_y", 25.0, 1),
+        ("var_z", 25.0, 1),
+        ("var_x", 50.0, 2),
+        ("var_y", 50.0, 2),
+    ];
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut events = Vec::new();
+    for i in 0..700 {
+        let phase = if i % 10 == 9 { 2 } else { 1 };
+        let h = match phase {
+            1 => [0, 1, 2, 5, 6, 7, 8][rng.below(7) as usize],
+            _ => [1, 6][rng.below(2) as usize],
+        };
+        let variant = match (phase, rng.below(4)) {
+            (2, r) => ["var_x", "var_y"][(r % 2) as usize],
+            (_, 0 | 1) => "var_x",
+            (_, 2) => "var_y",
+            _ => "var_z",
+        };
+        let at = base + h * hour + rng.below(hour as u64 - 120_000) as i64;
+        let visitor = format!("v{i}");
+        let event = |name, variant, at| Event {
+            visitor: visitor.clone(),
+            phase,
+            name,
+            variant,
+            at,
+            test: i % 97 == 0,
+            bot: i % 89 == 0,
+        };
+        events.push(event("impression", variant, at));
+        let rate = match variant {
+            "var_y" => 30,
+            "var_z" => 18,
+            _ => 15,
+        };
+        match rng.below(100) {
+            r if r < rate => events.push(event(
+                "conversion",
+                variant,
+                at + rng.below(3 * hour as u64) as i64,
+            )),
+            r if r < rate + 5 => events.push(event("conversion", variant, at - 1_000)),
+            _ => {}
+        }
+        if i % 150 == 1 {
+            events.push(event("impression", "var_z", at + 60_000));
+        }
+        events.push(event("click", variant, at + 5_000));
+    }
+
+    let rows: Vec<serde_json::Value> = events
+        .iter()
+        .enumerate()
+        .map(|(n, e)| {
+            serde_json::json!({
+                "event_id": uuid::Uuid::from_u128(n as u128 + 1).to_string(),
+                "received_at": e.at / 1000 + 5, "public_key": "pk_t", "event_name": e.name,
+                "experiment_id": "exp_t", "variant_id": e.variant,
+                "session_id": format!("{}-s", e.visitor), "visitor_id": e.visitor,
+                "phase": e.phase, "event_time": e.at, "received_at_ms": e.at + 5_000,
+                "test": u8::from(e.test), "is_bot": u8::from(e.bot),
+            })
+        })
+        .collect();
+    let body: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    insert(&database, "events", body).await;
+    let definitions: String = weights
+        .iter()
+        .enumerate()
+        .map(|(i, (v, w, phase))| {
+            format!(
+                "{}\n",
+                serde_json::json!({ "experiment_id": "exp_t", "variant_id": v,
+                    "version": format!("t-{phase}"), "weight": w, "is_control": u8::from(*v == "var_x"),
+                    "status": "live", "parts": "{}", "loaded_at": base + i as i64, "phase": phase })
+            )
+        })
+        .collect();
+    insert(&database, "experiment_variants", definitions).await;
+
+    let got: Vec<OverTimeRow> = ch
+        .query(
+            "SELECT phase, toUInt16(day) AS day, toUInt32(hour) AS hour, variant_id, exposed, \
+             converted, diff, ci_low, ci_high, p_value, srm_p_value, always_valid_ci_low, \
+             always_valid_ci_high FROM experiment_results_over_time \
+             WHERE public_key = 'pk_t' AND experiment_id = 'exp_t' \
+             ORDER BY phase, hour, variant_id",
+        )
+        .fetch_all()
+        .await
+        .expect("experiment_results_over_time");
+
+    // The same, here: per phase, every hour with a first exposure, each variant's
+    // visitors first exposed up to its end, and the statistics of the README.
+    let mut want = Vec::new();
+    for (phase, weights) in [(1, &weights[..3]), (2, &weights[3..])] {
+        let visitors = visitors_of(&events, phase);
+        let hours: BTreeSet<u32> = visitors.iter().map(|v| v.1).collect();
+        let variants: BTreeSet<&str> = visitors.iter().map(|v| v.0.as_str()).collect();
+        for &h in &hours {
+            let count = |variant: &str| {
+                let upto = visitors.iter().filter(|v| v.0 == variant && v.1 <= h);
+                let n = upto.clone().count() as f64;
+                (n, upto.filter(|v| v.2).count() as f64)
+            };
+            let (n0, c0) = count("var_x");
+            let p0 = c0 / n0;
+            let srm_n: f64 = weights.iter().map(|w| count(w.0).0).sum();
+            let total_w: f64 = weights.iter().map(|w| w.1).sum();
+            let chi2: f64 = weights
+                .iter()
+                .map(|w| (count(w.0).0 - srm_n * w.1 / total_w).powi(2) / (srm_n * w.1 / total_w))
+                .sum();
+            let srm = ChiSquared::new(weights.len() as f64 - 1.0)
+                .expect("df")
+                .sf(chi2);
+            for &variant in variants.iter().filter(|v| count(v).0 > 0.0) {
+                let (n, c) = count(variant);
+                let p = c / n;
+                let se = (p * (1.0 - p) / n + p0 * (1.0 - p0) / n0).sqrt();
+                let testable =
+                    variant != "var_x" && variant != "__multiple__" && n0 > 0.0 && se > 0.0;
+                let alpha: f64 = 0.05;
+                let rho2 = (-2.0 * alpha.ln() + (-2.0 * alpha.ln() + 1.0).ln()) / 5000.0;
+                let x = (n + n0) * rho2;
+                let half = se * ((x + 1.0) / x * ((x + 1.0).ln() - 2.0 * alpha.ln())).sqrt();
+                let z95 = 1.959_963_984_540_054;
+                want.push((
+                    (phase, h, variant.to_owned(), n as u64, c as u64),
+                    [
+                        (variant != "__multiple__" && n0 > 0.0).then_some(if variant == "var_x" {
+                            0.0
+                        } else {
+                            p - p0
+                        }),
+                        testable.then_some(p - p0 - z95 * se),
+                        testable.then_some(p - p0 + z95 * se),
+                        testable.then_some(statrs::function::erf::erfc(
+                            (p - p0).abs() / se / 2f64.sqrt(),
+                        )),
+                        Some(srm),
+                        testable.then_some(p - p0 - half),
+                        testable.then_some(p - p0 + half),
+                    ],
+                ));
+            }
+        }
+    }
+    assert_eq!(got.len(), want.len(), "rows: {got:#?}");
+    let hours: BTreeSet<u32> = got
+        .iter()
+        .filter(|r| r.phase == 1)
+        .map(|r| r.hour)
+        .collect();
+    assert_eq!(hours.len(), 7, "the hours with a first exposure, no more");
+    for (row, (key, stats)) in got.iter().zip(&want) {
+        let what = format!("phase {} hour {} {}", row.phase, row.hour, row.variant_id);
+        assert_eq!(
+            (
+                row.phase,
+                row.hour,
+                row.variant_id.clone(),
+                row.exposed,
+                row.converted
+            ),
+            key.clone(),
+            "{what}"
+        );
+        assert_eq!(u32::from(row.day), row.hour / 86_400, "{what}: day");
+        let got_stats = [
+            row.diff,
+            row.ci_low,
+            row.ci_high,
+            row.p_value,
+            row.srm_p_value,
+            row.always_valid_ci_low,
+            row.always_valid_ci_high,
+        ];
+        let names = [
+            "diff", "ci_low", "ci_high", "p_value", "srm", "av_low", "av_high",
+        ];
+        for ((g, w), name) in got_stats.iter().zip(stats).zip(names) {
+            match (g, w) {
+                (Some(g), Some(w)) => assert!((g - w).abs() <= 1e-9, "{what} {name}: {g} != {w}"),
+                _ => assert_eq!(g.is_some(), w.is_some(), "{what} {name}: {g:?} / {w:?}"),
+            }
+        }
+    }
+    // The last hour of each phase is the all-time answer.
+    let last: Vec<(String, u64, u64)> = got
+        .iter()
+        .filter(|r| r.phase == 1 && Some(&r.hour) == hours.last())
+        .map(|r| (r.variant_id.clone(), r.exposed, r.converted))
+        .collect();
+    let all_time: Vec<(String, u64, u64)> = ch
+        .query(
+            "SELECT variant_id, exposed, converted FROM experiment_results \
+             WHERE experiment_id = 'exp_t' AND phase = 1 ORDER BY variant_id",
+        )
+        .fetch_all::<(String, u64, u64)>()
+        .await
+        .expect("experiment_results");
+    assert_eq!(last, all_time);
+    e2e::drop_database(&database).await;
+}
+
+async fn insert(database: &str, table: &str, body: String) {
+    let response = reqwest::Client::new()
+        .post(e2e::clickhouse_url())
+        .query(&[
+            ("database", database),
+            ("query", &format!("INSERT INTO {table} FORMAT JSONEachRow")),
+        ])
+        .body(body)
+        .send()
+        .await
+        .expect("ClickHouse answers");
+    let status = response.status();
+    let text = response.text().await.unwrap_or_default();
+    assert!(status.is_success(), "insert into {table}: {text}");
+}

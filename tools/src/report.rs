@@ -1,0 +1,583 @@
+//! `experiment-results --html FILE`: one experiment's results as a page that needs nothing
+//! but itself (inline CSS and SVG, no script, no font or image to fetch), readable on a
+//! phone: per public key and phase, the variants with their verdict in words (read from
+//! the always-valid interval, which stays valid however often the page is looked at), a
+//! cumulative chart of each variant's difference to the control with its always-valid
+//! band, the sample-ratio check and the time range of the first exposures.
+
+use std::fmt::Write;
+
+use anyhow::Context;
+use clickhouse::{Client, Row};
+use serde::Deserialize;
+
+/// A row of `experiment_results`.
+#[derive(Clone, Debug, Deserialize, Row)]
+pub struct VariantRow {
+    pub public_key: String,
+    pub phase: u32,
+    pub variant_id: String,
+    pub is_control: u8,
+    pub exposed: u64,
+    pub converted: u64,
+    pub conversion_rate: f64,
+    pub diff: Option<f64>,
+    pub srm_p_value: Option<f64>,
+    pub always_valid_p_value: Option<f64>,
+    pub always_valid_ci_low: Option<f64>,
+    pub always_valid_ci_high: Option<f64>,
+}
+
+/// A row of `experiment_results_over_time`.
+#[derive(Clone, Debug, Deserialize, Row)]
+pub struct PointRow {
+    pub public_key: String,
+    pub phase: u32,
+    /// Start of the hour, seconds since the Unix epoch (UTC).
+    pub hour: u32,
+    pub variant_id: String,
+    pub exposed: u64,
+    pub diff: Option<f64>,
+    pub always_valid_ci_low: Option<f64>,
+    pub always_valid_ci_high: Option<f64>,
+}
+
+/// One experiment under one public key in one phase.
+#[derive(Clone, Debug)]
+pub struct Section {
+    pub public_key: String,
+    pub experiment_id: String,
+    pub phase: u32,
+    pub variants: Vec<VariantRow>,
+    /// Ordered by hour.
+    pub points: Vec<PointRow>,
+}
+
+/// Reads the sections of `experiment` (of `public_key`, or of every key).
+pub async fn read(
+    client: &Client,
+    experiment: &str,
+    public_key: Option<&str>,
+) -> anyhow::Result<Vec<Section>> {
+    let variants: Vec<VariantRow> = client
+        .query(
+            "SELECT public_key, phase, variant_id, is_control, exposed, converted, \
+             conversion_rate, diff, srm_p_value, always_valid_p_value, always_valid_ci_low, \
+             always_valid_ci_high FROM experiment_results WHERE experiment_id = ? \
+             ORDER BY public_key, phase, variant_id = '__multiple__', is_control DESC, \
+             variant_id",
+        )
+        .bind(experiment)
+        .fetch_all()
+        .await
+        .context("cannot read experiment_results")?;
+    let points: Vec<PointRow> = client
+        .query(
+            "SELECT public_key, phase, toUInt32(hour) AS hour, variant_id, exposed, diff, \
+             always_valid_ci_low, always_valid_ci_high FROM experiment_results_over_time \
+             WHERE experiment_id = ? ORDER BY public_key, phase, hour, variant_id",
+        )
+        .bind(experiment)
+        .fetch_all()
+        .await
+        .context("cannot read experiment_results_over_time")?;
+    let mut sections: Vec<Section> = Vec::new();
+    for row in variants
+        .into_iter()
+        .filter(|r| public_key.is_none_or(|k| k == r.public_key))
+    {
+        let same = |s: &Section| s.public_key == row.public_key && s.phase == row.phase;
+        if !sections.last().is_some_and(same) {
+            sections.push(Section {
+                public_key: row.public_key.clone(),
+                experiment_id: experiment.to_owned(),
+                phase: row.phase,
+                variants: Vec::new(),
+                points: points
+                    .iter()
+                    .filter(|p| p.public_key == row.public_key && p.phase == row.phase)
+                    .cloned()
+                    .collect(),
+            });
+        }
+        if let Some(section) = sections.last_mut() {
+            section.variants.push(row);
+        }
+    }
+    Ok(sections)
+}
+
+/// Reads and writes the page of `experiment` to `path`.
+pub async fn write(
+    client: &Client,
+    experiment: &str,
+    public_key: Option<&str>,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    let sections = read(client, experiment, public_key).await?;
+    std::fs::write(path, page(experiment, &sections))
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Text for HTML (element content and attribute values).
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Percentage points with a sign.
+fn pp(x: f64) -> String {
+    format!("{:+.2}", x * 100.0)
+}
+
+/// A UTC time, `YYYY-MM-DD HH:MM`.
+fn utc(seconds: u32) -> String {
+    let days = i64::from(seconds / 86_400);
+    let (h, m) = ((seconds % 86_400) / 3600, (seconds % 3600) / 60);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{d:02} {h:02}:{m:02}")
+}
+
+/// The verdict of a variant, in words, from the always-valid interval.
+pub fn verdict(v: &VariantRow) -> String {
+    if v.variant_id == "__multiple__" {
+        return "Saw several variants: left out of the comparison.".into();
+    }
+    if v.is_control == 1 {
+        return "The control: every variant is compared with it.".into();
+    }
+    match (v.diff, v.always_valid_ci_low, v.always_valid_ci_high) {
+        (Some(d), Some(low), Some(high)) if low > 0.0 => format!(
+            "Better than the control: {} pp (between {} and {} pp, an interval that holds \
+             however often you look).",
+            pp(d),
+            pp(low),
+            pp(high)
+        ),
+        (Some(d), Some(low), Some(high)) if high < 0.0 => format!(
+            "Worse than the control: {} pp (between {} and {} pp, an interval that holds \
+             however often you look).",
+            pp(d),
+            pp(low),
+            pp(high)
+        ),
+        (Some(d), Some(low), Some(high)) => format!(
+            "No difference shown yet: {} pp, anywhere between {} and {} pp. Keep it running, \
+             or stop if that range rules out every effect worth having.",
+            pp(d),
+            pp(low),
+            pp(high)
+        ),
+        _ => "Not enough data to compare yet.".into(),
+    }
+}
+
+/// The sample-ratio status in words, and whether it is an alarm.
+fn srm_status(p: Option<f64>) -> (String, bool) {
+    match p {
+        Some(p) if p < 0.001 => (
+            format!(
+                "Sample-ratio MISMATCH (p = {p:.2e}): the exposures do not follow the weights. \
+                 Fix the assignment before trusting anything below."
+            ),
+            true,
+        ),
+        Some(p) => (
+            format!("Sample ratio as expected (p = {p:.3}): exposures follow the weights."),
+            false,
+        ),
+        None => (
+            "Sample ratio not checked (no definition or a single variant).".into(),
+            false,
+        ),
+    }
+}
+
+const COLORS: &[&str] = &["#1b6ac9", "#d9480f", "#2b8a3e", "#862e9c", "#c92a2a"];
+
+/// One variant's series in the chart: x in hours (any unit), y the difference, its band.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    pub variant_id: String,
+    /// (x, diff, low, high)
+    pub points: Vec<(f64, f64, f64, f64)>,
+}
+
+/// The chart geometry.
+const WIDTH: f64 = 640.0;
+const HEIGHT: f64 = 260.0;
+const LEFT: f64 = 56.0;
+const RIGHT: f64 = 12.0;
+const TOP: f64 = 12.0;
+const BOTTOM: f64 = 28.0;
+
+/// Maps data onto the plot area: (x0, x1) and (y0, y1), with 0 always in the y range.
+#[derive(Clone, Copy, Debug)]
+pub struct Scale {
+    x: (f64, f64),
+    y: (f64, f64),
+}
+
+impl Scale {
+    pub fn of(series: &[Series]) -> Self {
+        let all = series.iter().flat_map(|s| &s.points);
+        let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, 0.0f64, 0.0f64);
+        for &(x, d, low, high) in all {
+            x0 = x0.min(x);
+            x1 = x1.max(x);
+            y0 = y0.min(low).min(d);
+            y1 = y1.max(high).max(d);
+        }
+        if x0 > x1 {
+            (x0, x1) = (0.0, 1.0);
+        }
+        if x1 - x0 < 1e-9 {
+            x1 = x0 + 1.0;
+        }
+        if y1 - y0 < 1e-9 {
+            (y0, y1) = (y0 - 0.01, y1 + 0.01);
+        }
+        Self {
+            x: (x0, x1),
+            y: (y0, y1),
+        }
+    }
+
+    pub fn px(&self, x: f64) -> f64 {
+        LEFT + (x - self.x.0) / (self.x.1 - self.x.0) * (WIDTH - LEFT - RIGHT)
+    }
+
+    pub fn py(&self, y: f64) -> f64 {
+        TOP + (self.y.1 - y) / (self.y.1 - self.y.0) * (HEIGHT - TOP - BOTTOM)
+    }
+}
+
+/// The cumulative difference chart: per variant, its always-valid band (a polygon) and
+/// its difference (a polyline), the zero line, the y range and the first and last time.
+pub fn chart(series: &[Series], first: &str, last: &str) -> String {
+    let scale = Scale::of(series);
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        "<svg class=\"chart\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" \
+         aria-label=\"Difference to the control over time, with always-valid bands\" \
+         xmlns=\"http://www.w3.org/2000/svg\">"
+    );
+    let zero = scale.py(0.0);
+    let _ = write!(
+        svg,
+        "<line class=\"zero\" x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{zero:.1}\" y2=\"{zero:.1}\"/>",
+        WIDTH - RIGHT
+    );
+    for (label, y) in [
+        (scale.y.1, scale.py(scale.y.1)),
+        (0.0, zero),
+        (scale.y.0, scale.py(scale.y.0)),
+    ] {
+        let _ = write!(
+            svg,
+            "<text class=\"axis\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{} pp</text>",
+            LEFT - 4.0,
+            y + 4.0,
+            pp(label)
+        );
+    }
+    let _ = write!(
+        svg,
+        "<text class=\"axis\" x=\"{LEFT}\" y=\"{:.1}\">{}</text>\
+         <text class=\"axis\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+        HEIGHT - 8.0,
+        escape(first),
+        WIDTH - RIGHT,
+        HEIGHT - 8.0,
+        escape(last)
+    );
+    for (i, s) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let id = escape(&s.variant_id);
+        let upper = s.points.iter().map(|p| (p.0, p.3));
+        let lower = s.points.iter().rev().map(|p| (p.0, p.2));
+        let band: Vec<String> = upper
+            .chain(lower)
+            .map(|(x, y)| format!("{:.1},{:.1}", scale.px(x), scale.py(y)))
+            .collect();
+        let line: Vec<String> = s
+            .points
+            .iter()
+            .map(|p| format!("{:.1},{:.1}", scale.px(p.0), scale.py(p.1)))
+            .collect();
+        let _ = write!(
+            svg,
+            "<polygon class=\"band\" data-variant=\"{id}\" fill=\"{color}\" fill-opacity=\"0.18\" \
+             points=\"{}\"/><polyline class=\"diff\" data-variant=\"{id}\" fill=\"none\" \
+             stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>",
+            band.join(" "),
+            line.join(" ")
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// The chart's series of a section: each compared variant's hours with a difference and
+/// an always-valid interval (x in hours since the first).
+fn series_of(section: &Section) -> Vec<Series> {
+    let first = section.points.first().map_or(0, |p| p.hour);
+    section
+        .variants
+        .iter()
+        .filter(|v| v.is_control == 0 && v.variant_id != "__multiple__")
+        .map(|v| Series {
+            variant_id: v.variant_id.clone(),
+            points: section
+                .points
+                .iter()
+                .filter(|p| p.variant_id == v.variant_id)
+                .filter_map(|p| {
+                    let x = f64::from(p.hour.saturating_sub(first)) / 3600.0;
+                    Some((x, p.diff?, p.always_valid_ci_low?, p.always_valid_ci_high?))
+                })
+                .collect(),
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect()
+}
+
+const STYLE: &str = "\
+body{font:16px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0;\
+padding:16px;color:#1d2329;background:#fff;max-width:960px;margin:auto}\
+h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.15em;margin:1.6em 0 .4em}\
+.meta{color:#56606b;font-size:.9em}.srm{padding:8px 12px;border-radius:6px;\
+background:#e6f4ea}.srm.alarm{background:#fde2e1;font-weight:600}\
+.scroll{overflow-x:auto}table{border-collapse:collapse;width:100%;font-size:.92em}\
+th,td{padding:6px 8px;border-bottom:1px solid #dde1e6;text-align:right;vertical-align:top}\
+th:first-child,td:first-child,td.verdict{text-align:left}td.verdict{min-width:14em}\
+.chart{width:100%;height:auto;max-height:320px;display:block}\
+.chart .zero{stroke:#868e96;stroke-dasharray:4 3}.chart .axis{font-size:11px;fill:#56606b}\
+.legend span{display:inline-block;margin-right:1em}.legend i{display:inline-block;\
+width:12px;height:12px;border-radius:2px;margin-right:4px;vertical-align:-1px}";
+
+/// The whole page.
+pub fn page(experiment: &str, sections: &[Section]) -> String {
+    let mut html = String::new();
+    let _ = write!(
+        html,
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{0}: results</title><style>{STYLE}</style></head><body>\
+         <h1>{0}</h1>",
+        escape(experiment)
+    );
+    if sections.is_empty() {
+        html.push_str("<p class=\"empty\">No exposed visitor yet.</p>");
+    }
+    for section in sections {
+        let key = escape(&section.public_key);
+        let _ = write!(
+            html,
+            "<section class=\"result\" data-key=\"{key}\" data-phase=\"{}\">\
+             <h2>{key}, phase {}</h2>",
+            section.phase, section.phase
+        );
+        let (first, last) = (
+            section.points.first().map(|p| p.hour),
+            section.points.last().map(|p| p.hour),
+        );
+        if let (Some(first), Some(last)) = (first, last) {
+            let _ = write!(
+                html,
+                "<p class=\"meta range\">First exposures from {} to {} UTC (hour by hour).</p>",
+                utc(first),
+                utc(last.saturating_add(3599))
+            );
+        }
+        let srm = section.variants.first().and_then(|v| v.srm_p_value);
+        let (status, alarm) = srm_status(srm);
+        let _ = write!(
+            html,
+            "<p class=\"srm{}\">{}</p>",
+            if alarm { " alarm" } else { "" },
+            escape(&status)
+        );
+        html.push_str(
+            "<div class=\"scroll\"><table class=\"variants\"><thead><tr><th>Variant</th>\
+             <th>Visitors</th><th>Converted</th><th>Rate</th><th>Diff, pp</th>\
+             <th>Always-valid p</th><th>Verdict</th></tr></thead><tbody>",
+        );
+        for v in &section.variants {
+            let name = if v.is_control == 1 {
+                format!("{} (control)", escape(&v.variant_id))
+            } else {
+                escape(&v.variant_id)
+            };
+            let _ = write!(
+                html,
+                "<tr data-variant=\"{}\"><td>{name}</td><td class=\"exposed\">{}</td>\
+                 <td class=\"converted\">{}</td><td class=\"rate\">{:.2}%</td>\
+                 <td class=\"diff\">{}</td><td class=\"p\">{}</td>\
+                 <td class=\"verdict\">{}</td></tr>",
+                escape(&v.variant_id),
+                v.exposed,
+                v.converted,
+                v.conversion_rate * 100.0,
+                v.diff.filter(|_| v.is_control == 0).map_or("-".into(), pp),
+                v.always_valid_p_value
+                    .map_or("-".into(), |p| format!("{p:.4}")),
+                escape(&verdict(v))
+            );
+        }
+        html.push_str("</tbody></table></div>");
+        let series = series_of(section);
+        if series.is_empty() {
+            html.push_str("<p class=\"meta\">No chart: no variant has an interval yet.</p>");
+        } else {
+            let (first, last) = (first.unwrap_or(0), last.unwrap_or(0));
+            html.push_str(
+                "<h3>Difference to the control, cumulative, with its always-valid 95% band</h3>",
+            );
+            html.push_str(&chart(&series, &utc(first), &utc(last)));
+            html.push_str("<p class=\"legend\">");
+            for (i, s) in series.iter().enumerate() {
+                let _ = write!(
+                    html,
+                    "<span><i style=\"background:{}\"></i>{}</span>",
+                    COLORS[i % COLORS.len()],
+                    escape(&s.variant_id)
+                );
+            }
+            html.push_str(
+                "</p><p class=\"meta\">A band that leaves the dashed zero line is an \
+                 effect; it may be read at any time.</p>",
+            );
+        }
+        html.push_str("</section>");
+    }
+    html.push_str("</body></html>\n");
+    html
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(points: &[(f64, f64, f64, f64)]) -> Series {
+        Series {
+            variant_id: "var_<b>".into(),
+            points: points.to_vec(),
+        }
+    }
+
+    #[test]
+    fn the_scale_keeps_zero_in_view_and_maps_the_ends_to_the_plot_edges() {
+        let s = series(&[(0.0, 0.02, 0.01, 0.03), (10.0, 0.04, 0.03, 0.05)]);
+        let scale = Scale::of(&[s]);
+        assert_eq!(scale.px(0.0), LEFT);
+        assert_eq!(scale.px(10.0), WIDTH - RIGHT);
+        assert_eq!(scale.py(0.05), TOP);
+        assert_eq!(
+            scale.py(0.0),
+            HEIGHT - BOTTOM,
+            "0 is the lowest value in view"
+        );
+    }
+
+    #[test]
+    fn the_chart_draws_a_band_and_a_line_per_variant_at_the_scaled_points() {
+        let s = series(&[(0.0, 0.0, -0.05, 0.05), (1.0, 0.05, 0.0, 0.1)]);
+        let svg = chart(&[s], "2026-11-22 00:00", "2026-11-22 01:00");
+        // y from -0.05 (bottom, 232) to 0.1 (top, 12): 0 at 12 + 0.1/0.15 * 220.
+        assert!(svg.contains("points=\"56.0,158.7 628.0,85.3\""), "{svg}");
+        assert!(
+            svg.contains("points=\"56.0,85.3 628.0,12.0 628.0,158.7 56.0,232.0\""),
+            "{svg}"
+        );
+        assert!(svg.contains("data-variant=\"var_&lt;b&gt;\""));
+        assert!(!svg.contains("<b>"), "variant ids are escaped");
+        assert_eq!(svg.matches("<polyline").count(), 1);
+        assert!(svg.contains("+10.00 pp") && svg.contains("-5.00 pp"));
+    }
+
+    fn row(variant: &str, control: bool, ci: Option<(f64, f64)>) -> VariantRow {
+        VariantRow {
+            public_key: "pk".into(),
+            phase: 1,
+            variant_id: variant.into(),
+            is_control: u8::from(control),
+            exposed: 100,
+            converted: 10,
+            conversion_rate: 0.1,
+            diff: Some(if control { 0.0 } else { 0.04 }),
+            srm_p_value: Some(0.5),
+            always_valid_p_value: ci.map(|_| 0.01),
+            always_valid_ci_low: ci.map(|c| c.0),
+            always_valid_ci_high: ci.map(|c| c.1),
+        }
+    }
+
+    #[test]
+    fn the_verdict_reads_the_always_valid_interval() {
+        assert!(verdict(&row("b", false, Some((0.01, 0.07)))).starts_with("Better"));
+        assert!(verdict(&row("b", false, Some((-0.07, -0.01)))).starts_with("Worse"));
+        assert!(verdict(&row("b", false, Some((-0.01, 0.07)))).starts_with("No difference"));
+        assert!(verdict(&row("b", false, None)).starts_with("Not enough"));
+        assert!(verdict(&row("a", true, None)).starts_with("The control"));
+    }
+
+    const HOUR0: u32 = 1_795_000_000 / 3600 * 3600;
+
+    #[test]
+    fn the_page_is_self_contained_and_says_the_time_range_and_the_sample_ratio() {
+        let point = |hour: u32, variant: &str| PointRow {
+            public_key: "pk".into(),
+            phase: 1,
+            hour,
+            variant_id: variant.into(),
+            exposed: 10,
+            diff: Some(0.04),
+            always_valid_ci_low: Some(0.01),
+            always_valid_ci_high: Some(0.07),
+        };
+        let mut b = row("b", false, Some((0.01, 0.07)));
+        b.srm_p_value = Some(0.0001);
+        let section = Section {
+            public_key: "pk".into(),
+            experiment_id: "exp".into(),
+            phase: 1,
+            variants: vec![b, row("a", true, None)],
+            points: vec![point(HOUR0, "b"), point(HOUR0 + 7200, "b")],
+        };
+        let html = page("exp", &[section]);
+        for needle in ["http://", "https://", "<script", "src=", "@import", "url("] {
+            let found = html.replace("http://www.w3.org/2000/svg", "");
+            assert!(!found.contains(needle), "{needle} in the page");
+        }
+        assert!(html.contains("name=\"viewport\""));
+        assert!(html.contains("class=\"srm alarm\""));
+        assert!(
+            html.contains("from 2026-11-18 11:00 to 2026-11-18 13:59 UTC"),
+            "{html}"
+        );
+        assert!(html.contains("Better than the control: +4.00 pp"));
+        assert_eq!(utc(0), "1970-01-01 00:00");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00");
+    }
+}
