@@ -438,7 +438,7 @@ pub fn render(reports: &[Report], settings: Settings) -> String {
                     c.p_value
                         .value()
                         .map_or_else(|| cell("p", c.p_value.reason()), |x| p(*x)),
-                    c.p_adjusted.value().map_or_else(|| dash(), |x| p(*x)),
+                    c.p_adjusted.value().map_or_else(dash, |x| p(*x)),
                     c.lift.value().map_or_else(
                         || cell("lift", c.lift.reason()),
                         |l| interval(l.value, l.low, l.high),

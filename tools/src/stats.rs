@@ -366,10 +366,10 @@ mod tests {
     #[test]
     fn wilson_matches_the_closed_form_and_stays_inside_0_1() {
         // 0/10: [0, 0.2775327998628892] (z = 1.96, Wilson 1927).
-        let w = wilson(Arm::new(10, 0)).unwrap();
+        let w = wilson(Arm::new(10, 0)).expect("defined");
         assert_eq!(w.low, 0.0);
         close(w.high, 0.277_532_799_862_889_2, "0/10 high");
-        let w = wilson(Arm::new(10, 10)).unwrap();
+        let w = wilson(Arm::new(10, 10)).expect("defined");
         close(w.low, 1.0 - 0.277_532_799_862_889_2, "10/10 low");
         close(w.high, 1.0, "10/10 high");
         assert_eq!(wilson(Arm::new(0, 0)), Err(Reason::NoExposure));
@@ -378,11 +378,11 @@ mod tests {
     #[test]
     fn newcombe_never_gives_a_zero_width_interval() {
         // The view's Wald interval for 0/1 against 1/1 is [−1, −1].
-        let e = newcombe_diff(Arm::new(1, 0), Arm::new(1, 1)).unwrap();
+        let e = newcombe_diff(Arm::new(1, 0), Arm::new(1, 1)).expect("defined");
         assert_eq!(e.value, -1.0);
         assert!(e.low == -1.0 && e.high > -0.5, "{e:?}");
         for (v, c) in [((5, 0), (5, 0)), ((7, 7), (3, 3)), ((100, 0), (100, 5))] {
-            let e = newcombe_diff(Arm::new(v.0, v.1), Arm::new(c.0, c.1)).unwrap();
+            let e = newcombe_diff(Arm::new(v.0, v.1), Arm::new(c.0, c.1)).expect("defined");
             assert!(
                 e.high > e.low && e.low <= e.value && e.value <= e.high,
                 "{e:?}"
@@ -394,10 +394,10 @@ mod tests {
     fn fisher_matches_known_values() {
         // scipy.stats.fisher_exact([[0, 100], [5, 95]]) = 0.05933..., where the z-test
         // gives 0.022.
-        let p = fisher_exact(Arm::new(100, 0), Arm::new(100, 5)).unwrap();
+        let p = fisher_exact(Arm::new(100, 0), Arm::new(100, 5)).expect("defined");
         close(p, 0.059_383_210_468_586_585, "0/100 vs 5/100");
         // The lady tasting tea: [[3, 1], [1, 3]] → 0.4857142857142857.
-        let p = fisher_exact(Arm::new(4, 3), Arm::new(4, 1)).unwrap();
+        let p = fisher_exact(Arm::new(4, 3), Arm::new(4, 1)).expect("defined");
         close(p, 17.0 / 35.0, "tea");
         // One support point: p = 1.
         assert_eq!(fisher_exact(Arm::new(5, 5), Arm::new(3, 3)), Ok(1.0));
@@ -411,9 +411,10 @@ mod tests {
     #[test]
     fn fisher_is_fast_and_tiny_for_a_broken_variant_of_10_000() {
         let started = std::time::Instant::now();
-        let p = fisher_exact(Arm::new(10_000, 0), Arm::new(10_000, 100)).unwrap();
+        let p = fisher_exact(Arm::new(10_000, 0), Arm::new(10_000, 100)).expect("defined");
         assert!(p > 0.0 && p < 1e-25, "{p}");
-        let p = fisher_exact(Arm::new(100_000, 10_000), Arm::new(100_000, 10_250)).unwrap();
+        let p =
+            fisher_exact(Arm::new(100_000, 10_000), Arm::new(100_000, 10_250)).expect("defined");
         assert!(p > 0.0 && p < 0.1, "{p}");
         assert!(started.elapsed() < std::time::Duration::from_millis(100));
     }
@@ -422,7 +423,7 @@ mod tests {
     fn the_lift_agrees_with_the_difference() {
         // 15/100 against 25/100: the Wald lift interval of the old CLI crossed zero while
         // the difference was significant; on the log ratio it cannot cross −100%.
-        let l = lift(Arm::new(100, 25), Arm::new(100, 15)).unwrap();
+        let l = lift(Arm::new(100, 25), Arm::new(100, 15)).expect("defined");
         close(l.value, 25.0 / 15.0 - 1.0, "lift");
         assert!(l.low > -1.0 && l.low < l.value && l.value < l.high, "{l:?}");
         let se = (1.0 / 25.0 - 1.0 / 100.0 + 1.0 / 15.0 - 1.0 / 100.0_f64).sqrt();
@@ -482,7 +483,7 @@ mod tests {
     #[test]
     fn welch_needs_two_values_and_some_variance() {
         let s = |n, mean, variance| Sample { n, mean, variance };
-        let w = welch(s(30, 12.0, 4.0), s(40, 10.0, 9.0)).unwrap();
+        let w = welch(s(30, 12.0, 4.0), s(40, 10.0, 9.0)).expect("defined");
         assert_eq!(w.diff, 2.0);
         assert!(w.p_value > 0.0 && w.p_value < 0.01, "{w:?}");
         assert_eq!(
