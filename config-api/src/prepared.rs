@@ -9,13 +9,15 @@ use time::OffsetDateTime;
 
 pub struct Prepared {
     snapshot: Snapshot,
-    /// `{"id":…,"variants":[…]}` of each experiment, indexed as `snapshot.experiments`.
+    /// `{"id":…,"phase":…,"variants":[…]}` of each experiment, indexed as `snapshot.experiments`.
     experiment_json: Vec<Vec<u8>>,
 }
 
 #[derive(Serialize)]
 struct ExperimentOut<'a> {
     id: &'a str,
+    /// An extension of the contract: the experiment's phase, in which the SDK assigns.
+    phase: u32,
     variants: &'a [Variant],
 }
 
@@ -49,6 +51,7 @@ impl Prepared {
             .map(|e| {
                 serde_json::to_vec(&ExperimentOut {
                     id: &e.id,
+                    phase: e.phase,
                     variants: &e.variants,
                 })
                 .unwrap_or_default()

@@ -52,6 +52,7 @@ pub struct VariantRow {
     pub parts: String,
     /// Milliseconds since the Unix epoch.
     pub loaded_at: i64,
+    pub phase: u32,
 }
 
 /// The rows of every variant of every experiment of `snapshot`.
@@ -78,6 +79,7 @@ pub fn rows(snapshot: &Snapshot, loaded_at: i64) -> Vec<VariantRow> {
                 end_at: seconds(e.end_at),
                 parts: serde_json::to_string(&v.parts).unwrap_or_default(),
                 loaded_at,
+                phase: e.phase,
             })
         })
         .collect()

@@ -20,6 +20,10 @@ macro_rules! columns {
     ($req:tt [$($done:tt)*]) => {
         event_row! { $req [$($done)*] }
     };
+    // The visitor: its session for the clients that send none.
+    ($req:tt [$($done:tt)*] visitor_id $name:literal T $limit:ident($max:expr) "String", $($rest:tt)*) => {
+        columns! { $req [$($done)* (visitor_id [T] [or_session] [text] "String")] $($rest)* }
+    };
     ($req:tt [$($done:tt)*] $field:ident $name:literal T $limit:ident($max:expr) "String", $($rest:tt)*) => {
         columns! { $req [$($done)* ($field [T] [unwrap_or_default] [text] "String")] $($rest)* }
     };
@@ -32,6 +36,9 @@ macro_rules! columns {
     ($req:tt [$($done:tt)*] $field:ident $name:literal bool "Nullable(UInt8)", $($rest:tt)*) => {
         columns! { $req [$($done)* ($field [Option<u8>] [nullable_flag] [copy] "Nullable(UInt8)")] $($rest)* }
     };
+    ($req:tt [$($done:tt)*] $field:ident $name:literal u32 "UInt32", $($rest:tt)*) => {
+        columns! { $req [$($done)* ($field [u32] [or_first] [copy] "UInt32")] $($rest)* }
+    };
     ($req:tt [$($done:tt)*] $field:ident $name:literal bool "UInt8", $($rest:tt)*) => {
         columns! { $req [$($done)* ($field [u8] [flag_or_false] [copy] "UInt8")] $($rest)* }
     };
@@ -39,16 +46,22 @@ macro_rules! columns {
 
 /// The conversions that [`columns!`] names.
 macro_rules! convert {
-    (unwrap_or_default $value:expr) => {
+    (unwrap_or_default $value:expr, $session:ident) => {
         $value.unwrap_or_default()
     };
-    (nullable $value:expr) => {
+    (or_session $value:expr, $session:ident) => {
+        $value.unwrap_or($session)
+    };
+    (or_first $value:expr, $session:ident) => {
+        $value.unwrap_or(1)
+    };
+    (nullable $value:expr, $session:ident) => {
         $value
     };
-    (nullable_flag $value:expr) => {
+    (nullable_flag $value:expr, $session:ident) => {
         $value.map(u8::from)
     };
-    (flag_or_false $value:expr) => {
+    (flag_or_false $value:expr, $session:ident) => {
         u8::from($value.unwrap_or(false))
     };
     (text $value:expr, $f:ident) => {
@@ -77,7 +90,9 @@ macro_rules! event_row {
         [$( ($opt:ident [$($ty:tt)*] [$from:ident] [$map:ident] $opt_column:literal) )*]
     ) => {
         /// One row of `analytics.events`. Absent optional text is stored as `''`, absent
-        /// numbers and `conversion` as NULL, an absent `test` as 0. Its texts are
+        /// numbers and `conversion` as NULL, an absent `test` as 0, an absent
+        /// `visitor_id` as the session's id, an absent `phase` as 1 (the ingest stamps the
+        /// live one: only messages written before phases existed lack it). Its texts are
         /// `String`s, or in the consumer's batches `Span`s of the batch's bytes, written as
         /// `RawText`.
         #[derive(Clone, Debug, PartialEq, Row, Serialize, Deserialize)]
@@ -94,6 +109,7 @@ macro_rules! event_row {
             pub event_time: i64,
             pub public_key: T,
             pub user_agent: T,
+            pub is_bot: u8,
             $( pub $req: T, )*
             $( pub $opt: $($ty)*, )*
         }
@@ -109,6 +125,7 @@ macro_rules! event_row {
                 ("event_time", "{millis}"),
                 ("public_key", "LowCardinality(String)"),
                 ("user_agent", "String"),
+                ("is_bot", "UInt8"),
                 $( (stringify!($req), $req_column), )*
                 $( (stringify!($opt), $opt_column), )*
             ];
@@ -122,14 +139,16 @@ macro_rules! event_row {
                     event_time: self.event_time,
                     public_key: f(&self.public_key),
                     user_agent: f(&self.user_agent),
+                    is_bot: self.is_bot,
                     $( $req: f(&self.$req), )*
                     $( $opt: convert!($map self.$opt, f), )*
                 }
             }
         }
 
-        impl<T: Default> From<EventMessage<T>> for EventRow<T> {
+        impl<T: Default + Clone> From<EventMessage<T>> for EventRow<T> {
             fn from(m: EventMessage<T>) -> Self {
+                let session = m.session_id.clone();
                 Self {
                     event_id: m.event_id,
                     received_at: u32::try_from(m.received_at.div_euclid(1000)).unwrap_or(0),
@@ -137,8 +156,9 @@ macro_rules! event_row {
                     event_time: m.event_time.unwrap_or(m.received_at),
                     public_key: m.public_key,
                     user_agent: m.user_agent,
+                    is_bot: u8::from(m.is_bot),
                     $( $req: m.$req, )*
-                    $( $opt: convert!($from m.$opt), )*
+                    $( $opt: convert!($from m.$opt, session), )*
                 }
             }
         }

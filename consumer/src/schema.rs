@@ -7,11 +7,11 @@ use anyhow::Context;
 use clickhouse::Client;
 
 use crate::row::EventRow;
-use crate::topology::{LOCAL_SUFFIX, SHARDING_KEY, Server, Topology, first_answering, is_sql_name};
+use crate::topology::{LOCAL_SUFFIX, Server, Topology, first_answering, is_sql_name};
 
 mod migrations;
 
-use migrations::{BOOTSTRAP, MIGRATIONS, SESSIONS_SELECT, Step};
+use migrations::{BOOTSTRAP, MIGRATIONS, SESSIONS_SELECT, Step, VISITORS_SELECT};
 
 /// What the connected server supports, read from `SELECT version()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +68,7 @@ impl ServerCaps {
         };
         statement
             .replace("{sessions_select}", SESSIONS_SELECT)
+            .replace("{visitors_select}", VISITORS_SELECT)
             .replace("{on_cluster}", &layout.on_cluster)
             .replace("{local}", layout.local)
             .replace("{db}", database)
@@ -127,6 +128,7 @@ impl Step {
                 name,
                 engine,
                 create,
+                key,
             } => {
                 let local = create
                     .replace("{table}", &format!("{{db}}.{name}{{local}}{{on_cluster}}"))
@@ -138,7 +140,7 @@ impl Step {
                         format!(
                             "CREATE TABLE IF NOT EXISTS {{db}}.{name}{{on_cluster}} \
                              AS {{db}}.{name}{{local}} \
-                             ENGINE = Distributed({cluster}, {{db}}, {name}{{local}}, {SHARDING_KEY})"
+                             ENGINE = Distributed({cluster}, {{db}}, {name}{{local}}, {key})"
                         ),
                     ));
                 }
@@ -154,6 +156,22 @@ impl Step {
                     .replace("{table}", &format!("{{db}}.{name}{{on_cluster}}"))
                     .replace("{engine}", &layout.engine(engine, name, "all")),
             )],
+            Step::Reshard { name, key } => match &layout.cluster {
+                Some(cluster) => vec![
+                    (
+                        Target::EachServer,
+                        format!("DROP TABLE IF EXISTS {{db}}.{name}"),
+                    ),
+                    (
+                        Target::EachServer,
+                        format!(
+                            "CREATE TABLE IF NOT EXISTS {{db}}.{name} AS {{db}}.{name}{{local}} \
+                             ENGINE = Distributed({cluster}, {{db}}, {name}{{local}}, {key})"
+                        ),
+                    ),
+                ],
+                None => Vec::new(),
+            },
             Step::Once(sql) => vec![(Target::Once, (*sql).to_owned())],
             Step::EachServer(sql) if layout.cluster.is_some() => {
                 vec![(Target::EachServer, (*sql).to_owned())]
@@ -388,20 +406,37 @@ mod tests {
             .filter(|s| s.runs == "each_server")
             .map(|s| s.sql.as_str())
             .collect();
-        assert_eq!(each_server.len(), 2);
+        assert_eq!(each_server.len(), 4);
         assert!(
-            each_server
+            each_server[..2]
                 .iter()
                 .all(|s| s.starts_with("ALTER TABLE analytics.events ADD"))
         );
-        let backfill: Vec<&Statement> = cluster.iter().filter(|s| s.runs == "each_shard").collect();
-        assert_eq!(backfill.len(), 1);
-        assert!(
-            backfill[0]
-                .sql
-                .starts_with("INSERT INTO analytics.experiment_sessions_local")
+        // Migration 7 shards events by visitor: its Distributed table made again.
+        assert_eq!(each_server[2], "DROP TABLE IF EXISTS analytics.events");
+        assert_eq!(
+            each_server[3],
+            "CREATE TABLE IF NOT EXISTS analytics.events AS analytics.events_local \
+             ENGINE = Distributed(analytics, analytics, events_local, sipHash64(visitor_id))"
         );
-        assert!(backfill[0].sql.contains("FROM analytics.events_local"));
+        assert!(sql.iter().any(|s| s.ends_with(
+            "ENGINE = Distributed(analytics, analytics, experiment_visitors_local, sipHash64(visitor_id))"
+        )));
+        let backfill: Vec<&Statement> = cluster.iter().filter(|s| s.runs == "each_shard").collect();
+        assert_eq!(backfill.len(), 2);
+        for (statement, table) in backfill
+            .iter()
+            .zip(["experiment_sessions", "experiment_visitors"])
+        {
+            assert!(
+                statement
+                    .sql
+                    .starts_with(&format!("INSERT INTO analytics.{table}_local")),
+                "{}",
+                statement.sql
+            );
+            assert!(statement.sql.contains("FROM analytics.events_local"));
+        }
         assert!(
             cluster
                 .iter()

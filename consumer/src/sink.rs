@@ -111,7 +111,7 @@ impl Sink {
     ) -> Outcome {
         let mut by_shard: Vec<Vec<&EventRow<Span>>> = vec![Vec::new(); self.topology.shards.len()];
         for row in rows {
-            by_shard[self.topology.shard_of(&bytes[row.session_id.clone()])].push(row);
+            by_shard[self.topology.shard_of(&bytes[row.visitor_id.clone()])].push(row);
         }
         let outcomes = futures::future::join_all(
             by_shard

@@ -1,8 +1,8 @@
 //! Where the rows go: one server, or the shards of a cluster, each a list of replicas.
 //! Every copy of an event (a Kafka redelivery, a client's retry with the same `eventId`)
-//! carries the same session, so it lands on the same shard, the one the Distributed
-//! tables' sharding key `sipHash64(session_id)` picks: `FINAL` and the results views then
-//! count it once.
+//! carries the same visitor, so it lands on the same shard, the one the Distributed
+//! tables' sharding key `sipHash64(visitor_id)` picks: `FINAL` then counts it once, and a
+//! visitor's aggregates stay on one shard.
 
 use std::hash::Hasher;
 
@@ -16,7 +16,7 @@ use crate::config::ClickHouseArgs;
 pub const LOCAL_SUFFIX: &str = "_local";
 
 /// The sharding key of the Distributed tables, in ClickHouse's words.
-pub const SHARDING_KEY: &str = "sipHash64(session_id)";
+pub const SHARDING_KEY: &str = "sipHash64(visitor_id)";
 
 /// One ClickHouse server.
 #[derive(Clone)]
@@ -83,13 +83,13 @@ impl Topology {
         })
     }
 
-    /// The shard of the rows of session `session_id`.
-    pub fn shard_of(&self, session_id: &[u8]) -> usize {
+    /// The shard of the rows of visitor `visitor_id`.
+    pub fn shard_of(&self, visitor_id: &[u8]) -> usize {
         if self.shards.len() == 1 {
             return 0;
         }
         let mut hasher = SipHasher24::new_with_keys(0, 0);
-        hasher.write(session_id);
+        hasher.write(visitor_id);
         (hasher.finish() % self.shards.len() as u64) as usize
     }
 

@@ -54,6 +54,9 @@ macro_rules! field {
     (read f64 $fields:ident, $key:expr) => {
         $fields.opt_number($key)
     };
+    (read u32 $fields:ident, $key:expr) => {
+        $fields.opt_whole($key)
+    };
     (read bool $fields:ident, $key:expr) => {
         $fields.opt_bool($key)
     };
@@ -84,6 +87,10 @@ macro_rules! event_message {
             pub public_key: T,
             #[serde(default)]
             pub user_agent: T,
+            /// The User-Agent is a known crawler's or automation's ([`is_bot`]): the event is
+            /// kept, and left out of results.
+            #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+            pub is_bot: bool,
             $( pub $req: T, )*
             $(
                 #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -108,6 +115,7 @@ macro_rules! event_message {
                     received_at: self.received_at,
                     public_key: f(self.public_key),
                     user_agent: f(self.user_agent),
+                    is_bot: self.is_bot,
                     $( $req: f(self.$req), )*
                     $( $opt: field!(map $ty self.$opt, f), )*
                     event_time: self.event_time,
@@ -171,6 +179,7 @@ macro_rules! event_message {
                     received_at: envelope.received_at,
                     public_key: Cow::Borrowed(&envelope.public_key),
                     user_agent: Cow::Borrowed(&envelope.user_agent),
+                    is_bot: envelope.is_bot,
                     $( $req: f.req_str(keys::$req(), $req_max)?, )*
                     $( $opt: field!(read $ty $($limit($max))? f, keys::$opt())?, )*
                     event_time: envelope.event_time(f.opt_number(keys::timestamp())?),
@@ -237,17 +246,47 @@ impl std::fmt::Display for Rejection {
     }
 }
 
+/// Highest `phase` of an experiment (see [`crate::snapshot::Experiment::phase`]).
+pub const MAX_PHASE: u32 = 1_000_000;
+
+/// Whether a User-Agent is a known crawler's, monitor's or automated browser's, by the
+/// `isbot` crate's maintained list. An empty one is not: it says nothing either way.
+pub fn is_bot(user_agent: &str) -> bool {
+    static BOTS: std::sync::LazyLock<isbot::Bots> = std::sync::LazyLock::new(isbot::Bots::default);
+    !user_agent.is_empty() && BOTS.is_bot(user_agent)
+}
+
 /// What the ingest knows about a request, added to each of its events.
 #[derive(Clone, Debug)]
 pub struct Envelope {
     pub received_at: i64,
     pub public_key: String,
     pub user_agent: String,
+    /// [`is_bot`] of the User-Agent.
+    pub is_bot: bool,
     /// The batch's `sentAt`: the client's clock when it sent the request, in milliseconds.
     pub sent_at: Option<f64>,
 }
 
 impl Envelope {
+    /// The envelope of a request: its User-Agent cut to [`MAX_USER_AGENT_BYTES`] and
+    /// checked by [`is_bot`].
+    pub fn new(
+        received_at: i64,
+        public_key: String,
+        user_agent: String,
+        sent_at: Option<f64>,
+    ) -> Self {
+        let user_agent = Self::clamp_user_agent(user_agent);
+        Self {
+            received_at,
+            public_key,
+            is_bot: is_bot(&user_agent),
+            user_agent,
+            sent_at,
+        }
+    }
+
     /// The time of an event the client stamped `timestamp`, on the ingest's clock (see
     /// [`EventMessage::event_time`]).
     pub fn event_time(&self, timestamp: Option<f64>) -> Option<i64> {
@@ -272,9 +311,18 @@ impl Envelope {
 }
 
 impl<T: AsRef<str>> EventMessage<T> {
-    /// The message key: events of one session go to one partition, in order.
+    /// The unit of the experiments' results: the client's `visitorId`, or its session for
+    /// clients that send none.
+    pub fn visitor(&self) -> &str {
+        self.visitor_id
+            .as_ref()
+            .unwrap_or(&self.session_id)
+            .as_ref()
+    }
+
+    /// The message key: events of one visitor go to one partition, in order.
     pub fn kafka_key(&self) -> &str {
-        self.session_id.as_ref()
+        self.visitor()
     }
 }
 
@@ -353,6 +401,12 @@ fn rules<'a, S: Source<'a>>(f: &mut Fields<S>) -> Result<Uuid, Rejection> {
             "be var_ followed by at least one character",
         ));
     }
+    let key = keys::phase();
+    if f.opt_whole(key)?
+        .is_some_and(|p| !(1..=MAX_PHASE).contains(&p))
+    {
+        return Err(whole_out_of_range(key.name));
+    }
     let key = keys::scroll_depth();
     if f.opt_number(key)?
         .is_some_and(|d| !(0.0..=100.0).contains(&d))
@@ -398,6 +452,7 @@ impl<T, V> Copy for Key<T, V> {}
 type TextKey<'a> = Key<JsonStr<'a>, Option<JsonStr<'a>>>;
 type NumberKey<'a> = Key<JsonStr<'a>, Option<f64>>;
 type FlagKey<'a> = Key<JsonStr<'a>, Option<bool>>;
+type WholeKey<'a> = Key<JsonStr<'a>, Option<u32>>;
 
 /// Where an event's fields come from: a [`Value`] object, or [`Typed`] fields. A source
 /// only checks JSON types; [`Fields`] adds the contract's rules.
@@ -409,6 +464,7 @@ trait Source<'a> {
     fn peek_text(&mut self, key: TextKey<'a>) -> Result<Option<Cow<'a, str>>, Rejection>;
     fn number(&mut self, key: NumberKey<'a>) -> Result<Option<f64>, Rejection>;
     fn flag(&mut self, key: FlagKey<'a>) -> Result<Option<bool>, Rejection>;
+    fn whole(&mut self, key: WholeKey<'a>) -> Result<Option<u32>, Rejection>;
 }
 
 impl<'a> Source<'a> for &'a Map<String, Value> {
@@ -442,6 +498,23 @@ impl<'a> Source<'a> for &'a Map<String, Value> {
             Some(_) => Err(Rejection::must(key.name, "be a boolean")),
         }
     }
+
+    fn whole(&mut self, key: WholeKey<'a>) -> Result<Option<u32>, Rejection> {
+        match self.get(key.name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) => match n.as_u64().map(u32::try_from) {
+                Some(Ok(n)) => Ok(Some(n)),
+                _ => Err(whole_out_of_range(key.name)),
+            },
+            Some(_) => Err(Rejection::must(key.name, "be a number")),
+        }
+    }
+}
+
+/// The rejection of a whole number out of its range, 1 to [`MAX_PHASE`] (the only whole
+/// number of the list is a phase).
+fn whole_out_of_range(name: &'static str) -> Rejection {
+    Rejection::must(name, &format!("be a whole number from 1 to {MAX_PHASE}"))
 }
 
 impl<'a> Source<'a> for Typed<JsonStr<'a>> {
@@ -459,6 +532,10 @@ impl<'a> Source<'a> for Typed<JsonStr<'a>> {
     }
 
     fn flag(&mut self, key: FlagKey<'a>) -> Result<Option<bool>, Rejection> {
+        Ok(*(key.typed)(self))
+    }
+
+    fn whole(&mut self, key: WholeKey<'a>) -> Result<Option<u32>, Rejection> {
         Ok(*(key.typed)(self))
     }
 }
@@ -499,6 +576,10 @@ impl<'a, S: Source<'a>> Fields<S> {
     fn opt_bool(&mut self, key: FlagKey<'a>) -> Result<Option<bool>, Rejection> {
         self.0.flag(key)
     }
+
+    fn opt_whole(&mut self, key: WholeKey<'a>) -> Result<Option<u32>, Rejection> {
+        self.0.whole(key)
+    }
 }
 
 fn checked<'a>(
@@ -537,12 +618,7 @@ mod tests {
     use serde_json::json;
 
     fn envelope() -> Envelope {
-        Envelope {
-            received_at: 1_700_000_000_123,
-            public_key: "pk_test".into(),
-            user_agent: "UA".into(),
-            sent_at: None,
-        }
+        Envelope::new(1_700_000_000_123, "pk_test".into(), "UA".into(), None)
     }
 
     /// Both readings of an event, which must agree, as the result or `field: message`.
@@ -623,6 +699,85 @@ mod tests {
         let mut v = minimal();
         v[field] = value;
         v
+    }
+
+    #[test]
+    fn the_visitor_is_the_key_and_the_unit_and_defaults_to_the_session() {
+        let m = check(minimal()).expect("valid");
+        assert_eq!((m.visitor_id.as_deref(), m.visitor()), (None, "s1"));
+        assert_eq!(m.kafka_key(), "s1");
+        let m = check(with("visitorId", json!("v-1"))).expect("valid");
+        assert_eq!((m.visitor(), m.kafka_key()), ("v-1", "v-1"));
+        // The rules of an id, as sessionId's.
+        assert_eq!(
+            check(with("visitorId", json!("v\u{7}"))).map(|_| ()),
+            Err("visitorId: field visitorId must not contain control characters".into())
+        );
+        assert!(check(with("visitorId", json!("v".repeat(MAX_ID_CHARS + 1)))).is_err());
+        assert!(check(with("visitorId", json!(7))).is_err());
+    }
+
+    #[test]
+    fn a_phase_is_a_whole_number_from_one() {
+        for ok in [1, 2, MAX_PHASE] {
+            assert_eq!(
+                check(with("phase", json!(ok))).expect("valid").phase,
+                Some(ok)
+            );
+        }
+        assert_eq!(
+            check(with("phase", Value::Null)).expect("valid").phase,
+            None
+        );
+        let refused = format!("phase: field phase must be a whole number from 1 to {MAX_PHASE}");
+        for bad in [
+            json!(0),
+            json!(-1),
+            json!(1.5),
+            json!(MAX_PHASE + 1),
+            json!(1e20),
+        ] {
+            assert_eq!(
+                check(with("phase", bad.clone())).map(|_| ()),
+                Err(refused.clone()),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            check(with("phase", json!("2"))).map(|_| ()),
+            Err("phase: field phase must be a number".into())
+        );
+    }
+
+    #[test]
+    fn crawlers_and_automation_are_bots_by_their_user_agent() {
+        for bot in [
+            "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
+            "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/156.0.0.0 Safari/537.36",
+            "curl/8.5.0",
+            "python-requests/2.32.3",
+        ] {
+            assert!(is_bot(bot), "{bot}");
+            assert!(
+                Envelope::new(0, "pk".into(), bot.into(), None).is_bot,
+                "{bot}"
+            );
+        }
+        for person in [
+            "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/156.0.0.0 Safari/537.36",
+            "Mozilla/5.0 (iPhone; CPU iPhone OS 18_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/18.1 Mobile/15E148 Safari/604.1",
+            "",
+        ] {
+            assert!(!is_bot(person), "{person}");
+        }
+        let bot = Envelope::new(0, "pk".into(), "Googlebot/2.1".into(), None);
+        let m = EventMessage::from_client(&minimal(), &bot).expect("valid");
+        assert!(m.is_bot);
+        let json = serde_json::to_value(&m).expect("ser");
+        assert_eq!(json["is_bot"], json!(true));
+        let person = EventMessage::from_client(&minimal(), &envelope()).expect("valid");
+        let json = serde_json::to_value(&person).expect("ser");
+        assert!(json.get("is_bot").is_none(), "left out when false: {json}");
     }
 
     #[test]

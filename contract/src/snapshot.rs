@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use crate::event::MAX_PHASE;
 use crate::key::PublicKey;
 
 /// Tolerance on the sum of a experiment's variant weights.
@@ -41,6 +42,10 @@ pub struct Variant {
 #[derive(Clone, Debug)]
 pub struct Experiment {
     pub id: String,
+    /// Starts at 1; raised by whoever changes the experiment's variants or weights, so
+    /// that no result pools visitors assigned under different weights. The SDK
+    /// re-randomizes its visitors in a new phase, and results are per phase.
+    pub phase: u32,
     pub status: Status,
     pub start_at: Option<OffsetDateTime>,
     pub end_at: Option<OffsetDateTime>,
@@ -95,6 +100,48 @@ impl Snapshot {
         self.keys.values()
     }
 
+    /// The phase live now of `experiment_id`, one of `key`'s experiments; 1 for another.
+    pub fn phase_of(&self, key: &KeyEntry, experiment_id: &str) -> u32 {
+        key.experiments
+            .iter()
+            .map(|&i| &self.experiments[i])
+            .find(|e| e.id == experiment_id)
+            .map_or(1, |e| e.phase)
+    }
+
+    /// Why `next` may not follow this snapshot: an experiment whose variants, their order
+    /// or their weights changed while its phase stayed (visitors assigned under both
+    /// weights would be pooled), or whose phase went back. Empty: it may.
+    pub fn phase_problems(&self, next: &Snapshot) -> Vec<String> {
+        let arms = |e: &Experiment| -> Vec<(String, f64)> {
+            e.variants
+                .iter()
+                .map(|v| (v.id.clone(), v.weight.as_f64().unwrap_or(0.0)))
+                .collect()
+        };
+        let mut problems = Vec::new();
+        for new in &next.experiments {
+            let Some(old) = self.experiments.iter().find(|e| e.id == new.id) else {
+                continue;
+            };
+            if new.phase < old.phase {
+                problems.push(format!(
+                    "{}: phase went back from {} to {}",
+                    new.id, old.phase, new.phase
+                ));
+            } else if new.phase == old.phase && arms(old) != arms(new) {
+                problems.push(format!(
+                    "{}: variants or weights changed in phase {}; a change of them starts a \
+                     new phase (set \"phase\": {})",
+                    new.id,
+                    old.phase,
+                    old.phase + 1
+                ));
+            }
+        }
+        problems
+    }
+
     /// Parses and validates a snapshot document.
     pub fn from_json(bytes: &[u8]) -> Result<Self, SnapshotError> {
         let raw: RawSnapshot = serde_json::from_slice(bytes).map_err(|e| SnapshotError {
@@ -138,6 +185,7 @@ struct RawSnapshot {
 #[serde(rename_all = "camelCase")]
 struct RawExperiment {
     id: String,
+    phase: Option<serde_json::Number>,
     status: Status,
     start_at: Option<String>,
     end_at: Option<String>,
@@ -253,8 +301,21 @@ impl RawSnapshot {
                     "{place}: {controls} control variants, at most one allowed"
                 ));
             }
+            let phase = match &e.phase {
+                None => 1,
+                Some(n) => match n.as_u64().and_then(|p| u32::try_from(p).ok()) {
+                    Some(p @ 1..=MAX_PHASE) => p,
+                    _ => {
+                        problems.push(format!(
+                            "{place}: phase must be a whole number from 1 to {MAX_PHASE}, not {n}"
+                        ));
+                        1
+                    }
+                },
+            };
             experiments.push(Arc::new(Experiment {
                 id: e.id,
+                phase,
                 status: e.status,
                 start_at,
                 end_at,
@@ -384,6 +445,60 @@ mod tests {
     }
 
     #[test]
+    fn a_change_of_weights_or_variants_needs_a_new_phase() {
+        let of = |phase: Option<u32>, weights: [u32; 2], ids: [&str; 2]| {
+            let mut e = serde_json::json!({ "id": "exp_a", "status": "live", "variants": [
+                { "id": ids[0], "weight": weights[0], "control": true, "parts": {} },
+                { "id": ids[1], "weight": weights[1], "control": false, "parts": {} }] });
+            if let Some(phase) = phase {
+                e["phase"] = phase.into();
+            }
+            Snapshot::from_json(&doc(serde_json::json!([e]), serde_json::json!([]))).expect("valid")
+        };
+        let first = of(None, [50, 50], ["var_a", "var_b"]);
+        assert_eq!(first.experiments[0].phase, 1);
+        // Texts, status, schedule: anything but the arms may change within a phase.
+        assert!(
+            first
+                .phase_problems(&of(Some(1), [50, 50], ["var_a", "var_b"]))
+                .is_empty()
+        );
+        let problems = first.phase_problems(&of(None, [10, 90], ["var_a", "var_b"]));
+        assert_eq!(
+            problems,
+            [
+                "exp_a: variants or weights changed in phase 1; a change of them starts a new \
+              phase (set \"phase\": 2)"
+            ]
+        );
+        assert_eq!(
+            first
+                .phase_problems(&of(None, [50, 50], ["var_a", "var_c"]))
+                .len(),
+            1
+        );
+        assert_eq!(
+            first
+                .phase_problems(&of(None, [50, 50], ["var_b", "var_a"]))
+                .len(),
+            1
+        );
+        let second = of(Some(2), [10, 90], ["var_a", "var_b"]);
+        assert!(first.phase_problems(&second).is_empty());
+        assert_eq!(
+            second.phase_problems(&first),
+            ["exp_a: phase went back from 2 to 1"]
+        );
+        for bad in ["0", "-1", "1.5", "\"2\"", "1000001"] {
+            let text = format!(
+                r#"{{"version":1,"experiments":[{{"id":"exp_a","phase":{bad},"status":"live",
+                "variants":[{{"id":"var_a","weight":100,"control":true,"parts":{{}}}}]}}],"keys":[]}}"#
+            );
+            assert!(Snapshot::from_json(text.as_bytes()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn not_json_is_one_problem() {
         let err = Snapshot::from_json(b"{nope").expect_err("invalid");
         assert_eq!(err.problems.len(), 1);
@@ -396,6 +511,7 @@ mod tests {
         let end = datetime!(2026-02-01 00:00 UTC);
         let mut e = Experiment {
             id: "exp_x".into(),
+            phase: 1,
             status: Status::Live,
             start_at: Some(start),
             end_at: Some(end),

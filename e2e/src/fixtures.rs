@@ -76,12 +76,12 @@ pub fn client_batch(session: &str, n: usize) -> (serde_json::Value, Vec<uuid::Uu
 
 /// A v1 event message, as the ingest writes it.
 pub fn event_message(public_key: &str, session: &str, name: &str) -> contract::event::EventMessage {
-    let envelope = contract::event::Envelope {
-        received_at: contract::event::now_millis(),
-        public_key: public_key.into(),
-        user_agent: "test".into(),
-        sent_at: None,
-    };
+    let envelope = contract::event::Envelope::new(
+        contract::event::now_millis(),
+        public_key.into(),
+        "test".into(),
+        None,
+    );
     contract::event::EventMessage::from_client(
         &serde_json::json!({ "eventName": name, "experimentId": "exp_1", "sessionId": session }),
         &envelope,

@@ -149,7 +149,7 @@ async fn counted_once(cluster: &Cluster, n: usize, database: &str) -> Option<(u6
 }
 
 /// Waits until `events` counts `want` events once each, then checks that every row is on
-/// its session's shard and that both replicas of each shard hold the same events.
+/// its visitor's shard and that both replicas of each shard hold the same events.
 async fn assert_landed_once(cluster: &Cluster, database: &str, want: u64) {
     let (once, ids) = e2e::eventually(
         Duration::from_secs(120),
@@ -170,7 +170,7 @@ async fn assert_landed_once(cluster: &Cluster, database: &str, want: u64) {
         let shard = (n - 1) / 2;
         let misplaced: u64 = cluster
             .client(n, database)
-            .query("SELECT count() FROM events_local WHERE sipHash64(session_id) % 2 != ?")
+            .query("SELECT count() FROM events_local WHERE sipHash64(visitor_id) % 2 != ?")
             .bind(shard as u64)
             .fetch_one()
             .await
@@ -238,16 +238,19 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                 ("events", "Distributed"),
                 ("events_local", "ReplicatedReplacingMergeTree"),
                 ("experiment_daily", "View"),
+                ("experiment_phase_variants", "View"),
                 ("experiment_results", "View"),
-                ("experiment_sessions", "Distributed"),
-                (
-                    "experiment_sessions_local",
-                    "ReplicatedAggregatingMergeTree"
-                ),
-                ("experiment_sessions_mv", "MaterializedView"),
                 ("experiment_variant_counts", "View"),
                 ("experiment_variants", "ReplicatedReplacingMergeTree"),
                 ("experiment_variants_current", "View"),
+                ("experiment_visitor_exposures", "View"),
+                ("experiment_visitors", "Distributed"),
+                (
+                    "experiment_visitors_local",
+                    "ReplicatedAggregatingMergeTree"
+                ),
+                ("experiment_visitors_mv", "MaterializedView"),
+                ("results_settings", "ReplicatedReplacingMergeTree"),
                 ("schema_migrations", "ReplicatedMergeTree"),
             ],
             "server {n}"
@@ -274,17 +277,17 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                     .fetch_all()
                     .await
                     .ok()?;
-                (v.len() == 6).then_some(v)
+                (v.len() == 7).then_some(v)
             },
         )
         .await;
-        assert_eq!(versions, [1, 2, 3, 4, 5, 6]);
+        assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7]);
     }
     cluster.drop_database(&database).await;
 }
 
 #[tokio::test]
-async fn events_land_once_on_their_session_shard_with_redeliveries_and_retries() {
+async fn events_land_once_on_their_visitor_shard_with_redeliveries_and_retries() {
     let (_turn, cluster) = Cluster::take_turn().await;
     let file = SnapshotFile::new(&json!({
         "version": "cluster-1",
@@ -304,7 +307,7 @@ async fn events_land_once_on_their_session_shard_with_redeliveries_and_retries()
     let ingest = e2e::start_ingest(e2e::ingest_config(&file.path, &names.topic, &[])).await;
     let http = reqwest::Client::new();
 
-    // 40 sessions of 3 events: an impression, a click and, for half, a conversion. Each
+    // 40 visitors of 3 events: an impression, a click and, for 24, a conversion. Each
     // batch is posted twice, as a client whose first answer was lost.
     let mut events = 0;
     for batch in 0..8 {
@@ -312,13 +315,18 @@ async fn events_land_once_on_their_session_shard_with_redeliveries_and_retries()
         for s in 0..5 {
             let session = format!("{}-{batch}-{s}", names.group);
             let variant = if s % 2 == 0 { "var_a" } else { "var_b" };
+            // The click and the conversion come in the visitor's next session.
+            let (visitor, next) = (format!("v-{session}"), format!("{session}-next"));
             body.push(json!({ "eventName": "impression", "experimentId": "exp_c",
-                "sessionId": session, "variantId": variant, "eventId": uuid::Uuid::new_v4() }));
+                "sessionId": session, "visitorId": visitor, "variantId": variant,
+                "eventId": uuid::Uuid::new_v4() }));
             body.push(json!({ "eventName": "click", "experimentId": "exp_c",
-                "sessionId": session, "variantId": variant, "eventId": uuid::Uuid::new_v4() }));
+                "sessionId": next, "visitorId": visitor, "variantId": variant,
+                "eventId": uuid::Uuid::new_v4() }));
             if s < 3 {
                 body.push(json!({ "eventName": "conversion", "experimentId": "exp_c",
-                    "sessionId": session, "variantId": variant, "eventId": uuid::Uuid::new_v4() }));
+                    "sessionId": next, "visitorId": visitor, "variantId": variant,
+                    "eventId": uuid::Uuid::new_v4() }));
             }
         }
         events += body.len() as u64;
@@ -345,7 +353,7 @@ async fn events_land_once_on_their_session_shard_with_redeliveries_and_retries()
     e2e::produce_all(&e2e::kafka_brokers(), &names.topic, &again).await;
 
     assert_landed_once(&cluster, &names.database, events).await;
-    // The results read the sessions of both shards, each once.
+    // The results read the visitors of both shards, each once.
     let exposed: Vec<(String, u64, u64)> =
         e2e::eventually(Duration::from_secs(30), "the variants' counts", || async {
             let rows: Vec<(String, u64, u64)> = cluster
@@ -360,7 +368,7 @@ async fn events_land_once_on_their_session_shard_with_redeliveries_and_retries()
             (rows.len() == 2).then_some(rows)
         })
         .await;
-    // Sessions 0, 2, 4 of each batch saw `a`, sessions 0, 1, 2 converted.
+    // Visitors 0, 2, 4 of each batch saw `a`; 0, 1, 2 converted, in their next session.
     assert_eq!(exposed, [("var_a".into(), 24, 16), ("var_b".into(), 16, 8)]);
 
     ingest.stop().await.expect("ingest stops");

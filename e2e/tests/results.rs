@@ -16,12 +16,12 @@ use statrs::distribution::{ChiSquared, ContinuousCDF, Normal, StudentsT};
 const KEY: &str = "pk_results";
 const WAIT: Duration = Duration::from_secs(60);
 
-fn snapshot(version: &str, ab_weights: (u32, u32)) -> Value {
+fn snapshot(version: &str, ab_phase: u32, ab_weights: (u32, u32)) -> Value {
     let variant = |id: &str, weight: u32, control: bool| json!({ "id": id, "weight": weight, "control": control, "parts": { "cta": id } });
     json!({
         "version": version,
         "experiments": [
-            { "id": "exp_ab", "status": "live",
+            { "id": "exp_ab", "phase": ab_phase, "status": "live",
               "variants": [variant("var_a", ab_weights.0, true), variant("var_b", ab_weights.1, false)] },
             { "id": "exp_abc", "status": "live",
               "variants": [variant("var_x", 50, true), variant("var_y", 25, false), variant("var_z", 25, false)] }
@@ -44,6 +44,8 @@ enum Outcome {
 
 /// One session's batch: its impressions (one per variant), then the outcome, stamped with
 /// the client's clock (`timestamp`, `sentAt`), which sets their order to the millisecond.
+/// Its visitor is `visitor-<session>`; [`later_session`] moves events to another session
+/// of the same visitor.
 fn session_batch(
     experiment: &str,
     session: &str,
@@ -56,7 +58,7 @@ fn session_batch(
     let event = |name: &str, variant: &str, at: i64| {
         json!({ "eventId": uuid::Uuid::now_v7().to_string(), "eventName": name,
                 "experimentId": experiment, "sessionId": session, "variantId": variant,
-                "timestamp": at, "test": test })
+                "visitorId": format!("visitor-{session}"), "timestamp": at, "test": test })
     };
     let mut events: Vec<Value> = variants
         .iter()
@@ -111,19 +113,31 @@ impl Plan {
             // Seconds on the page, a different spread per variant.
             let seconds = (variant.len() + i % (11 + variant.len() % 7)) as f64 * 1.5;
             self.times.entry(variant).or_default().push(seconds);
-            self.batches.push(session_batch(
-                experiment,
-                &session,
-                &[variant],
-                o,
-                false,
-                Some(seconds),
-            ));
+            let mut batch =
+                session_batch(experiment, &session, &[variant], o, false, Some(seconds));
+            // Every other outcome comes in a later session of the visitor: still theirs.
+            if o != Outcome::Nothing && i % 2 == 1 {
+                let later = later_session(&mut batch, 1);
+                self.batches.push(later);
+            }
+            self.batches.push(batch);
             let entry = self.expected.entry((experiment, variant)).or_default();
             entry.0 += 1;
             entry.1 += u64::from(matches!(o, Outcome::Converts | Outcome::ConvertsByFlag));
         }
     }
+}
+
+/// The batch with its events from index `from` on moved to a second session of the same
+/// visitor, sent in a batch of their own: a visitor's conversion in a later session.
+fn later_session(batch: &mut Value, from: usize) -> Value {
+    let events = batch["events"].as_array_mut().expect("events");
+    let mut moved = events.split_off(from);
+    for event in &mut moved {
+        let session = event["sessionId"].as_str().expect("session").to_owned();
+        event["sessionId"] = json!(format!("{session}-later"));
+    }
+    json!({ "sentAt": batch["sentAt"], "events": moved })
 }
 
 #[derive(Debug, Deserialize, Row)]
@@ -141,14 +155,15 @@ struct ResultRow {
     srm_p_value: Option<f64>,
 }
 
-async fn results(client: &clickhouse::Client) -> Vec<ResultRow> {
+async fn results(client: &clickhouse::Client, phase: u32) -> Vec<ResultRow> {
     client
         .query(
             "SELECT experiment_id, variant_id, is_control, exposed, converted, conversion_rate, \
              diff, ci_low, ci_high, p_value, srm_p_value FROM experiment_results \
-             WHERE public_key = ? ORDER BY experiment_id, variant_id",
+             WHERE public_key = ? AND phase = ? ORDER BY experiment_id, variant_id",
         )
         .bind(KEY)
+        .bind(phase)
         .fetch_all()
         .await
         .expect("experiment_results")
@@ -179,7 +194,8 @@ fn check_row(
     let (diff, low, high, p_value) = if !comparable {
         (None, None, None, None)
     } else if row.is_control == 1 {
-        (Some(0.0), Some(0.0), Some(0.0), None)
+        // No zero-width interval: the control has none.
+        (Some(0.0), None, None, None)
     } else {
         let p0 = rate(control);
         let se = (p * (1.0 - p) / row.exposed as f64 + p0 * (1.0 - p0) / control.0 as f64).sqrt();
@@ -224,8 +240,8 @@ fn check_row(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn results_count_sessions_once_and_match_independent_statistics() {
-    let file = SnapshotFile::new(&snapshot("r-1", (50, 50)));
+async fn results_count_visitors_once_per_phase_and_match_independent_statistics() {
+    let file = SnapshotFile::new(&snapshot("r-1", 1, (50, 50)));
     let names = ConsumerNames::unique();
     let snapshot_flag = format!("--experiments-snapshot={}", file.path.display());
     let (consumer, stats) = e2e::start_consumer_counted(e2e::consumer_config(
@@ -284,7 +300,8 @@ async fn results_count_sessions_once_and_match_independent_statistics() {
         );
         plan.batches.push(batch);
     }
-    let both = session_batch(
+    // A visitor who saw var_a in one session and var_b in the next.
+    let mut both = session_batch(
         "exp_ab",
         "both",
         &["var_a", "var_b"],
@@ -292,6 +309,7 @@ async fn results_count_sessions_once_and_match_independent_statistics() {
         false,
         None,
     );
+    plan.batches.push(later_session(&mut both, 1));
     plan.batches.push(both);
     plan.expected.insert(("exp_ab", "__multiple__"), (1, 1));
 
@@ -321,6 +339,34 @@ async fn results_count_sessions_once_and_match_independent_statistics() {
         assert_eq!(post(&again).await.expect("ingest answers").status(), 202);
         copies += batch["events"].as_array().expect("events").len();
     }
+    // Crawlers and automated browsers: stored, flagged, left out of the results.
+    for (i, agent) in [
+        "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) \
+         HeadlessChrome/156.0.0.0 Safari/537.36",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let batch = session_batch(
+            "exp_ab",
+            &format!("bot-{i}"),
+            &["var_b"],
+            Outcome::Converts,
+            false,
+            None,
+        );
+        let response = http
+            .post(ingest.url("/api/v1/analytics"))
+            .header("X-public-key", KEY)
+            .header("User-Agent", agent)
+            .json(&batch)
+            .send()
+            .await
+            .expect("ingest answers");
+        assert_eq!(response.status(), 202);
+        unique_events += 2;
+    }
     // ...and Kafka delivers some messages twice, byte for byte.
     let published = e2e::read_topic(&names.topic, unique_events + copies, WAIT).await;
     let redelivered: Vec<(Option<&[u8]>, &[u8])> = published
@@ -341,7 +387,13 @@ async fn results_count_sessions_once_and_match_independent_statistics() {
     .await;
 
     let ch = e2e::clickhouse(&names.database);
-    let rows = results(&ch).await;
+    let bots: u64 = ch
+        .query("SELECT uniqExact(event_id) FROM events WHERE is_bot = 1")
+        .fetch_one()
+        .await
+        .expect("bots");
+    assert_eq!(bots, 4, "the bots' events are stored, flagged");
+    let rows = results(&ch, 1).await;
     let got: BTreeMap<(String, String), (u64, u64)> = rows
         .iter()
         .map(|r| {
@@ -395,9 +447,26 @@ async fn results_count_sessions_once_and_match_independent_statistics() {
 
     check_command(&ch, &plan, &rows).await;
 
-    // The definitions follow the snapshot: with 60/40, 120 against 80 is no mismatch.
-    file.replace(&snapshot("r-2", (60, 40)));
-    e2e::eventually(WAIT, "version r-2 in experiment_variants_current", || async {
+    // New weights without a new phase are refused, by the consumer and the ingest alike.
+    // (Both run in this process: one /metrics text has both services' counters.)
+    let metrics = || async { e2e::metrics_text(&ingest.url("/metrics")).await };
+    let refused = |text: &str, service: &str| {
+        let name = format!("{service}_snapshot_reloads_total{{result=\"invalid\"}}");
+        e2e::metric(text, &name).unwrap_or(0.0)
+    };
+    let text = metrics().await;
+    let before = (refused(&text, "consumer"), refused(&text, "ingest"));
+    file.replace(&snapshot("r-2", 1, (60, 40)));
+    e2e::eventually(WAIT, "the weight change refused", || async {
+        let text = metrics().await;
+        (refused(&text, "consumer") > before.0 && refused(&text, "ingest") > before.1).then_some(())
+    })
+    .await;
+
+    // With a new phase they are taken; phase 1 keeps its weights, so 120 against 80 stays
+    // a mismatch there, and phase 2 counts its own visitors against 60/40.
+    file.replace(&snapshot("r-3", 2, (60, 40)));
+    e2e::eventually(WAIT, "version r-3 in experiment_variants_current", || async {
         let version: String = ch
             .query(
                 "SELECT any(version) FROM experiment_variants_current WHERE experiment_id = 'exp_ab'",
@@ -405,19 +474,68 @@ async fn results_count_sessions_once_and_match_independent_statistics() {
             .fetch_one()
             .await
             .ok()?;
-        (version == "r-2").then_some(())
+        (version == "r-3").then_some(())
     })
     .await;
-    let rows = results(&ch).await;
-    check_all(&rows, (60.0, 40.0));
-    let srm = rows[0].srm_p_value.expect("srm");
-    assert!((srm - 1.0).abs() < 1e-12, "{srm}");
+    let again = results(&ch, 1).await;
+    check_all(&again, (50.0, 50.0));
+    assert_eq!(again[0].srm_p_value, rows[0].srm_p_value);
+    // Phase 2: 6 visitors of var_a and 4 of var_b; half say their phase, half leave it
+    // to the ingest, which has the live one once it reloaded r-3.
+    e2e::eventually(WAIT, "the ingest in phase 2", || async {
+        let text = metrics().await;
+        (e2e::metric(&text, "ingest_snapshot_info{version=\"r-3\"}") == Some(1.0)).then_some(())
+    })
+    .await;
+    let before = stats
+        .rows_inserted
+        .load(std::sync::atomic::Ordering::Relaxed);
+    for (variant, n) in [("var_a", 6), ("var_b", 4)] {
+        for i in 0..n {
+            let mut batch = session_batch(
+                "exp_ab",
+                &format!("p2-{variant}-{i}"),
+                &[variant],
+                Outcome::Nothing,
+                false,
+                None,
+            );
+            if i % 2 == 0 {
+                batch["events"][0]["phase"] = json!(2);
+            }
+            assert_eq!(post(&batch).await.expect("ingest answers").status(), 202);
+        }
+    }
+    e2e::eventually(WAIT, "phase 2 rows inserted", || async {
+        (stats
+            .rows_inserted
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= before + 10)
+            .then_some(())
+    })
+    .await;
+    let second = results(&ch, 2).await;
+    let ab: Vec<&ResultRow> = second
+        .iter()
+        .filter(|r| r.experiment_id == "exp_ab")
+        .collect();
+    assert_eq!(
+        ab.iter()
+            .map(|r| (r.variant_id.as_str(), r.exposed))
+            .collect::<Vec<_>>(),
+        [("var_a", 6), ("var_b", 4)]
+    );
+    let srm = ab[0].srm_p_value.expect("srm");
+    assert!((srm - 1.0).abs() < 1e-12, "6 against 4 on 60/40: {srm}");
     let versions: u64 = ch
         .query("SELECT uniqExact(version) FROM experiment_variants WHERE experiment_id = 'exp_ab'")
         .fetch_one()
         .await
         .expect("versions");
-    assert_eq!(versions, 2, "the old version stays queryable");
+    assert_eq!(
+        versions, 2,
+        "the old version stays queryable, the refused one never came"
+    );
 
     ingest.stop().await.expect("ingest stops");
     consumer.stop().await.expect("clean stop");

@@ -18,7 +18,11 @@ async fn migrations_create_the_schema_once_and_rerun_as_a_no_op() {
         .fetch_all()
         .await
         .expect("migrations recorded");
-    assert_eq!(versions, [1, 2, 3, 4, 5, 6], "each migration recorded once");
+    assert_eq!(
+        versions,
+        [1, 2, 3, 4, 5, 6, 7],
+        "each migration recorded once"
+    );
 
     let columns: Vec<String> = client
         .query(
@@ -138,12 +142,8 @@ async fn migrated() -> (String, clickhouse::Client) {
 
 /// The row the consumer stores for a client event received at a fixed time.
 fn row(event: serde_json::Value) -> consumer::EventRow {
-    let envelope = contract::event::Envelope {
-        received_at: 1_763_700_000_000,
-        public_key: "pk_x".into(),
-        user_agent: String::new(),
-        sent_at: None,
-    };
+    let envelope =
+        contract::event::Envelope::new(1_763_700_000_000, "pk_x".into(), String::new(), None);
     consumer::EventRow::from(
         contract::event::EventMessage::from_client(&event, &envelope).expect("valid"),
     )

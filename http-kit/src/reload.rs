@@ -1,7 +1,9 @@
 //! Keeps a value built from the snapshot current. The snapshot comes from a file or an
 //! `http(s)://` URL; it is loaded at start (invalid and no good copy: fatal) and polled
 //! afterwards. A changed snapshot that validates replaces the value atomically; an invalid
-//! or unreachable one is logged and counted while the last good value keeps serving.
+//! or unreachable one is logged and counted while the last good value keeps serving. So is
+//! one that changes an experiment's variants or weights without raising its phase
+//! ([`Snapshot::phase_problems`]).
 //!
 //! A file is compared by its bytes, so a replacement by rename and a rewrite in place are
 //! both seen, whatever the file system's timestamp granularity. A URL is polled with
@@ -16,7 +18,7 @@ use anyhow::Context;
 use arc_swap::ArcSwap;
 use tokio::task::JoinHandle;
 
-use contract::snapshot::Snapshot;
+use contract::snapshot::{Snapshot, SnapshotError};
 
 /// How the watched value is made from a validated snapshot.
 pub type Build<T> = Arc<dyn Fn(Snapshot) -> T + Send + Sync>;
@@ -230,13 +232,12 @@ pub async fn load_and_watch<T: Send + Sync + 'static>(
     tracing::info!(source = %options.source.describe(), version = %snapshot.version,
         "Snapshot loaded.");
     record_loaded(options.metrics_prefix, None, &snapshot);
-    let version = snapshot.version.clone();
-    let current = Arc::new(ArcSwap::from_pointee(build(snapshot)));
+    let current = Arc::new(ArcSwap::from_pointee(build(snapshot.clone())));
     let task = tokio::spawn(watch(
         options,
         fetcher,
         bytes,
-        version,
+        snapshot,
         build,
         current.clone(),
     ));
@@ -267,7 +268,7 @@ async fn watch<T: Send + Sync + 'static>(
     options: WatchOptions,
     mut fetcher: Fetcher,
     mut last: Vec<u8>,
-    mut version: String,
+    mut previous: Snapshot,
     build: Build<T>,
     current: Arc<ArcSwap<T>>,
 ) {
@@ -290,17 +291,23 @@ async fn watch<T: Send + Sync + 'static>(
         if bytes == last {
             continue;
         }
-        match Snapshot::from_json(&bytes) {
+        let checked = Snapshot::from_json(&bytes).and_then(|snapshot| {
+            match previous.phase_problems(&snapshot) {
+                problems if problems.is_empty() => Ok(snapshot),
+                problems => Err(SnapshotError { problems }),
+            }
+        });
+        match checked {
             Ok(snapshot) => {
                 tracing::info!(version = %snapshot.version, "Snapshot reloaded.");
                 metrics::counter!(reloads.clone(), "result" => "ok").increment(1);
-                record_loaded(options.metrics_prefix, Some(&version), &snapshot);
-                version = snapshot.version.clone();
+                record_loaded(options.metrics_prefix, Some(&previous.version), &snapshot);
                 fetcher.keep_copy(&bytes).await;
-                current.store(Arc::new(build(snapshot)));
+                current.store(Arc::new(build(snapshot.clone())));
+                previous = snapshot;
             }
             Err(e) => {
-                tracing::warn!(source = %options.source.describe(), problems = ?e.problems,
+                tracing::error!(source = %options.source.describe(), problems = ?e.problems,
                     "Snapshot rejected; the last good one keeps serving.");
                 metrics::counter!(reloads.clone(), "result" => "invalid").increment(1);
             }

@@ -78,22 +78,26 @@ async fn handle(
     }
     let events = parsed.events?;
 
-    let envelope = Envelope {
-        sent_at: parsed.sent_at?,
-        received_at: contract::event::now_millis(),
-        public_key: key.to_string(),
-        user_agent: Envelope::clamp_user_agent(
-            headers
-                .get(header::USER_AGENT)
-                .map(|ua| String::from_utf8_lossy(ua.as_bytes()).into_owned())
-                .unwrap_or_default(),
-        ),
-    };
+    let envelope = Envelope::new(
+        contract::event::now_millis(),
+        key.to_string(),
+        headers
+            .get(header::USER_AGENT)
+            .map(|ua| String::from_utf8_lossy(ua.as_bytes()).into_owned())
+            .unwrap_or_default(),
+        parsed.sent_at?,
+    );
     let mut accepted = Vec::with_capacity(events.len());
     let mut rejected = Vec::new();
     for index in 0..events.len() {
         match EventMessage::from_client_json(events.get(index), &envelope) {
-            Ok(message) => accepted.push(message),
+            Ok(mut message) => {
+                // An event that does not say its phase belongs to the one live now.
+                message
+                    .phase
+                    .get_or_insert_with(|| snapshot.phase_of(entry, &message.experiment_id));
+                accepted.push(message);
+            }
             Err(rejection) => {
                 metrics::counter!("ingest_events_rejected_total", "field" => rejection.field)
                     .increment(1);

@@ -221,12 +221,12 @@ impl Traffic {
     /// Events with the ingest's enrichment, as the ingest would publish them.
     pub fn next_messages(&mut self, received_at: i64) -> Vec<EventMessage> {
         let batch = self.next_batch();
-        let envelope = Envelope {
+        let envelope = Envelope::new(
             received_at,
-            public_key: batch.key.clone(),
-            user_agent: batch.user_agent.to_owned(),
-            sent_at: None,
-        };
+            batch.key.clone(),
+            batch.user_agent.to_owned(),
+            None,
+        );
         batch
             .events
             .iter()
@@ -361,12 +361,7 @@ mod tests {
         for _ in 0..500 {
             let batch = traffic.next_batch();
             total += batch.events.len();
-            let envelope = Envelope {
-                received_at: 0,
-                public_key: batch.key.clone(),
-                user_agent: String::new(),
-                sent_at: None,
-            };
+            let envelope = Envelope::new(0, batch.key.clone(), String::new(), None);
             for event in &batch.events {
                 let value = serde_json::to_value(event).unwrap();
                 EventMessage::from_client(&value, &envelope).expect("valid event");

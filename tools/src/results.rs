@@ -194,15 +194,11 @@ pub struct Report {
 /// experiment (the view's counting rules: first exposure, `__multiple__`, test and bot
 /// visitors left out).
 const TIME_ON_PAGE: &str = "\
-    SELECT public_key, toUInt32(1) AS phase, if(n > 1, '__multiple__', v0) AS variant_id, \
-           count() AS visitors, avg(top) AS mean, varSamp(top) AS variance \
-    FROM (SELECT toString(public_key) AS public_key, session_id, \
-          uniqExactIfMerge(variants) AS n, argMinIfMerge(first_variant) AS v0, \
-          maxMerge(tested) AS any_test, maxIfMerge(max_time_on_page) AS top, \
-          maxMerge(has_time_on_page) AS has_top \
-          FROM experiment_sessions WHERE experiment_id = ? \
-          GROUP BY public_key, session_id) \
-    WHERE n > 0 AND any_test = 0 AND has_top = 1 \
+    SELECT public_key, phase, variant_id, count() AS visitors, \
+           avg(assumeNotNull(max_time_on_page)) AS mean, \
+           varSamp(assumeNotNull(max_time_on_page)) AS variance \
+    FROM experiment_visitor_exposures \
+    WHERE experiment_id = ? AND isNotNull(max_time_on_page) \
     GROUP BY public_key, phase, variant_id";
 
 /// Reads the results of `experiment` (of `public_key`, or of every key).

@@ -17,6 +17,15 @@ macro_rules! sql {
 /// nothing. "Exposure" is an `impression` that carries a `variant_id`.
 pub(super) const SESSIONS_SELECT: &str = sql!("migrations/004_sessions_select.sql");
 
+/// What [`MIGRATIONS`] 7 keeps per visitor and phase of an experiment, with aggregates that
+/// absorb a row counted twice as those of 4 do. `excluded`: any test event or an event
+/// from a bot.
+pub(super) const VISITORS_SELECT: &str = sql!("migrations/007_visitors_select.sql");
+
+/// The sharding key of the tables of migrations 1 and 4 as they were created; migration 7
+/// shards `events` by visitor ([`SHARDING_KEY`](crate::topology::SHARDING_KEY)).
+const BY_SESSION: &str = "sipHash64(session_id)";
+
 /// One schema change.
 pub(super) struct Migration {
     pub version: u32,
@@ -30,12 +39,20 @@ pub(super) struct Migration {
 /// `{local}` the suffix of the per-replica part of a sharded table (`_local` in a cluster:
 /// `events_local` holds a shard's rows, `events` reads them all).
 pub(super) enum Step {
-    /// A table with a row per event or per session, sharded by session in a cluster:
+    /// A table with a row per event, visitor or session, sharded by `key` in a cluster:
     /// `CREATE TABLE IF NOT EXISTS {table} ... ENGINE = {engine} ...`.
     Sharded {
         name: &'static str,
         engine: &'static str,
         create: &'static str,
+        key: &'static str,
+    },
+    /// In a cluster, on every server, the Distributed table of sharded table `name` made
+    /// again, as it is now sharded by `key` (18.x cannot alter a Distributed engine).
+    /// It holds no rows: the consumer writes each shard's part. Nothing on one server.
+    Reshard {
+        name: &'static str,
+        key: &'static str,
     },
     /// A small table kept whole on every server of a cluster.
     Whole {
@@ -53,6 +70,8 @@ pub(super) enum Step {
     EachShard(&'static str),
 }
 
+use crate::topology::SHARDING_KEY;
+
 /// Append only: a released migration never changes, a new one gets the next version.
 pub(super) const MIGRATIONS: &[Migration] = &[
     Migration {
@@ -62,6 +81,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
             name: "events",
             engine: "ReplacingMergeTree",
             create: sql!("migrations/001_events.sql"),
+            key: BY_SESSION,
         }],
     },
     Migration {
@@ -104,6 +124,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
                 name: "experiment_sessions",
                 engine: "AggregatingMergeTree",
                 create: sql!("migrations/004_experiment_sessions.sql"),
+                key: BY_SESSION,
             },
             Step::Once(
                 "CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.experiment_sessions_mv{on_cluster} \
@@ -141,6 +162,64 @@ pub(super) const MIGRATIONS: &[Migration] = &[
             // sample-ratio check of the exposed sessions against the weights: chi-square,
             // in closed form for 1 to 9 degrees of freedom.
             Step::Once(sql!("migrations/006_experiment_results.sql")),
+        ],
+    },
+    Migration {
+        version: 7,
+        description: "the visitor as the unit, phases, bots, always-valid inference",
+        steps: &[
+            // Rows stored before it: their session is their visitor, phase 1, no bot.
+            Step::Once(
+                "ALTER TABLE {db}.events{local}{on_cluster} \
+                 ADD COLUMN visitor_id String DEFAULT session_id",
+            ),
+            Step::Once(
+                "ALTER TABLE {db}.events{local}{on_cluster} ADD COLUMN phase UInt32 DEFAULT 1",
+            ),
+            Step::Once(
+                "ALTER TABLE {db}.events{local}{on_cluster} ADD COLUMN is_bot UInt8 DEFAULT 0",
+            ),
+            Step::Reshard {
+                name: "events",
+                key: SHARDING_KEY,
+            },
+            Step::Once(
+                "ALTER TABLE {db}.experiment_variants{on_cluster} \
+                 ADD COLUMN phase UInt32 DEFAULT 1",
+            ),
+            // The always-valid tuning (`sequential_tuning`), a row an analyst may insert.
+            Step::Whole {
+                name: "results_settings",
+                engine: "ReplacingMergeTree",
+                create: sql!("migrations/007_results_settings.sql"),
+            },
+            // As 4: the view first, then the rows already stored.
+            Step::Sharded {
+                name: "experiment_visitors",
+                engine: "AggregatingMergeTree",
+                create: sql!("migrations/007_experiment_visitors.sql"),
+                key: SHARDING_KEY,
+            },
+            Step::Once(
+                "CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.experiment_visitors_mv{on_cluster} \
+                 TO {db}.experiment_visitors{local} AS {visitors_select}",
+            ),
+            Step::EachShard("INSERT INTO {db}.experiment_visitors{local} {visitors_select}"),
+            // The weights of each phase: its last written version.
+            Step::Once(sql!("migrations/007_experiment_phase_variants.sql")),
+            // Each visitor's first exposure per phase, and whether they converted after it.
+            Step::Once(sql!("migrations/007_experiment_visitor_exposures.sql")),
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_results{on_cluster}"),
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_variant_counts{on_cluster}"),
+            // Exposed visitors per phase and variant, each once, with the phase's weights.
+            Step::Once(sql!("migrations/007_experiment_variant_counts.sql")),
+            // As 6, per phase, with the always-valid p-value and interval (GrowthBook's
+            // normal-mixture confidence sequence) and no interval where se is 0.
+            Step::Once(sql!("migrations/007_experiment_results.sql")),
+            // The session aggregate is no longer read.
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_sessions_mv{on_cluster}"),
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_sessions{on_cluster}"),
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_sessions{local}{on_cluster}"),
         ],
     },
 ];

@@ -3,8 +3,8 @@
 //! The message ([`EventMessage`](super::EventMessage)), the typed reading of a client's
 //! event, the validation's reading and the consumer's row and column list all follow from
 //! it, so they cannot disagree. The fields the ingest adds (`v`, `event_id`,
-//! `received_at`, `public_key`, `user_agent`, `event_time`) are written out where each of
-//! those is declared.
+//! `received_at`, `public_key`, `user_agent`, `is_bot`, `event_time`) are written out where
+//! each of those is declared.
 //!
 //! To add a field: one line here, the migration that adds its column (the consumer's
 //! `schema/migrations/`), and, if it has a rule beyond its type and length, that rule in
@@ -19,7 +19,7 @@
 ///
 /// `field` names the message's field and the table's column; `clientName` the field in the
 /// client's JSON. Its type in the message: `T` a text (the message's text type), `f64` a
-/// finite number, `bool` a boolean. A text has a limit: `id(max)`, at most `max`
+/// finite number, `u32` a whole number, `bool` a boolean. A text has a limit: `id(max)`, at most `max`
 /// characters (the constants of [`crate::event`]) and no control characters; `text(max)`,
 /// at most `max` characters of anything. A required field is an id; an optional one is
 /// `None` in the message when the client left it out or sent `null`. The ClickHouse type
@@ -48,6 +48,8 @@ macro_rules! event_fields {
                 utm_term       "utm_term"      T     text(MAX_UTM_CHARS)  "String",
                 utm_content    "utm_content"   T     text(MAX_UTM_CHARS)  "String",
                 test           "test"          bool                       "UInt8",
+                visitor_id     "visitorId"     T     id(MAX_ID_CHARS)     "String",
+                phase          "phase"         u32                        "UInt32",
             }
         }
     };
