@@ -107,7 +107,7 @@ impl Database {
             self.next_event += 1;
             let _ = writeln!(
                 rows,
-                "00000000-0000-4000-8000-{:012x}\t2026-11-23 12:00:00\t{KEY}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t0\t0",
+                "00000000-0000-4000-8000-{:012x}\t2026-11-23 12:00:00\t{KEY}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t0\t0",
                 self.next_event,
                 e.name,
                 e.experiment,
@@ -116,12 +116,13 @@ impl Database {
                 e.visitor,
                 e.phase,
                 e.time_ms,
+                e.time_on_page.map_or("\\N".to_owned(), |t| t.to_string()),
             );
         }
         self.insert(
             "events",
             "event_id, received_at, public_key, event_name, experiment_id, variant_id, \
-             session_id, visitor_id, phase, event_time, test, is_bot",
+             session_id, visitor_id, phase, event_time, time_on_page, test, is_bot",
             rows,
         )
         .await;
@@ -186,14 +187,16 @@ struct Event {
     visitor: String,
     phase: u32,
     time_ms: i64,
+    time_on_page: Option<f64>,
 }
 
-/// One visitor's events: an impression of their variant in each of their sessions, and
-/// if they convert, a conversion in one of those sessions after its impression.
-fn visitor_events(rng: &mut Rng, v: &Visitor, events: &mut Vec<Event>) {
+/// One visitor's events: an impression of their variant in each of their sessions (each
+/// with a time on page), and if they convert, a conversion in one of those sessions after
+/// its impression. Answers the visitor's longest time on page.
+fn visitor_events(rng: &mut Rng, v: &Visitor, events: &mut Vec<Event>) -> f64 {
     let start = 1_763_900_000_000_i64 + rng.range(0, 86_400_000) as i64;
     let session_start = |s: u64| start + s as i64 * 3_600_000;
-    let event = |name, s: u64, time_ms| Event {
+    let event = |name, s: u64, time_ms, time_on_page| Event {
         name,
         experiment: v.experiment.to_owned(),
         variant: v.variant.to_owned(),
@@ -201,14 +204,19 @@ fn visitor_events(rng: &mut Rng, v: &Visitor, events: &mut Vec<Event>) {
         visitor: v.visitor.to_owned(),
         phase: v.phase,
         time_ms,
+        time_on_page,
     };
+    let mut longest = 0.0_f64;
     for s in 0..v.sessions {
-        events.push(event("impression", s, session_start(s)));
+        let seconds = (rng.uniform() * 1_200.0).round() / 10.0;
+        longest = longest.max(seconds);
+        events.push(event("impression", s, session_start(s), Some(seconds)));
     }
     if v.converts {
         let s = rng.range(0, v.sessions - 1);
-        events.push(event("conversion", s, session_start(s) + 60_000));
+        events.push(event("conversion", s, session_start(s) + 60_000, None));
     }
+    longest
 }
 
 /// The 99.9% band of Binomial(n, p): `[lo, hi]` with P(X < lo) and P(X > hi) each at most
@@ -527,12 +535,14 @@ async fn edge_case_rows_equal_the_reference() {
     db.define(&definitions).await;
     let mut rng = Rng::new(1);
     let mut events = Vec::new();
+    // Each visitor's longest time on page, per experiment and variant.
+    let mut times: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
     for (id, arms) in &cases {
         for (variant, _, _, exposed, converted) in arms {
             for v in 0..*exposed {
                 let visitor = format!("{id}-{variant}-{v}");
                 let sessions = 1 + rng.poisson(1.5);
-                visitor_events(
+                let longest = visitor_events(
                     &mut rng,
                     &Visitor {
                         experiment: id,
@@ -544,6 +554,7 @@ async fn edge_case_rows_equal_the_reference() {
                     },
                     &mut events,
                 );
+                times.entry((id, variant)).or_default().push(longest);
             }
         }
     }
@@ -561,6 +572,124 @@ async fn edge_case_rows_equal_the_reference() {
         let rows = db.results("").await;
         check_edge_rows(&cases, &rows, tuning.unwrap_or(5_000.0));
     }
+    let rows = db.results("").await;
+    for (id, _) in &cases {
+        check_command(&db.client, id, &rows, &times).await;
+    }
+}
+
+/// `experiment-results` on the edge cases: per phase, the statistics of `tools::stats` on
+/// the view's counts, the corrections across the variants, the view's always-valid
+/// columns, each visitor's longest time on page, and a reason wherever a value is missing.
+async fn check_command(
+    client: &clickhouse::Client,
+    id: &str,
+    rows: &[ResultRow],
+    times: &BTreeMap<(&str, &str), Vec<f64>>,
+) {
+    use tools::results::Shown;
+    use tools::stats::{self as s, Arm, Correction, Minimums, Sample};
+    let settings = tools::results::Settings {
+        minimums: Minimums {
+            visitors: 50,
+            conversions: 5,
+        },
+        correction: Correction::Holm,
+    };
+    let reports = tools::results::report(client, id, None, settings)
+        .await
+        .expect("report");
+    assert_eq!(reports.len(), 1, "{id}: one key, one phase");
+    let report = &reports[0];
+    assert_eq!((report.phase, report.experiment_id.as_str()), (1, id));
+    let row = |v: &str| {
+        rows.iter()
+            .find(|r| r.experiment_id == id && r.variant_id == v)
+            .expect("row")
+    };
+    let control = report.variants.iter().find(|v| v.is_control);
+    let sample = |variant: &str| {
+        let xs = &times[&(id, variant)];
+        let n = xs.len() as f64;
+        let mean = xs.iter().sum::<f64>() / n;
+        let variance = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        Sample {
+            n: xs.len() as u64,
+            mean,
+            variance,
+        }
+    };
+    let mut p_values = Vec::new();
+    for v in &report.variants {
+        let what = format!("{id} {}", v.variant_id);
+        let time = v.time_on_page.as_ref().expect("time on page");
+        let want = sample(&v.variant_id);
+        assert_eq!(time.visitors, want.n, "{what}");
+        assert!(
+            stats::close(time.mean, want.mean),
+            "{what}: {time:?} {want:?}"
+        );
+        let Some(c) = &v.comparison else {
+            assert!(v.is_control, "{what}");
+            continue;
+        };
+        let Some(control) = control else {
+            // The control exposed nobody: no row, no comparison, said so.
+            assert_eq!(c.diff.reason(), Some("no control in this phase"), "{what}");
+            continue;
+        };
+        let (arm, control_arm) = (
+            Arm::new(v.exposed, v.converted),
+            Arm::new(control.exposed, control.converted),
+        );
+        match s::enough_data(arm, control_arm, settings.minimums) {
+            Err(reason) => {
+                assert!(!c.enough_data, "{what}");
+                assert_eq!(c.diff, Shown::Missing(reason.to_string()), "{what}");
+                assert_eq!(c.p_value.value(), None, "{what}");
+                assert_eq!(c.always_valid.value(), None, "{what}");
+            }
+            Ok(()) => {
+                assert!(c.enough_data, "{what}");
+                assert_eq!(c.diff, s::newcombe_diff(arm, control_arm).into(), "{what}");
+                assert_eq!(
+                    c.p_value,
+                    s::fisher_exact(arm, control_arm).into(),
+                    "{what}"
+                );
+                assert_eq!(c.lift, s::lift(arm, control_arm).into(), "{what}");
+                p_values.push((c.p_value.value().copied().expect("p"), c.p_adjusted.clone()));
+                let r = row(&v.variant_id);
+                let always = c.always_valid.value().expect("always-valid");
+                assert_eq!(
+                    (Some(always.p_value), Some(always.low), Some(always.high)),
+                    (
+                        r.always_valid_p_value,
+                        r.always_valid_ci_low,
+                        r.always_valid_ci_high
+                    ),
+                    "{what}"
+                );
+                // The view's variance and this one differ in the last bits.
+                let got = time.test.as_ref().and_then(Shown::value).expect("Welch");
+                let want = s::welch(want, sample(&control.variant_id)).expect("Welch");
+                assert!(
+                    stats::close(got.diff, want.diff) && stats::close(got.p_value, want.p_value),
+                    "{what}: {got:?} {want:?}"
+                );
+            }
+        }
+    }
+    let raw: Vec<f64> = p_values.iter().map(|(p, _)| *p).collect();
+    for ((_, got), want) in p_values.iter().zip(s::adjust(&raw, Correction::Holm)) {
+        assert_eq!(got, &Shown::Value(want), "{id}: Holm across {raw:?}");
+    }
+    let table = tools::results::render(&reports, settings);
+    assert!(
+        table.contains(&format!("{id} under {KEY}, phase 1")),
+        "{table}"
+    );
+    eprintln!("{table}");
 }
 
 fn check_edge_rows(cases: &[(&'static str, Case)], rows: &[ResultRow], tuning: f64) {
