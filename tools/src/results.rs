@@ -509,3 +509,37 @@ pub async fn run(config: &ResultsConfig) -> anyhow::Result<String> {
         render(&reports, settings)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+
+    #[test]
+    fn min_sessions_is_a_hidden_alias_of_min_visitors() {
+        let parse = |args: &[&str]| {
+            ResultsConfig::try_parse_from([&["experiment-results", "exp_x"], args].concat())
+                .expect("parses")
+        };
+        let config = parse(&["--min-sessions", "7"]);
+        assert_eq!(
+            (config.min_visitors, config.correction),
+            (7, Correction::Holm)
+        );
+        let config = parse(&["--min-visitors", "9", "--correction", "bh"]);
+        assert_eq!(
+            (config.min_visitors, config.correction),
+            (9, Correction::Bh)
+        );
+        assert_eq!(
+            parse(&["--correction", "none"]).correction,
+            Correction::None
+        );
+        let help = ResultsConfig::command().render_long_help().to_string();
+        assert!(
+            help.contains("--min-visitors") && !help.contains("min-sessions"),
+            "{help}"
+        );
+    }
+}
