@@ -22,7 +22,7 @@ use clickhouse::Row;
 use e2e::PrivateClickHouse;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use statrs::distribution::{Binomial, DiscreteCDF};
+use statrs::distribution::{Binomial, ChiSquared, ContinuousCDF, DiscreteCDF, Normal};
 use stats::{Rng, assert_close, bucket, reference};
 
 const KEY: &str = "pk_sim";
@@ -344,6 +344,42 @@ async fn a_a_experiments_keep_their_error_rates_under_20_looks() {
         fixed_ever > fp_hi,
         "fixed-horizon p < 0.05 at some look in only {fixed_ever} of {n}"
     );
+
+    // The same events counted by session, as the views before issue 28 did: the sessions
+    // of a visitor share their variant, so the SRM test alarms far more often than 0.1%.
+    // (This is what the bands above would catch if the views counted sessions again.)
+    let sessions: Vec<(String, String, u64, u64)> = db
+        .client
+        .query(&format!(
+            "SELECT toString(experiment_id), toString(variant_id), uniqExact(session_id), \
+             uniqExactIf(session_id, event_name = 'conversion') FROM events \
+             WHERE public_key = '{KEY}' GROUP BY experiment_id, variant_id \
+             ORDER BY experiment_id, variant_id"
+        ))
+        .fetch_all()
+        .await
+        .expect("sessions");
+    assert_eq!(sessions.len(), 2 * EXPERIMENTS);
+    let by_session: Vec<(f64, f64)> = sessions
+        .chunks(2)
+        .map(|arms| {
+            let ((na, xa), (nb, xb)) = ((arms[0].2, arms[0].3), (arms[1].2, arms[1].3));
+            let (na, nb) = (na as f64, nb as f64);
+            let half = (na + nb) / 2.0;
+            let chi2 = ((na - half).powi(2) + (nb - half).powi(2)) / half;
+            let srm = ChiSquared::new(1.0).expect("df").sf(chi2);
+            let (pa, pb) = (xa as f64 / na, xb as f64 / nb);
+            let se = (pa * (1.0 - pa) / na + pb * (1.0 - pb) / nb).sqrt();
+            let z = Normal::standard().sf(((pb - pa) / se).abs()) * 2.0;
+            (z, srm)
+        })
+        .collect();
+    let session_fp = by_session.iter().filter(|(p, _)| *p < 0.05).count();
+    let session_srm = by_session.iter().filter(|(_, p)| *p < 0.001).count() as u64;
+    eprintln!(
+        "the same events by session: z-test p < 0.05 {session_fp}, SRM p < 0.001 {session_srm}"
+    );
+    assert!(session_srm > srm_hi, "by session: {session_srm} SRM alarms");
 }
 
 /// Issue 28's weight change: 50/50 in phase 1 at a 10% base rate, 10/90 in phase 2 at 20%,
