@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # One image for the three services (and dlq-replay); the command picks the binary:
 #   docker run IMAGE ingest | consumer | config-api | dlq-replay
-# and, with `--target sdk`, the browser SDK's image (nginx serving split.min.js).
+# and, with `--target sdk`, the browser SDK's image (nginx serving split.min.js and
+# split-autotrack.min.js).
 # Dependencies are compiled in a layer of their own (cargo-chef), rebuilt only when
 # Cargo.toml or Cargo.lock change.
 
@@ -21,7 +22,8 @@ RUN cargo build --release --locked \
     --bin ingest --bin consumer --bin config-api --bin dlq-replay
 
 # The browser SDK, served by an nginx of its own (`docker build --target sdk`): the
-# Kubernetes Ingress sends /sdk/v1/split.min.js to it (deploy/k8s/sdk.yaml).
+# Kubernetes Ingress sends /sdk/v1/split.min.js and /sdk/v1/split-autotrack.min.js to it
+# (deploy/k8s/sdk.yaml).
 FROM node:20-bookworm-slim AS sdk-build
 WORKDIR /sdk
 COPY sdk/package.json sdk/package-lock.json ./
@@ -32,7 +34,7 @@ RUN node build.mjs
 FROM nginx:1.27.5-alpine AS sdk
 COPY deploy/nginx/sdk.conf /etc/nginx/conf.d/default.conf
 COPY deploy/nginx/sdk-headers.conf /etc/nginx/sdk-headers.conf
-COPY --from=sdk-build /sdk/dist/split.min.js /usr/share/nginx/sdk/split.min.js
+COPY --from=sdk-build /sdk/dist/split.min.js /sdk/dist/split-autotrack.min.js /usr/share/nginx/sdk/
 EXPOSE 8080
 
 # The services' image, the default target: it stays the last stage.

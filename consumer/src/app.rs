@@ -41,12 +41,19 @@ pub struct Application {
 }
 
 impl Application {
-    pub async fn build(config: Config) -> anyhow::Result<Self> {
-        http_kit::telemetry::install_metrics();
+    /// Applies the schema's migrations to the servers of `config`: what [`Self::build`]
+    /// does first, alone (`--migrate-only`).
+    pub async fn migrate(config: &Config) -> anyhow::Result<Topology> {
         let topology = Topology::from_args(&config.clickhouse)?;
         topology.check().await?;
         schema::migrate_topology(&topology, &config.clickhouse.clickhouse_database, u32::MAX)
             .await?;
+        Ok(topology)
+    }
+
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        http_kit::telemetry::install_metrics();
+        let topology = Self::migrate(&config).await?;
         let snapshot = definitions::watch(&config)
             .await?
             .map(|watched| (watched, topology.servers().cloned().collect()));

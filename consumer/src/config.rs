@@ -14,6 +14,11 @@ pub struct Config {
     #[arg(long, env = "CONSUMER_LISTEN", default_value = "127.0.0.1:8083")]
     pub listen: SocketAddr,
 
+    /// Apply the ClickHouse schema's migrations, then exit (a deployment's init step, a
+    /// benchmark's database).
+    #[arg(long)]
+    pub migrate_only: bool,
+
     #[command(flatten)]
     pub http: http_kit::serve::ServeArgs,
 

@@ -9,6 +9,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> anyhow::Result<()> {
     http_kit::telemetry::init_logging();
     let config = consumer::Config::parse();
+    if config.migrate_only {
+        consumer::Application::migrate(&config).await?;
+        tracing::info!("Schema migrated.");
+        return Ok(());
+    }
     let app = consumer::Application::build(config).await?;
     tracing::info!(address = %app.local_addr(), "Consumer started.");
     app.run_until(http_kit::ops::shutdown_signal()).await

@@ -161,7 +161,7 @@ async fn live_gate_filter_test_mode_and_key_isolation() {
         .expect("text");
     assert_eq!(
         body,
-        r#"{"experiments":[{"id":"exp_live","variants":[{"id":"var_exp_live_1","weight":33.5,"control":true,"parts":{"t":"é"}},{"id":"var_exp_live_2","weight":66.5,"control":false,"parts":{}}]}]}"#
+        r#"{"experiments":[{"id":"exp_live","phase":1,"variants":[{"id":"var_exp_live_1","weight":33.5,"control":true,"parts":{"t":"é"}},{"id":"var_exp_live_2","weight":66.5,"control":false,"parts":{}}]}]}"#
     );
     f.api.stop().await.expect("clean stop");
 }

@@ -469,6 +469,7 @@ fn kubernetes_manifests_have_probes_resources_real_settings_and_every_path() {
         "/api/v1/analytics",
         "/api/v1/experiments",
         "/sdk/v1/split.min.js",
+        "/sdk/v1/split-autotrack.min.js",
     ] {
         let service = paths
             .get(path)

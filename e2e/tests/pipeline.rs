@@ -52,16 +52,17 @@ async fn events_travel_to_clickhouse_and_experiments_are_served_per_key() {
     let config_api = e2e::start_config_api(&file.path).await;
     let http = reqwest::Client::new();
 
-    // Experiments: the key's live ones, in the key's order, exactly the contract's shape.
+    // Experiments: the key's live ones, in the key's order, exactly the contract's shape
+    // with the phase (an extension; 1 when the snapshot says none).
     let url = config_api.url("/api/v1/experiments");
     let a = experiments(&http, &url, "pk_e2e_a").await;
     assert_eq!(
         a,
         json!({ "experiments": [
-            { "id": "exp_a_live", "variants": [
+            { "id": "exp_a_live", "phase": 1, "variants": [
                 { "id": "var_a1", "weight": 50, "control": true, "parts": { "headline": "Hello" } },
                 { "id": "var_a2", "weight": 50, "control": false, "parts": { "headline": "Grüß dich ✨" } }] },
-            { "id": "exp_shared", "variants": [
+            { "id": "exp_shared", "phase": 1, "variants": [
                 { "id": "var_s", "weight": 100, "control": true, "parts": { "headline": "shared" } }] }
         ]})
     );

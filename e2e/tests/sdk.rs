@@ -1,24 +1,41 @@
 //! The browser SDK in real headless Chromium against the real pipeline: the three
-//! services of this test, an nginx front serving the built SDK, and a fixture page on
-//! another origin. The browser half is `sdk/test/browser.mjs` (Playwright); this half
-//! starts what it talks to and gives it the addresses.
+//! services of each test, an nginx front serving the built SDK, and fixture pages on
+//! another origin. The browser half is `sdk/test/browser/*.mjs` (Playwright, node's test
+//! runner); this half starts what it talks to, gives it the addresses and bounds its run.
 
 use std::io::{Read, Seek};
 use std::time::{Duration, Instant};
 
+use std::os::unix::process::CommandExt;
+
 use e2e::ConsumerNames;
 
-/// The whole browser run's limit; each of its tests has its own (`T` in browser.mjs).
-const BROWSER_LIMIT: Duration = Duration::from_secs(300);
+/// A child leading a process group, the whole group killed (SIGKILL) when dropped.
+struct Group(std::process::Child);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_sdk_in_a_real_browser_runs_a_split_test_end_to_end() {
-    let sdk = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk");
-    assert!(
-        sdk.join("dist/split.min.js").exists() && sdk.join("node_modules/playwright-core").exists(),
-        "the SDK is not built: scripts/test builds it (npm ci; node build.mjs)"
-    );
-    let snapshot = e2e::SnapshotFile::new(&serde_json::json!({
+impl Group {
+    fn kill(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Each browser run's limit; each of its tests has its own (`T` in kit.mjs).
+const BROWSER_LIMIT: Duration = Duration::from_secs(240);
+
+/// The experiments of every browser run: a live one with text parts, a draft (the live
+/// gate), one that a single-page app shows on its second view, and one whose phase,
+/// weights and status `fresh.mjs` changes in the file (the services reload it).
+fn snapshot() -> e2e::SnapshotFile {
+    e2e::SnapshotFile::new(&serde_json::json!({
         "version": "sdk-1",
         "experiments": [{
             "id": "exp_sdk_hero",
@@ -33,9 +50,59 @@ async fn the_sdk_in_a_real_browser_runs_a_split_test_end_to_end() {
             "id": "exp_sdk_draft",
             "status": "draft",
             "variants": [{ "id": "var_sdk_only", "weight": 100, "control": true, "parts": {} }]
+        }, {
+            "id": "exp_sdk_spa",
+            "status": "live",
+            "variants": [
+                { "id": "var_sdk_spa_a", "weight": 50, "control": true, "parts": { "title": "Spa A" } },
+                { "id": "var_sdk_spa_b", "weight": 50, "control": false, "parts": { "title": "Spa B" } }
+            ]
+        }, {
+            "id": "exp_sdk_phase",
+            "status": "live",
+            "phase": 1,
+            "variants": [
+                { "id": "var_sdk_p_a", "weight": 50, "control": true, "parts": { "title": "Phase A" } },
+                { "id": "var_sdk_p_b", "weight": 50, "control": false, "parts": { "title": "Phase B" } }
+            ]
         }],
-        "keys": [{ "publicKey": "pk_sdk", "experiments": ["exp_sdk_hero", "exp_sdk_draft"] }]
-    }));
+        "keys": [{ "publicKey": "pk_sdk",
+                   "experiments": ["exp_sdk_hero", "exp_sdk_draft", "exp_sdk_spa", "exp_sdk_phase"] }]
+    }))
+}
+
+/// The core: the answer, parts without flicker or late swap, batches, beacons within the
+/// browser's budget, retries, test mode, blocked storage, every field in ClickHouse, and
+/// fresh answers (a new phase, weight 0, a stopped experiment).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_in_a_real_browser_runs_a_split_test_end_to_end() {
+    browser_run(&[
+        "test/browser/core.mjs",
+        "test/browser/sender.mjs",
+        "test/browser/fresh.mjs",
+    ])
+    .await;
+}
+
+/// Single-page views, consent, forced variants, another library's `window.Split`, the
+/// queuing snippet, and the opt-in auto-capture.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_follows_views_consent_qa_and_autotrack_in_a_real_browser() {
+    browser_run(&["test/browser/views.mjs", "test/browser/autotrack.mjs"]).await;
+}
+
+/// Runs the browser test `files` (node's test runner, one file at a time) against a
+/// pipeline of their own: consumer, ingest, config-api and the nginx front, its own
+/// topic and database.
+async fn browser_run(files: &[&str]) {
+    let sdk = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk");
+    assert!(
+        sdk.join("dist/split.min.js").exists()
+            && sdk.join("dist/split-autotrack.min.js").exists()
+            && sdk.join("node_modules/playwright-core").exists(),
+        "the SDK is not built: scripts/test builds it (npm ci; node build.mjs)"
+    );
+    let snapshot = snapshot();
     let names = ConsumerNames::unique();
     let consumer = e2e::start_consumer(e2e::consumer_config(&names, &[])).await;
     let ingest = e2e::start_ingest(e2e::ingest_config(&snapshot.path, &names.topic, &[])).await;
@@ -50,16 +117,21 @@ async fn the_sdk_in_a_real_browser_runs_a_split_test_end_to_end() {
     if let Ok(pattern) = std::env::var("SDK_TEST_NAME_PATTERN") {
         node.arg(format!("--test-name-pattern={pattern}"));
     }
-    node.arg("test/browser.mjs")
+    node.arg("--test")
+        .arg("--test-concurrency=1")
+        .args(files)
         .current_dir(&sdk)
         .env("FRONT", front.url())
         .env("ACCESS_LOG", front.access_log())
         .env("CLICKHOUSE_URL", e2e::clickhouse_url())
         .env("CLICKHOUSE_DATABASE", &names.database)
+        .env("SNAPSHOT", &snapshot.path)
         .stdout(stdout.try_clone().expect("file handle"))
         .stderr(stderr.try_clone().expect("file handle"));
-    // Killed (SIGKILL) when dropped, so a timeout or a panic leaves no node behind.
-    let mut child = e2e::ChildProcess(node.spawn().expect("node runs"));
+    // A process group of its own: node's runner, a child per file and their browsers are
+    // all killed (SIGKILL) when it is dropped, so a timeout or a panic leaves none behind.
+    node.process_group(0);
+    let mut child = Group(node.spawn().expect("node runs"));
     let started = Instant::now();
     let status = loop {
         if let Some(status) = child.0.try_wait().expect("node's status") {

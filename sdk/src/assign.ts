@@ -1,8 +1,10 @@
 // Variant assignment: deterministic per visitor and experiment, weighted, and sticky.
 //
-// bucket = murmur3_32(utf8(experimentId + ":" + visitorId), seed 0) / 2^32, in [0, 1).
-// The variants are laid end to end in the order the service lists them, each as wide as
-// its weight over the sum of the weights; the visitor gets the one their bucket falls in.
+// bucket = murmur3_32(utf8(experimentId + ":" + visitorId), seed 0) / 2^32, in [0, 1), in
+// phase 1; murmur3_32(utf8(experimentId + ":" + phase + ":" + visitorId)) / 2^32 in a phase
+// >= 2, so that a new phase re-randomizes every visitor. The variants with a positive
+// weight are laid end to end in the order the service lists them, each as wide as its
+// weight over the sum of the weights; the visitor gets the one their bucket falls in.
 
 export interface Variant {
   id: string;
@@ -14,48 +16,44 @@ export interface Variant {
 export interface Experiment {
   id: string;
   variants: Variant[];
+  /** The experiment's phase (1 when the service does not say): a new phase re-randomizes. */
+  phase?: number;
+}
+
+/** A stored assignment: the variant id and the phase it was made in. */
+export type Seen = Record<string, [string, number] | string>;
+
+/** The experiment's phase, 1 unless the service gives a whole number >= 2. */
+export function phaseOf(experiment: Experiment): number {
+  const p = experiment.phase;
+  return (p as number) >= 2 ? (p as number) : 1;
 }
 
 /** MurmurHash3 x86 32-bit of the UTF-8 bytes of `text`. */
 export function murmur3(text: string, seed = 0): number {
   const bytes = new TextEncoder().encode(text);
   const n = bytes.length;
-  let h = seed >>> 0;
-  let i = 0;
-  for (; i + 4 <= n; i += 4) {
-    let k = bytes[i] | (bytes[i + 1] << 8) | (bytes[i + 2] << 16) | (bytes[i + 3] << 24);
-    k = Math.imul(k, 0xcc9e2d51);
-    k = (k << 15) | (k >>> 17);
-    h ^= Math.imul(k, 0x1b873593);
-    h = (h << 13) | (h >>> 19);
-    h = (Math.imul(h, 5) + 0xe6546b64) | 0;
-  }
+  const mix = (k: number) => ((k = Math.imul(k, 0xcc9e2d51)), Math.imul((k << 15) | (k >>> 17), 0x1b873593));
+  let h = seed;
   let k = 0;
-  switch (n & 3) {
-    case 3:
-      k ^= bytes[i + 2] << 16;
-    // falls through
-    case 2:
-      k ^= bytes[i + 1] << 8;
-    // falls through
-    case 1:
-      k ^= bytes[i];
-      k = Math.imul(k, 0xcc9e2d51);
-      k = (k << 15) | (k >>> 17);
-      h ^= Math.imul(k, 0x1b873593);
+  for (let i = 0; i < n; i++) {
+    k |= bytes[i] << ((i & 3) * 8);
+    if ((i & 3) === 3) {
+      h ^= mix(k);
+      h = (Math.imul((h << 13) | (h >>> 19), 5) + 0xe6546b64) | 0;
+      k = 0;
+    }
   }
+  if (n & 3) h ^= mix(k);
   h ^= n;
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+  return (h ^ (h >>> 16)) >>> 0;
 }
 
-/** The visitor's point in [0, 1) for an experiment. */
-export function bucket(experimentId: string, visitorId: string): number {
-  return murmur3(experimentId + ":" + visitorId) / 4294967296;
+/** The visitor's point in [0, 1) for an experiment in a phase. */
+export function bucket(experimentId: string, visitorId: string, phase = 1): number {
+  return murmur3(experimentId + ":" + (phase > 1 ? phase + ":" : "") + visitorId) / 4294967296;
 }
 
 /** The variant the bucket falls in, by weight; null when no variant has weight. */
@@ -63,7 +61,7 @@ export function pick(experiment: Experiment, visitorId: string): Variant | null 
   const variants = experiment.variants.filter((v) => v.weight > 0);
   const total = variants.reduce((sum, v) => sum + v.weight, 0);
   if (!(total > 0)) return null;
-  let point = bucket(experiment.id, visitorId) * total;
+  let point = bucket(experiment.id, visitorId, phaseOf(experiment)) * total;
   for (const v of variants) {
     if (point < v.weight) return v;
     point -= v.weight;
@@ -72,18 +70,18 @@ export function pick(experiment: Experiment, visitorId: string): Variant | null 
 }
 
 /**
- * The visitor's variant: the one they saw before while it still exists (weights that
- * change later do not move anybody), else a fresh pick. `seen` maps experiment ids to
- * variant ids and is updated.
+ * The visitor's variant: the one they were given in this phase while it still has weight
+ * (weights that change later do not move anybody), else a fresh pick in this phase (a new
+ * phase, a removed variant or one now at weight 0). `seen` maps experiment ids to
+ * `[variantId, phase]` (a bare variant id, the v1 form, counts as phase 1) and is updated.
  */
-export function assign(
-  experiment: Experiment,
-  visitorId: string,
-  seen: Record<string, string>,
-): Variant | null {
-  const before = experiment.variants.find((v) => v.id === seen[experiment.id]);
+export function assign(experiment: Experiment, visitorId: string, seen: Seen): Variant | null {
+  const phase = phaseOf(experiment);
+  const prior = seen[experiment.id];
+  const [id, was] = typeof prior === "string" ? [prior, 1] : prior || [];
+  const before = was === phase && experiment.variants.find((v) => v.id === id && v.weight > 0);
   const variant = before || pick(experiment, visitorId);
-  if (variant) seen[experiment.id] = variant.id;
+  if (variant) seen[experiment.id] = [variant.id, phase];
   else delete seen[experiment.id];
   return variant;
 }

@@ -1,5 +1,9 @@
-// The event queue and its sending: batches of at most 5 through the standard form,
-// retried with backoff; the rest through the page-unload beacon, split under 60 KB.
+// The event queue and its sending. Invariants: a timer is armed whenever events wait
+// (none are stranded); a request holds at most 5 events; an event leaves the queue only
+// once the service or the browser took it, or it was given up on (logged); the bodies
+// sent with keepalive or as beacons never exceed the browser's shared 64 KiB budget
+// (counting the keepalive bytes still in flight), and what does not fit at unload is kept
+// for the next page view.
 
 /** Bytes of `text` as UTF-8. */
 export function utf8Length(text: string): number {
@@ -8,37 +12,40 @@ export function utf8Length(text: string): number {
 
 /**
  * Splits `events` into page-unload bodies (`{"pkey":…,"sentAt":…,"events":[…]}`) of at
- * most `limit` bytes each, in order. An event too large for any body on its own is left
- * out (the service would refuse it as well): it is returned apart.
+ * most `limit` bytes each, in order, for at most `budget` bytes in all. Returns the
+ * bodies and the events left out (too large for the budget that remained), in order.
  */
 export function beaconBodies<T>(
   pkey: string,
   events: T[],
   limit: number,
+  budget = Infinity,
   sentAt = Date.now(),
-): { bodies: { body: string; events: T[] }[]; tooLarge: T[] } {
+): { bodies: { body: string; events: T[] }[]; rest: T[] } {
   const bodies: { body: string; events: T[] }[] = [];
-  const tooLarge: T[] = [];
+  const rest: T[] = [];
   const head = utf8Length(JSON.stringify({ pkey, sentAt, events: [] }));
   let current: T[] = [];
   let size = head;
   const close = () => {
-    if (current.length) bodies.push({ body: JSON.stringify({ pkey, sentAt, events: current }), events: current });
+    if (current.length) {
+      bodies.push({ body: JSON.stringify({ pkey, sentAt, events: current }), events: current });
+      budget -= size;
+    }
     current = [];
     size = head;
   };
   for (const event of events) {
     const length = utf8Length(JSON.stringify(event)) + 1; // and its comma
-    if (head + length > limit) {
-      tooLarge.push(event);
-      continue;
-    }
     if (size + length > limit) close();
-    current.push(event);
-    size += length;
+    if (size + length > Math.min(limit, budget)) rest.push(event);
+    else {
+      current.push(event);
+      size += length;
+    }
   }
   close();
-  return { bodies, tooLarge };
+  return { bodies, rest };
 }
 
 /**
@@ -47,126 +54,174 @@ export function beaconBodies<T>(
  * clients that failed together do not come back together; never less than the server's
  * `Retry-After` (seconds or an HTTP date), when it gave one.
  */
-export function retryDelay(
-  attempt: number,
-  retryAfter: string | null,
-  random: number,
-  now: number,
-): number {
+export function retryDelay(attempt: number, retryAfter: string | null | undefined, random: number, now: number): number {
   const ceiling = Math.min(60000, 1000 * 2 ** Math.max(0, attempt - 1));
   const jittered = Math.round(ceiling / 2 + (random * ceiling) / 2);
-  let floor = 0;
-  if (retryAfter) {
-    const seconds = Number(retryAfter);
-    floor = Number.isFinite(seconds) ? seconds * 1000 : Date.parse(retryAfter) - now;
-    if (!(floor > 0)) floor = 0;
-    floor = Math.min(floor, 3600000);
-  }
-  return Math.max(jittered, floor);
+  const seconds = Number(retryAfter || 0);
+  const floor = Math.min(isNaN(seconds) ? Date.parse(retryAfter!) - now : seconds * 1000, 3600000);
+  return floor > jittered ? floor : jittered;
 }
 
-/** Whether a response status means "the same request may pass later". */
+/** Whether a response status means "the same request may pass later" (0: no answer). */
 export function retryable(status: number): boolean {
-  return status === 429 || status >= 500;
+  return status === 0 || status === 408 || status === 429 || status >= 500;
+}
+
+export interface Answer {
+  /** The HTTP status; 0 when no answer came (network error, refused keepalive). */
+  status: number;
+  retryAfter?: string | null;
+  /** The service's `rejected` list: `index` into the batch and the reason. */
+  rejected?: { index: number; error: string }[];
 }
 
 export interface Transport {
-  /** POSTs a standard-form body; a network failure is status 0. */
-  post(body: string): Promise<{ status: number; retryAfter: string | null }>;
+  /** POSTs a standard-form body, with `keepalive` when asked. */
+  post(body: string, keepalive: boolean): Promise<Answer>;
   /** Queues a page-unload body with the browser; false when the browser refused it. */
   beacon(body: string): boolean;
   /** Resolves after `ms` milliseconds. */
   wait(ms: number): Promise<void>;
-  /** Resolves once the browser is online. */
-  online(): Promise<void>;
+  /** Keeps the events that could not be sent at unload for the next page view (replacing those kept before). */
+  keep(events: unknown[]): void;
 }
 
 export const BATCH_SIZE = 5;
 export const FLUSH_MS = 5000;
-export const BEACON_LIMIT = 60000;
+/** The browser's budget for keepalive and beacon bodies in flight (Chromium, Firefox). */
+export const BUDGET = 65536;
+/** Events kept in memory at most; the oldest go first (logged). */
+export const MAX_QUEUE = 500;
+/** Attempts of one batch before it is given up on (logged). */
+export const MAX_ATTEMPTS = 8;
+/** Events kept for the next page view at most. */
+export const MAX_KEPT = 100;
+/** `flush()` settles within this, whatever the service does. */
+export const FLUSH_BOUND_MS = 10000;
 
-/** The in-memory queue. Events leave it only once the service or the browser took them. */
-export class Sender<E> {
-  queue: E[] = [];
-  /** The armed timer's number (0: none); a send disarms it. */
-  private timer = 0;
-  private timers = 0;
+/** The queue and its sending (a closure, not a class: it minifies smaller). */
+export interface Sender<E> {
+  /** Events not yet taken by the service or the browser, oldest first. */
+  queue: E[];
+  /** Nothing is sent while held (consent pending); events only queue. */
+  held: boolean;
+  /** Queues an event: a full batch of 5 goes at once, fewer within 5 s. */
+  add(event: E): void;
+  /** Sends everything queued; settles when the queue is empty, given up on or after 10 s. */
+  flush(): Promise<void>;
+  /**
+   * Page unload: what is queued goes by beacon, within what the browser's budget has left
+   * beside the keepalive request in flight (whose events are not sent twice). The rest
+   * stays queued (sent if the page comes back) and is kept, the newest MAX_KEPT, for the
+   * next page view: the service counts an eventId once, so a copy sent twice is harmless.
+   */
+  unload(): void;
+}
+
+export function sender<E>(
+  pkey: string,
+  transport: Transport,
+  log: (message: string, detail?: unknown) => void,
+): Sender<E> {
+  /** The armed timer's token (0: none). */
+  let timer = 0;
+  let timers = 0;
   /** Events of the request under way (still queued until it is answered). */
-  private flying = 0;
-  private sending: Promise<void> | null = null;
+  let flying: E[] = [];
+  /** Bytes of keepalive requests in flight: they count against the browser's budget. */
+  let keepalive = 0;
+  let sending: Promise<void> | null = null;
+  const self: Sender<E> = { queue: [], held: false, add, flush, unload };
+  /** Events not in a request now. */
+  const waiting = () => self.queue.length - flying.length;
 
-  constructor(
-    private pkey: string,
-    private transport: Transport,
-    private log: (message: string, detail?: unknown) => void,
-  ) {}
-
-  /** Queues an event: a full batch of 5 goes at once, fewer 5 s after the first. */
-  add(event: E): void {
-    this.queue.push(event);
-    if (this.queue.length - this.flying >= BATCH_SIZE) {
-      this.timer = 0;
-      void this.send(false);
-    } else if (!this.timer) {
-      const timer = (this.timer = ++this.timers);
-      void this.transport.wait(FLUSH_MS).then(() => {
-        if (this.timer === timer) void this.flush();
-      });
+  function add(event: E): void {
+    self.queue.push(event);
+    if (self.queue.length > MAX_QUEUE) log("queue full, dropped", self.queue.shift());
+    if (self.held) return;
+    if (waiting() >= BATCH_SIZE) {
+      timer = 0;
+      void send(false);
     }
+    arm();
   }
 
-  /** Sends everything queued, 5 at a time, retrying what may pass later. */
-  flush(): Promise<void> {
-    this.timer = 0;
-    return this.send(true);
+  /** Arms the 5-second timer when events wait and none is armed. */
+  function arm(): void {
+    if (timer || self.held || !waiting()) return;
+    const mine = (timer = ++timers);
+    void transport.wait(FLUSH_MS).then(() => {
+      if (timer !== mine) return;
+      timer = 0;
+      void send(true);
+    });
+  }
+
+  function flush(): Promise<void> {
+    if (self.held) return Promise.resolve();
+    timer = 0;
+    return Promise.race([send(true), transport.wait(FLUSH_BOUND_MS)]);
   }
 
   /** One request at a time: each send waits for the one before. */
-  private send(all: boolean): Promise<void> {
-    const next = (this.sending || Promise.resolve()).then(() => this.drain(all));
-    this.sending = next;
+  function send(all: boolean): Promise<void> {
+    const next = (sending || Promise.resolve()).then(() => drain(all));
+    sending = next;
     void next.finally(() => {
-      if (this.sending === next) this.sending = null;
+      if (sending === next) sending = null;
     });
     return next;
   }
 
   /** Sends full batches, or (`all`) everything; events queued meanwhile are included. */
-  private async drain(all: boolean): Promise<void> {
+  async function drain(all: boolean): Promise<void> {
     let attempt = 0;
-    while (this.queue.length >= (all ? 1 : BATCH_SIZE)) {
-      const batch = this.queue.slice(0, BATCH_SIZE);
-      this.flying = batch.length;
+    while (!self.held && self.queue.length >= (all ? 1 : BATCH_SIZE)) {
+      const batch = (flying = self.queue.slice(0, BATCH_SIZE));
       // sentAt: this client's clock now, so that the service corrects each event's
       // timestamp by the clock's offset (a retry gets its own).
       const body = JSON.stringify({ sentAt: Date.now(), events: batch });
-      const { status, retryAfter } = await this.transport.post(body);
-      this.flying = 0;
-      if (!retryable(status) && status !== 0) {
-        this.queue = this.queue.filter((e) => !batch.includes(e));
+      const bytes = utf8Length(body);
+      // keepalive only within the budget that requests in flight leave.
+      const alive = keepalive + bytes <= BUDGET;
+      if (alive) keepalive += bytes;
+      let answer: Answer;
+      try {
+        answer = await transport.post(body, alive);
+      } catch {
+        answer = { status: 0 };
+      }
+      if (alive) keepalive -= bytes;
+      flying = [];
+      const { status, retryAfter, rejected } = answer;
+      if (!retryable(status) || ++attempt >= MAX_ATTEMPTS) {
+        self.queue = self.queue.filter((e) => !batch.includes(e));
         attempt = 0;
-        if (status >= 400) this.log(`batch dropped: the service answered ${status}`, batch);
-        else this.log(`sent ${batch.length} events`, batch);
+        log(status > 299 || !status ? "given up " + status : "sent", batch);
+        for (const r of rejected || []) log("rejected: " + r.error, batch[r.index]);
         continue;
       }
-      attempt++;
       const delay = retryDelay(attempt, retryAfter, Math.random(), Date.now());
-      this.log(`send failed (${status || "network error"}); retry ${attempt} in ${delay} ms`);
-      await this.transport.wait(delay);
-      await this.transport.online();
+      log("retry in " + delay, status);
+      await transport.wait(delay);
     }
   }
 
-  /** Page unload: everything queued goes by beacon, in bodies under 60 KB. */
-  unload(): void {
-    const { bodies } = beaconBodies(this.pkey, this.queue, BEACON_LIMIT);
-    for (const { body, events } of bodies) {
-      if (!this.transport.beacon(body)) {
-        this.log("the browser refused a beacon; events kept");
-        return;
-      }
-      this.queue = this.queue.filter((e) => !events.includes(e));
-      this.log(`beacon with ${events.length} events`, events);
-    }
+  function unload(): void {
+    if (self.held) return;
+    const inFlight = keepalive ? flying : [];
+    const { bodies, rest } = beaconBodies(
+      pkey,
+      self.queue.filter((e) => !inFlight.includes(e)),
+      BUDGET,
+      BUDGET - keepalive,
+    );
+    for (const { body, events } of bodies)
+      if (transport.beacon(body)) log("beacon", events);
+      else rest.push(...events);
+    self.queue = inFlight.concat(rest);
+    transport.keep(rest.slice(-MAX_KEPT));
   }
+
+  return self;
 }

@@ -1,10 +1,13 @@
-// The browser client of the split-testing service: fetches the experiments once, assigns
-// variants (deterministic, weighted, sticky), shows the variant's text parts without
-// flicker, and sends analytics events in batches, with the page-unload beacon last.
+// The browser client of the split-testing service: fetches the experiments on init (a
+// cached answer within its lifetime applies at once), assigns variants (deterministic,
+// weighted, sticky within a phase), shows the variant's text parts without flicker or late
+// swap, follows SPA route changes and consent, and sends analytics events in batches.
 // Nothing here throws into the host page: every entry point catches and logs.
 
-import { assign, type Experiment, type Variant } from "./assign";
-import { Sender } from "./batch";
+import { assign, phaseOf, type Experiment, type Seen, type Variant } from "./assign";
+import { sender as newSender, type Answer, type Sender } from "./batch";
+
+export type Consent = "granted" | "pending" | "denied";
 
 export interface Options {
   /** The service's base URL, e.g. `https://split.example.com`. */
@@ -15,6 +18,20 @@ export interface Options {
   experimentIds?: string[];
   /** Logs each batch and every problem to the console. */
   debug?: boolean;
+  /** `granted` (default): stores ids, sends events; `pending`: ids in memory, events queued; `denied`: nothing. */
+  consent?: Consent;
+}
+
+/** What a visitor got in one experiment. */
+export interface Assignment {
+  experimentId: string;
+  variantId: string;
+  /** The phase the assignment was made in. */
+  phase: number;
+  /** Forced with `?split_force=` (its events are marked `test`). */
+  forced: boolean;
+  /** Shown (an impression logged) on this page view. */
+  shown: boolean;
 }
 
 /** The contract's optional event fields (`conversion`, `loadTime`, `clickTarget`, …). */
@@ -24,16 +41,31 @@ type Event = Record<string, string | number | boolean | undefined>;
 
 const SESSION_IDLE_MS = 30 * 60 * 1000;
 const FAILSAFE_MS = 800;
+const MAX_HELD = 100;
 const UTM = ["utm_source", "utm_medium", "utm_campaign", "utm_term", "utm_content"];
-const HIDE = "[data-split-experiment] [data-split-part]:not([data-split-applied]){visibility:hidden!important}";
+const ROOT = "[data-split-experiment]";
+const PART = "[data-split-part]";
+const APPLIED = "data-split-applied";
+const HIDE = `${ROOT} ${PART}:not([${APPLIED}]){visibility:hidden!important}`;
+const KEYS = ["split_vid", "split_session", "split_seen"];
 
 let options: Options | undefined;
-let experiments: Record<string, Experiment> = {};
+/** The experiments this page view uses; undefined until the answer (or the cache) came. */
+let experiments: Record<string, Experiment> | undefined;
+/** The failsafe passed before any answer, or consent was denied: originals stay. */
+let off = false;
+let consent: Consent = "granted";
 let sender: Sender<Event> | undefined;
 let testMode = false;
 let landingUtm: Record<string, string> = {};
-const impressions: Record<string, boolean> = {};
+let forced: Record<string, string> = {};
+/** This view's impressions, by experiment. */
+let shown: Record<string, Assignment> = {};
+/** Events tracked before the answer: they get their variant once it is known. */
+let held: Event[] = [];
+let path = "";
 const memory: Record<string, string> = {};
+const originals = new Map<Element, string | null>();
 let hider: HTMLStyleElement | undefined;
 
 function log(message: string, detail?: unknown): void {
@@ -41,40 +73,37 @@ function log(message: string, detail?: unknown): void {
 }
 
 /** Runs `body`, turning any exception into a log line and `fallback`. */
-function guard<T>(body: () => T, fallback: T): T {
+function guard<T>(body: () => T, fallback?: T): T {
   try {
     return body();
   } catch (e) {
     log("error", e);
-    return fallback;
+    return fallback as T;
   }
 }
 
-// Storage: localStorage when the browser allows it, else this page's memory.
+// Storage: localStorage with consent when the browser allows it, else this page's memory.
 function load(key: string): string | null {
-  const stored = guard(() => localStorage.getItem(key), null);
+  const stored = consent === "granted" ? guard(() => localStorage.getItem(key), null) : null;
   return stored ?? memory[key] ?? null;
 }
 
 function save(key: string, value: string): void {
   memory[key] = value;
-  guard(() => localStorage.setItem(key, value), undefined);
+  if (consent === "granted") guard(() => localStorage.setItem(key, value));
 }
 
 function loadJson<T>(key: string): T | undefined {
-  return guard(() => JSON.parse(load(key) || "null") ?? undefined, undefined);
+  return guard(() => JSON.parse(load(key) || "null") ?? undefined);
 }
 
+/** A random UUID v4 (crypto.getRandomValues works on http pages too, randomUUID does not). */
 function uuid(): string {
-  const c = globalThis.crypto;
-  if (c?.randomUUID) return c.randomUUID();
-  const b = new Uint8Array(16);
-  if (c?.getRandomValues) c.getRandomValues(b);
-  else for (let i = 0; i < 16; i++) b[i] = (Math.random() * 256) | 0;
-  b[6] = (b[6] & 15) | 64;
-  b[8] = (b[8] & 63) | 128;
-  const h = Array.from(b, (x) => (x + 256).toString(16).slice(1)).join("");
-  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  let i = 0;
+  return "10000000-1000-4000-8000-100000000000".replace(/[018]/g, (c) =>
+    ((+c ^ (b[i++] & (15 >> (+c / 4)))) >>> 0).toString(16),
+  );
 }
 
 /** A random id per browser, kept in localStorage: the unit of assignment. */
@@ -101,34 +130,71 @@ function session(): Session {
   return s;
 }
 
-function variantOf(experimentId: string): Variant | null {
-  const experiment = experiments[experimentId];
-  if (!experiment) return null;
-  const seen = loadJson<Record<string, string>>("split_seen") || {};
-  const variant = assign(experiment, visitorId(), seen);
-  save("split_seen", JSON.stringify(seen));
-  return variant;
+/** The visitor's assignment in a served experiment (made now if need be), or null. */
+function assignment(experimentId: string): (Assignment & { variant: Variant }) | null {
+  const experiment = experiments?.[experimentId];
+  if (off || !experiment) return null;
+  const phase = phaseOf(experiment);
+  const force = experiment.variants.find((v) => v.id === forced[experimentId]);
+  let variant: Variant | null | undefined = force;
+  if (!variant) {
+    const seen = loadJson<Seen>("split_seen") || {};
+    variant = assign(experiment, visitorId(), seen);
+    save("split_seen", JSON.stringify(seen));
+  }
+  return (
+    variant && {
+      experimentId,
+      variantId: variant.id,
+      phase,
+      forced: !!force,
+      shown: !!shown[experimentId],
+      variant,
+    }
+  );
 }
 
-function impression(experimentId: string, variant: Variant): void {
-  if (impressions[experimentId]) return;
-  impressions[experimentId] = true;
-  track("impression", experimentId, { variantId: variant.id });
+/** The assignment, with its impression logged once per view. */
+function expose(experimentId: string): Variant | null {
+  const a = assignment(experimentId);
+  if (a && !shown[experimentId]) {
+    shown[experimentId] = { ...a, shown: true };
+    track("impression", experimentId, { variantId: a.variantId });
+  }
+  return a ? a.variant : null;
 }
 
-/** Puts each assigned variant's parts into the page, as text. */
-function apply(): void {
-  document.querySelectorAll<HTMLElement>("[data-split-experiment]").forEach((root) => {
-    const id = root.getAttribute("data-split-experiment") || "";
-    const variant = variantOf(id);
-    if (!variant) return;
-    root.querySelectorAll<HTMLElement>("[data-split-part]").forEach((el) => {
-      const text = variant.parts?.[el.getAttribute("data-split-part") || ""];
-      if (typeof text === "string") el.textContent = text;
-      el.setAttribute("data-split-applied", "");
-    });
-    impression(id, variant);
+/** Puts the assigned variant's parts into one experiment root, as text. */
+function applyRoot(root: Element): void {
+  const variant = expose(root.getAttribute("data-split-experiment") || "");
+  root.querySelectorAll(PART).forEach((el) => {
+    const text = variant?.parts?.[el.getAttribute("data-split-part") || ""];
+    if (typeof text === "string" && el.textContent !== text) {
+      if (!originals.has(el)) originals.set(el, el.textContent);
+      el.textContent = text;
+    }
+    el.setAttribute(APPLIED, "");
   });
+}
+
+/** Applies every root on the page; tells listeners (the auto-capture) of the view. */
+function applyAll(): void {
+  if (experiments) document.querySelectorAll(ROOT).forEach(applyRoot);
+  dispatchEvent(new Event("split:view"));
+}
+
+/** Applies the roots that nodes added to the page belong to or hold (while parsing, SPA renders). */
+function observe(records: MutationRecord[]): void {
+  if (!experiments) return;
+  const roots = new Set<Element>();
+  for (const r of records)
+    r.addedNodes.forEach((node) => {
+      const el = node.nodeType === 1 ? (node as Element) : node.parentElement;
+      const root = el?.closest(ROOT);
+      if (root) roots.add(root);
+      if (el && node.nodeType === 1) el.querySelectorAll(ROOT).forEach((r) => roots.add(r));
+    });
+  roots.forEach(applyRoot);
 }
 
 function reveal(): void {
@@ -136,102 +202,171 @@ function reveal(): void {
   hider = undefined;
 }
 
-function use(document_: { experiments?: Experiment[] } | undefined): void {
+/** The answer is known (or given up on): apply it and release the held events. */
+function decide(list: Experiment[] | undefined): void {
+  if (experiments || off) return;
   experiments = {};
-  for (const e of document_?.experiments || []) experiments[e.id] = e;
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", apply);
-  else apply();
+  for (const e of list || []) experiments[e.id] = e;
+  applyAll();
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", reveal);
+  else reveal();
+  release();
+}
+
+function release(): void {
+  const events = held;
+  held = [];
+  events.forEach(send);
+}
+
+/** Fills in what the answer tells (variant, phase, test for a forced variant) and queues. */
+function send(event: Event): void {
+  const a = assignment(event.experimentId as string);
+  if (a) {
+    event.variantId ??= a.variantId;
+    event.phase = a.phase;
+    if (a.forced) event.test = true;
+  }
+  sender?.add(event);
+}
+
+/** A new view (SPA route change, `refresh()`): impressions counted afresh, parts applied. */
+function view(now: boolean): void {
+  path = location.pathname;
+  shown = {};
+  if (now) applyAll();
+  else setTimeout(() => guard(applyAll)); // once the router has rendered the view
 }
 
 /**
- * Fetches the experiments (once) and applies them. Resolves when done, or failed: it
- * never rejects. The last answer is kept, so the next page view applies at once.
+ * Fetches the experiments and applies them (a cached answer within its lifetime at once).
+ * Resolves when done, or failed: it never rejects.
  */
 export function init(opts: Options): Promise<void> {
   return guard(() => start(opts).catch((e) => log("init failed", e)), Promise.resolve());
 }
 
 async function start(opts: Options): Promise<void> {
-  {
-    if (options) return log("init called twice; ignored");
-    options = { ...opts, baseUrl: String(opts.baseUrl).replace(/\/+$/, "") };
-    const base = options.baseUrl;
-    const pkey = options.publicKey;
-    testMode = guard(() => localStorage.getItem("service_test") === "true", false);
-    landingUtm = {};
-    const query = new URLSearchParams(location.search);
-    for (const name of UTM) {
-      const value = query.get(name);
-      if (value) landingUtm[name] = value;
+  if (options) return log("init twice");
+  options = { ...opts, baseUrl: String(opts.baseUrl).replace(/\/+$/, "") };
+  const base = options.baseUrl;
+  const pkey = options.publicKey;
+  consent = opts.consent || "granted";
+  testMode = guard(() => localStorage.getItem("service_test") === "true", false);
+  const query = new URLSearchParams(location.search);
+  for (const name of UTM) {
+    const value = query.get(name);
+    if (value) landingUtm[name] = value;
+  }
+  // QA: ?split_force=exp_a:var_b,exp_c:var_d, kept for the tab (sessionStorage).
+  forced = guard(() => JSON.parse(sessionStorage.getItem("split_force") || "{}"), {});
+  const force = query.get("split_force");
+  if (force != null) {
+    for (const pair of force.split(",")) {
+      const [e, v] = pair.split(":");
+      if (e && v) forced[e] = v;
     }
-    sender = new Sender<Event>(pkey, {
-      post: (body) =>
+    guard(() => sessionStorage.setItem("split_force", JSON.stringify(forced)));
+  }
+  sender = newSender<Event>(
+    pkey,
+    {
+      post: (body, keepalive) =>
         fetch(base + "/api/v1/analytics", {
           method: "POST",
           headers: { "X-public-key": pkey, "Content-Type": "application/json", Accept: "application/json" },
           body,
-          keepalive: body.length < 60000,
+          keepalive,
         }).then(
-          (r) => ({ status: r.status, retryAfter: r.headers.get("Retry-After") }),
-          () => ({ status: 0, retryAfter: null }),
+          async (r): Promise<Answer> => ({
+            status: r.status,
+            retryAfter: r.headers.get("Retry-After"),
+            rejected: await r.json().then((b) => b.rejected, () => undefined),
+          }),
         ),
-      beacon: (body) => guard(() => navigator.sendBeacon(base + "/api/v1/analytics", body), false),
+      beacon: (body) => navigator.sendBeacon(base + "/api/v1/analytics", body),
       wait: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
-      online: () =>
-        navigator.onLine === false
-          ? new Promise((resolve) => addEventListener("online", () => resolve(), { once: true }))
-          : Promise.resolve(),
-    }, log);
-    const unload = () => guard(() => sender?.unload(), undefined);
-    addEventListener("pagehide", unload);
-    document.addEventListener("visibilitychange", () => document.visibilityState === "hidden" && unload());
+      keep: (events) => save("split_kept", JSON.stringify(events)),
+    },
+    log,
+  );
+  sender.held = consent !== "granted";
+  // split:unload first: listeners (the auto-capture) queue their last events synchronously.
+  const unload = () => guard(() => dispatchEvent(new Event("split:unload")) && sender?.unload());
+  addEventListener("pagehide", unload);
+  document.addEventListener("visibilitychange", () => document.visibilityState === "hidden" && unload());
+  if (consent === "denied") return setConsent("denied");
+  // Events the last page view could not send within the browser's budget.
+  const kept = loadJson<Event[]>("split_kept");
+  guard(() => localStorage.removeItem("split_kept"));
+  kept?.forEach((e) => sender?.add(e));
 
-    // Only the parts wait for their text, and not for long.
-    hider = document.createElement("style");
-    hider.textContent = HIDE;
-    document.head.appendChild(hider);
-    setTimeout(reveal, FAILSAFE_MS);
+  // SPA: a route change is a new view.
+  path = location.pathname;
+  const route = () => guard(() => location.pathname !== path && view(false));
+  for (const m of ["pushState", "replaceState"] as const) {
+    const original = history[m];
+    history[m] = function (this: History, ...args: Parameters<History["pushState"]>) {
+      const result = original.apply(this, args);
+      route();
+      return result;
+    };
+  }
+  addEventListener("popstate", route);
+  new MutationObserver((r) => guard(() => observe(r))).observe(document.documentElement, {
+    childList: true,
+    subtree: true,
+  });
 
-    const ids = options.experimentIds || [];
-    const cacheKey = `split_cache:${pkey}:${ids.join(",")}:${testMode}`;
-    const cached = loadJson<{ experiments?: Experiment[] }>(cacheKey);
-    if (cached) use(cached);
-    const headers: Record<string, string> = { "X-public-key": pkey, Accept: "application/json" };
-    if (ids.length) headers["X-experiment-ids"] = ids.join(",");
-    if (testMode) headers["X-service-test"] = "true";
-    try {
-      const response = await fetch(base + "/api/v1/experiments", { headers });
-      if (response.ok) {
-        const text = await response.text();
-        use(JSON.parse(text));
-        save(cacheKey, text);
-        log("experiments", experiments);
-      } else log(`experiments not fetched: the service answered ${response.status}`);
-    } catch (e) {
-      log("experiments not fetched", e);
+  // Only the parts wait for their text, and not for long: after the failsafe the view
+  // keeps its original text, whatever comes later.
+  hider = document.createElement("style");
+  hider.textContent = HIDE;
+  document.head.appendChild(hider);
+  setTimeout(() => {
+    if (!experiments) {
+      off = true;
+      log("failsafe: originals kept");
+      release();
     }
     reveal();
+  }, FAILSAFE_MS);
+
+  const ids = options.experimentIds || [];
+  const cacheKey = `split_cache:${pkey}:${ids.join(",")}`;
+  const cached = testMode ? undefined : loadJson<{ t: number; a: number; e: Experiment[] }>(cacheKey);
+  if (cached && Date.now() - cached.t < cached.a * 1000) decide(cached.e);
+  const headers: Record<string, string> = { "X-public-key": pkey, Accept: "application/json" };
+  if (ids.length) headers["X-experiment-ids"] = ids.join(",");
+  if (testMode) headers["X-service-test"] = "true";
+  try {
+    // The browser's HTTP cache revalidates by ETag after Cache-Control's max-age.
+    const response = await fetch(base + "/api/v1/experiments", { headers });
+    if (!response.ok) throw response.status;
+    const list = (await response.json()).experiments;
+    const age = /max-age=(\d+)/.exec(response.headers.get("Cache-Control") || "");
+    if (!testMode && age) save(cacheKey, JSON.stringify({ t: Date.now(), a: +age[1], e: list }));
+    log("experiments", list);
+    decide(list);
+  } catch (e) {
+    log("no experiments", e);
+    decide([]);
   }
 }
 
-/** The visitor's variant id for an experiment (counts an impression once), or null. */
+/** The visitor's variant id for an experiment (counts an impression once per view), or null. */
 export function variant(experimentId: string): string | null {
-  return guard(() => {
-    const v = variantOf(experimentId);
-    if (v) impression(experimentId, v);
-    return v ? v.id : null;
-  }, null);
+  return guard(() => expose(experimentId)?.id ?? null, null);
 }
 
 /** Queues an event of the experiment; `fields` are the contract's optional fields. */
 export function track(eventName: string, experimentId: string, fields?: Fields): void {
   guard(() => {
-    if (!sender) return log("track before init; ignored");
+    if (!sender || consent === "denied") return log("track: no init or consent");
     if (!eventName || !experimentId || typeof eventName + typeof experimentId !== "stringstring")
-      return log("track needs an event name and an experiment id; ignored");
+      return log("track: bad arguments");
     const s = session();
     const event: Event = {
-      variantId: variantOf(experimentId)?.id,
       pathname: location.pathname,
       referrer: document.referrer,
       ...s.utm,
@@ -239,12 +374,15 @@ export function track(eventName: string, experimentId: string, fields?: Fields):
       eventName,
       experimentId,
       sessionId: s.id,
+      visitorId: visitorId(),
       eventId: uuid(),
       timestamp: Date.now(),
     };
     if (testMode) event.test = true;
-    sender.add(event);
-  }, undefined);
+    if (experiments || off) send(event);
+    else if (held.length < MAX_HELD) held.push(event);
+    else log("held: full, dropped", event);
+  });
 }
 
 /** Queues a `conversion` event with `conversion: true`. */
@@ -252,7 +390,51 @@ export function convert(experimentId: string, fields?: Fields): void {
   track("conversion", experimentId, { ...fields, conversion: true });
 }
 
-/** Sends what is queued now; resolves when the queue is empty (or given up). */
+/** Sends what is queued now; settles when sent, given up on, or within 10 s. */
 export function flush(): Promise<void> {
   return guard(() => (sender?.flush() ?? Promise.resolve()).catch((e) => log("flush", e)), Promise.resolve());
+}
+
+/** A new view for routers that change the page without the history API. */
+export function refresh(): void {
+  guard(() => view(true));
+}
+
+/** The visitor's assignments in the served experiments (none made here). */
+export function assignments(): Assignment[] {
+  return guard(() => {
+    const seen = loadJson<Seen>("split_seen") || {};
+    return Object.keys(experiments || {})
+      .filter((id) => shown[id] || seen[id] || forced[id])
+      .map((id) => assignment(id))
+      .filter((a): a is Assignment & { variant: Variant } => !!a)
+      .map(({ variant: _, ...a }) => a);
+  }, []);
+}
+
+/**
+ * Consent. `granted`: ids stored, events sent (what waited too). `pending`: ids in memory,
+ * events queued, nothing sent. `denied`: nothing stored or sent, queued events dropped,
+ * the page's original text back for the rest of this page load.
+ */
+export function setConsent(state: Consent): void {
+  guard(() => {
+    consent = state;
+    if (!sender) return;
+    if (state === "granted") {
+      for (const key of KEYS) if (memory[key]) save(key, memory[key]);
+      sender.held = false;
+      sender.flush();
+      return;
+    }
+    sender.held = true;
+    if (state === "denied") {
+      off = true;
+      sender.queue = held = [];
+      shown = {};
+      guard(() => Object.keys(localStorage).forEach((k) => k.startsWith("split_") && localStorage.removeItem(k)));
+      originals.forEach((text, el) => (el.textContent = text));
+      reveal();
+    }
+  });
 }

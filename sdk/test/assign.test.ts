@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { assign, bucket, murmur3, pick, type Experiment } from "../src/assign";
+import { assign, bucket, murmur3, pick, type Experiment, type Seen } from "../src/assign";
 
 test("murmur3 matches the reference MurmurHash3_x86_32", () => {
   assert.equal(murmur3(""), 0);
@@ -103,7 +103,7 @@ test("a visitor keeps the variant they saw when weights change, until it disappe
   };
   for (let i = 0; i < 200; i++) {
     const visitor = `v${i}`;
-    const seen: Record<string, string> = {};
+    const seen: Seen = {};
     const first = assign(before, visitor, seen)!.id;
     const after: Experiment = {
       id: before.id,
@@ -115,7 +115,7 @@ test("a visitor keeps the variant they saw when weights change, until it disappe
     assert.equal(assign(after, visitor, seen)!.id, first);
     const gone: Experiment = { id: before.id, variants: after.variants.filter((v) => v.id !== first) };
     assert.notEqual(assign(gone, visitor, seen)!.id, first);
-    assert.notEqual(seen[before.id], first);
+    assert.notEqual(seen[before.id][0], first);
   }
 });
 
@@ -123,4 +123,36 @@ test("no variant with weight assigns nothing", () => {
   const seen = {};
   assert.equal(assign({ id: "exp_z", variants: [{ id: "var_a", weight: 0 }] }, "v", seen), null);
   assert.deepEqual(seen, {});
+});
+
+// Phase >= 2 hashes experimentId + ":" + phase + ":" + visitorId (README "Assignment").
+test("assignment vectors in a later phase", () => {
+  const vectors: [number, string, number, string][] = [
+    [2, "visitor-1", 0.3915069664362818, "var_a"],
+    [2, "visitor-2", 0.2751883545424789, "var_a"],
+    [2, "visitor-3", 0.848768153693527, "var_b"],
+    [3, "visitor-1", 0.6033890270628035, "var_b"],
+  ];
+  for (const [phase, visitor, point, variant] of vectors) {
+    const exp: Experiment = { id: "exp_hero", phase, variants: [{ id: "var_a", weight: 50 }, { id: "var_b", weight: 50 }] };
+    assert.equal(bucket(exp.id, visitor, phase), point, visitor);
+    assert.equal(pick(exp, visitor)?.id, variant, visitor);
+  }
+  assert.equal(bucket("exp_hero", "visitor-1", 1), bucket("exp_hero", "visitor-1"), "phase 1 keeps v1's hash");
+});
+
+test("sticky within a phase; a new phase re-randomizes; weight 0 reassigns", () => {
+  const exp = (phase: number | undefined, a: number, b = 50): Experiment => ({
+    id: "exp_hero",
+    phase,
+    variants: [{ id: "var_a", weight: a }, { id: "var_b", weight: b }],
+  });
+  const seen: Seen = { exp_hero: "var_b" }; // stored by SDK v1: phase 1
+  assert.equal(assign(exp(undefined, 50), "visitor-2", seen)?.id, "var_b", "kept: phase 1");
+  assert.deepEqual(seen.exp_hero, ["var_b", 1], "stored with its phase");
+  assert.equal(assign(exp(1, 90, 10), "visitor-2", seen)?.id, "var_b", "weights moved: kept");
+  assert.equal(assign(exp(2, 50), "visitor-2", seen)?.id, "var_a", "phase 2: re-randomized");
+  assert.deepEqual(seen.exp_hero, ["var_a", 2]);
+  assert.equal(assign(exp(2, 0), "visitor-2", seen)?.id, "var_b", "weight 0: reassigned");
+  assert.deepEqual(seen.exp_hero, ["var_b", 2]);
 });

@@ -1,102 +1,26 @@
-// The SDK in real headless Chromium (Debian's), against the real pipeline that
-// e2e/tests/sdk.rs starts: FRONT (nginx before ingest and config-api, serving the SDK),
-// CLICKHOUSE_URL and CLICKHOUSE_DATABASE (where the consumer stores events), ACCESS_LOG
-// (the front's). The fixture pages come from another origin, as on a real site.
-import { test, before, after } from "node:test";
+// The core in real headless Chromium against the real pipeline (see kit.mjs): the answer,
+// the parts without flicker or late swap (issue 29, item 1), batches, beacons, retries,
+// test mode, blocked storage, and every field of every event in ClickHouse.
+import { test } from "node:test";
 import assert from "node:assert/strict";
-import http from "node:http";
 import { readFileSync } from "node:fs";
-import { chromium } from "playwright-core";
+import {
+  ACCESS_LOG, EXP, FRONT, PARTS, PK, T, context, eventually, head, heroRoot, open, origin, query, rowsWhen,
+  sessionOf, site, sleep,
+} from "./kit.mjs";
 
-const { FRONT, CLICKHOUSE_URL, CLICKHOUSE_DATABASE, ACCESS_LOG } = process.env;
-const PK = "pk_sdk";
-const EXP = "exp_sdk_hero";
-const PARTS = {
-  var_sdk_a: { headline: "Alpha <b>headline</b>", cta: "Buy A" },
-  var_sdk_b: { headline: "Beta <b>headline</b>", cta: "Buy B" },
-};
+site((url) => {
+  if (url.pathname.startsWith("/next")) return "<p>next page</p>";
+  // An event tracked in the head, before any answer.
+  if (url.pathname === "/early")
+    return `<!doctype html><html><head>${head()}
+<script>Split.track("click", "${EXP}", { clickTarget: "#early" });</script></head><body>${heroRoot}</body></html>`;
+  // A page whose body comes 1.5 s after its head (the answer arrives while it parses),
+  // and whose end comes a second after its experiment.
+  if (url.pathname === "/slow")
+    return [`<!doctype html><html><head>${head()}</head><body>`, 1500, heroRoot, 1000, "<p>end</p></body></html>"];
+});
 
-const fixture = `<!doctype html><html><head><meta charset="utf-8">
-<script src="${FRONT}/sdk/v1/split.min.js"></script>
-<script>window.splitReady = Split.init({ baseUrl: ${JSON.stringify(FRONT)}, publicKey: "${PK}",
-  experimentIds: ["${EXP}", "exp_sdk_draft"], debug: true });</script>
-</head><body><div data-split-experiment="${EXP}">
-<h1 data-split-part="headline">Original headline</h1>
-<button data-split-part="cta">Original</button><p data-split-part="missing">Kept</p>
-</div></body></html>`;
-
-let server, origin, browser;
-/** Each test's time limit: a hung browser or page fails its test instead of the run. */
-const T = { timeout: 120_000 };
-
-before(async () => {
-  assert.ok(FRONT && CLICKHOUSE_URL && CLICKHOUSE_DATABASE && ACCESS_LOG, "run me from e2e/tests/sdk.rs");
-  server = http.createServer((req, res) => {
-    res.setHeader("content-type", "text/html; charset=utf-8");
-    res.end(req.url.startsWith("/next") ? "<p>next page</p>" : fixture);
-  });
-  await new Promise((r) => server.listen(0, "127.0.0.1", r));
-  origin = `http://127.0.0.1:${server.address().port}`;
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-  });
-}, T);
-
-after(async () => {
-  await browser?.close();
-  server?.close();
-}, T);
-
-/**
- * A new browser context (its own storage); `gets` and `posts` record the config GETs and
- * the standard-form POSTs ({ headers, events, sentAt, at }) of this context only, so that
- * each test checks its own requests and runs alone as well as with the others.
- */
-async function context(init) {
-  const ctx = await browser.newContext();
-  if (init) await ctx.addInitScript(init);
-  const gets = [];
-  const posts = [];
-  ctx.on("request", (r) => {
-    if (r.url() === FRONT + "/api/v1/experiments" && r.method() === "GET") gets.push(r.headers());
-    if (r.url() === FRONT + "/api/v1/analytics" && r.method() === "POST" && r.headers()["x-public-key"]) {
-      const body = JSON.parse(r.postData());
-      posts.push({ headers: r.headers(), events: body.events, sentAt: body.sentAt, at: Date.now() });
-    }
-  });
-  return { ctx, gets, posts };
-}
-
-async function open(ctx, path = "/landing?utm_source=news&utm_campaign=launch") {
-  const page = await ctx.newPage();
-  page.on("console", (m) => console.log("  [page]", m.text()));
-  await page.goto(origin + path);
-  await page.evaluate(() => window.splitReady);
-  return page;
-}
-
-async function query(sql) {
-  const r = await fetch(`${CLICKHOUSE_URL}/?database=${CLICKHOUSE_DATABASE}`, {
-    method: "POST",
-    body: sql + " FORMAT JSONEachRow",
-  });
-  const text = await r.text();
-  assert.ok(r.ok, text);
-  return text.split("\n").filter(Boolean).map((l) => JSON.parse(l));
-}
-
-async function eventually(what, probe, seconds = 60) {
-  const deadline = Date.now() + seconds * 1000;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    assert.ok(Date.now() < deadline, `timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 250));
-  }
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 test("one GET with the contract's headers; parts applied as text; sticky and cached", T, async () => {
   const { ctx, gets } = await context();
@@ -104,7 +28,7 @@ test("one GET with the contract's headers; parts applied as text; sticky and cac
   assert.equal(gets.length, 1, "exactly one GET per init");
   assert.equal(gets[0]["x-public-key"], PK);
   assert.equal(gets[0]["accept"], "application/json");
-  assert.equal(gets[0]["x-experiment-ids"], `${EXP},exp_sdk_draft`);
+  assert.equal(gets[0]["x-experiment-ids"], `${EXP},exp_sdk_draft,exp_sdk_spa`);
   assert.equal(gets[0]["x-service-test"], undefined);
 
   const variant = await page.evaluate((e) => Split.variant(e), EXP);
@@ -133,20 +57,112 @@ test("one GET with the contract's headers; parts applied as text; sticky and cac
   await ctx.close();
 });
 
-test("parts whose answer is late show their original text after the failsafe", T, async () => {
-  const { ctx } = await context();
+test("an answer after the failsafe: the original text stays, no impression, events without variant", T, async () => {
+  const { ctx, posts } = await context();
   await ctx.route(FRONT + "/api/v1/experiments", async (route) => {
-    await sleep(4000);
+    await sleep(3000);
     await route.continue();
   });
   const page = await ctx.newPage();
   await page.goto(origin + "/landing");
-  const hidden = () => page.locator("h1").evaluate((e) => getComputedStyle(e).visibility);
-  assert.equal(await hidden(), "hidden", "parts wait for their text");
+  const visibility = () => page.locator("h1").evaluate((e) => getComputedStyle(e).visibility);
+  assert.equal(await visibility(), "hidden", "parts wait for their text");
   assert.equal(await page.locator("body").evaluate((e) => getComputedStyle(e).visibility), "visible");
   await sleep(1200);
-  assert.equal(await hidden(), "visible");
+  assert.equal(await visibility(), "visible");
   assert.equal(await page.locator("h1").textContent(), "Original headline");
+  await page.evaluate(() => Split.track("click", "exp_sdk_hero", { clickTarget: "#late-before" }));
+  await page.evaluate(() => window.splitReady); // the answer came, late
+  assert.equal(await page.locator("h1").textContent(), "Original headline", "no late swap");
+  assert.equal(await page.evaluate((e) => Split.variant(e), EXP), null, "this view has no variant");
+  const session = await sessionOf(page);
+  await page.evaluate(async () => {
+    Split.track("click", "exp_sdk_hero", { clickTarget: "#late-after" });
+    await Split.flush();
+  });
+  const rows = await rowsWhen(
+    "the late page's clicks",
+    `SELECT event_name, variant_id, click_target FROM events FINAL WHERE session_id = '${session}'`,
+    (rows) => rows.length >= 2,
+  );
+  await sleep(1000);
+  assert.deepEqual((await query(`SELECT event_name FROM events FINAL WHERE session_id = '${session}'`)).length, 2);
+  assert.deepEqual(rows.map((r) => [r.event_name, r.variant_id]).sort(), [["click", ""], ["click", ""]]);
+  assert.ok(posts.flatMap((p) => p.events).every((e) => e.eventName !== "impression"), "no impression sent");
+  await ctx.close();
+});
+
+test("an answer before the page is parsed: no part is ever seen with its original text", T, async () => {
+  // Each animation frame records what the headline shows; the answer arrives (cached by
+  // the HTTP cache of a first view, or not) while the body is still on its way.
+  const { ctx } = await context(() => {
+    window.frames_ = [];
+    const look = () => {
+      const h1 = document.querySelector("h1");
+      if (h1) frames_.push([h1.textContent, getComputedStyle(h1).visibility]);
+      if (document.readyState !== "complete" || frames_.length < 30) requestAnimationFrame(look);
+    };
+    requestAnimationFrame(look);
+  });
+  for (const view of ["first", "repeat"]) {
+    const page = await ctx.newPage();
+    await page.goto(origin + "/slow");
+    await page.evaluate(() => window.splitReady);
+    const variant = await page.evaluate((e) => Split.variant(e), EXP);
+    const frames = await page.evaluate(() => frames_);
+    assert.ok(frames.length > 0, "frames were seen");
+    const shown = frames.filter(([, v]) => v === "visible").map(([t]) => t);
+    assert.ok(!shown.includes("Original headline"), `${view}: original text seen: ${JSON.stringify(frames)}`);
+    assert.equal(await page.locator("h1").textContent(), PARTS[variant].headline);
+    await page.close();
+  }
+  await ctx.close();
+});
+
+test("an event tracked before the answer is held until it, and gets the variant and phase", T, async () => {
+  const { ctx, posts } = await context();
+  await ctx.route(FRONT + "/api/v1/experiments", async (route) => {
+    await sleep(300);
+    await route.continue();
+  });
+  const page = await open(ctx, "/early");
+  const variant = await page.evaluate((e) => Split.variant(e), EXP);
+  const session = await sessionOf(page);
+  await page.evaluate(() => Split.flush());
+  const rows = await rowsWhen(
+    "the early click",
+    `SELECT variant_id, phase FROM events FINAL WHERE session_id = '${session}' AND event_name = 'click'`,
+    (r) => r.length === 1,
+    20,
+  );
+  assert.deepEqual(rows, [{ variant_id: variant, phase: 1 }]);
+  const early = posts.flatMap((p) => p.events).find((e) => e.clickTarget === "#early");
+  assert.equal(early.variantId, variant);
+  await ctx.close();
+});
+
+test("experiment roots added later are applied, one impression per experiment and view", T, async () => {
+  const { ctx, posts } = await context();
+  const page = await open(ctx);
+  const variant = await page.evaluate((e) => Split.variant(e), EXP);
+  const text = await page.evaluate(async (exp) => {
+    const root = document.createElement("section");
+    root.setAttribute("data-split-experiment", exp);
+    root.innerHTML = '<h2 data-split-part="cta">Added original</h2>';
+    document.body.appendChild(root);
+    await new Promise((r) => requestAnimationFrame(r));
+    return [root.firstChild.textContent, getComputedStyle(root.firstChild).visibility];
+  }, EXP);
+  assert.deepEqual(text, [PARTS[variant].cta, "visible"]);
+  const session = await sessionOf(page);
+  await page.evaluate(() => Split.flush());
+  const rows = await rowsWhen(
+    "the impression",
+    `SELECT event_name, variant_id FROM events FINAL WHERE session_id = '${session}'`,
+    (rows) => rows.length >= 1,
+  );
+  assert.deepEqual(rows, [{ event_name: "impression", variant_id: variant }]);
+  assert.equal(posts.flatMap((p) => p.events).length, 1);
   await ctx.close();
 });
 
@@ -334,6 +350,7 @@ test("every event the browsers sent is in analytics.events with its fields", T, 
     const rows = await query(
       "SELECT toString(event_id) AS event_id, event_name, experiment_id, session_id, variant_id, " +
         "conversion, scroll_depth, click_target, pathname, referrer, utm_source, utm_campaign, test, " +
+        "visitor_id, phase, is_bot, " +
         "received_at_ms, event_time " +
         `FROM events FINAL WHERE event_id IN (${ids})`,
     );
@@ -359,6 +376,11 @@ test("every event the browsers sent is in analytics.events with its fields", T, 
     assert.equal(r.conversion, e.conversion === undefined ? null : Number(e.conversion));
     assert.equal(r.scroll_depth, e.scrollDepth ?? null);
     assert.equal(r.test, e.test ? 1 : 0);
+    // The visitor, the unit of the results, and the phase the variant was assigned in.
+    assert.equal(r.visitor_id, e.visitorId);
+    assert.equal(r.phase, e.phase ?? 1);
+    assert.equal(r.is_bot, 0, "a browser's User-Agent is no bot's");
+    if (e.variantId) assert.equal(e.phase, 1, "events of an assigned experiment carry its phase");
     // The event's time: the browser's timestamp moved by its clock's offset at sending.
     // Browser and service share this machine's clock, so it is the timestamp give or take
     // the request's way; events that waited for the 5 s timer were received well after.
@@ -366,6 +388,8 @@ test("every event the browsers sent is in analytics.events with its fields", T, 
     const [time, received] = [Number(r.event_time), Number(r.received_at_ms)];
     assert.ok(time <= received && Math.abs(time - e.timestamp) < 1000, `${e.eventId}: ${time}`);
   }
+  assert.equal(new Set(posts.flatMap((p) => p.events).map((e) => e.visitorId)).size, 1, "one visitor per browser");
+  assert.match(sent[0].visitorId, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
   const waited = sent.filter((e) => e.sentAt - e.timestamp > 3000);
   assert.ok(waited.length > 0, "some events waited for the timer");
 });

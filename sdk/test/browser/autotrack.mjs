@@ -1,0 +1,73 @@
+// The opt-in auto-capture (split-autotrack.min.js, issue 29 item 9) in real Chromium
+// through the real pipeline: goal clicks, conversions (attribute and URL rule), the
+// page's measures at unload, bounces and rate-limited errors, each checked in ClickHouse.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { EXP, FRONT, T, context, head, heroRoot, open, origin, query, rowsWhen, sessionOf, site, sleep } from "./kit.mjs";
+
+const autotrack = `<script src="${FRONT}/sdk/v1/split-autotrack.min.js" data-conversion-url="^/thanks"></script>`;
+const page = (body) => `<!doctype html><html><head>${head({ extra: autotrack })}</head>
+<body style="margin:0">${body}<div style="height:3000px"></div><p id="end">end</p></body></html>`;
+
+site((url) => {
+  if (url.pathname.startsWith("/next")) return "<p>next page</p>";
+  if (url.pathname === "/thanks") return page("<p>Thank you</p>");
+  return page(heroRoot.replace("</div>", '<a data-split-goal="signup" href="#">Sign up</a></div>') +
+    '<button data-split-conversion="buy">Buy</button>');
+});
+
+const rowsOf = (session) =>
+  query(`SELECT event_name, experiment_id, click_target, conversion, scroll_depth, time_on_page, load_time
+         FROM events FINAL WHERE session_id = '${session}'`);
+
+test("goal and conversion clicks, errors (at most 5), and the page's measures at unload", T, async () => {
+  const { ctx } = await context();
+  const p = await open(ctx, "/landing");
+  const session = await sessionOf(p);
+  await p.click("[data-split-goal]");
+  await p.click("[data-split-conversion]");
+  await p.evaluate(() => {
+    for (let i = 0; i < 7; i++) setTimeout(() => { throw new Error("boom " + i); });
+    window.scrollTo(0, document.documentElement.scrollHeight / 2 - innerHeight);
+  });
+  await sleep(300);
+  await p.goto(origin + "/next"); // unload: the measures go with the beacon
+  const rows = await rowsWhen("the captured events", `SELECT event_name FROM events FINAL WHERE session_id = '${session}'`, (r) => r.length >= 11, 30);
+  await sleep(500);
+  const all = await rowsOf(session);
+  const named = (name) => all.filter((r) => r.event_name === name);
+  assert.deepEqual(
+    [...new Set(all.map((r) => r.event_name))].sort(),
+    ["click", "conversion", "dwell_time", "error", "impression", "performance", "scroll_depth"],
+    JSON.stringify(rows),
+  );
+  assert.deepEqual(named("click").map((r) => [r.experiment_id, r.click_target]), [[EXP, "signup"]]);
+  assert.deepEqual(named("conversion").map((r) => [r.experiment_id, r.conversion, r.click_target]), [[EXP, 1, "buy"]]);
+  assert.equal(named("error").length, 5, "rate-limited");
+  assert.match(named("error")[0].click_target, /boom/);
+  const [scroll] = named("scroll_depth");
+  assert.ok(scroll.scroll_depth >= 40 && scroll.scroll_depth <= 60, JSON.stringify(scroll));
+  assert.ok(named("dwell_time")[0].time_on_page > 0);
+  assert.ok(named("performance")[0].load_time > 0);
+  await ctx.close();
+});
+
+test("a page left without any interaction is a bounce; a URL rule converts on /thanks", T, async () => {
+  const { ctx } = await context();
+  const p = await open(ctx, "/landing");
+  const session = await sessionOf(p);
+  await sleep(200);
+  await p.goto(origin + "/thanks"); // the visitor's assignment converts here
+  await p.evaluate(() => window.splitReady);
+  await p.evaluate(() => Split.flush());
+  const rows = await rowsWhen(
+    "the bounce and the conversion",
+    `SELECT event_name FROM events FINAL WHERE session_id = '${session}' AND event_name IN ('bounce', 'conversion')`,
+    (r) => r.length >= 2,
+    30,
+  );
+  assert.deepEqual(rows.map((r) => r.event_name).sort(), ["bounce", "conversion"]);
+  const [conversion] = (await rowsOf(session)).filter((r) => r.event_name === "conversion");
+  assert.deepEqual([conversion.experiment_id, conversion.conversion, conversion.click_target], [EXP, 1, "url"]);
+  await ctx.close();
+});
