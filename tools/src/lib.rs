@@ -6,5 +6,6 @@
 
 mod replay;
 pub mod results;
+pub mod stats;
 
 pub use replay::{ReplayConfig, replay};
