@@ -16,6 +16,11 @@ TANSU="$TANSU_ROOT/bin/tansu"
 CHDB_VERSION=26.9.0
 CHDB_VENV=${CHDB_VENV:-$HOME/.local/share/chdb-core-$CHDB_VERSION}
 
+# The statistics reference of the results tests (e2e/tests/stats/reference.py): scipy,
+# statsmodels and GrowthBook's gbstats, pinned in e2e/tests/stats/requirements.txt.
+STATS_REFERENCE_VERSION=gbstats-0.8.0-scipy-1.17.1-statsmodels-0.15.0
+STATS_VENV=${STATS_VENV:-$HOME/.local/share/stats-reference-$STATS_REFERENCE_VERSION}
+
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
@@ -72,6 +77,15 @@ ensure_chdb() {
     log "Installing chdb-core $CHDB_VERSION into $CHDB_VENV (pip)"
     python3 -m venv "$CHDB_VENV"
     "$CHDB_VENV/bin/pip" install --quiet --no-deps "chdb-core==$CHDB_VERSION"
+  fi
+}
+
+# A virtual environment with the statistics reference's packages (about 40 s once).
+ensure_stats_python() {
+  if ! "$STATS_VENV/bin/python" -c "import gbstats, scipy, statsmodels" 2>/dev/null; then
+    log "Installing the statistics reference ($STATS_REFERENCE_VERSION) into $STATS_VENV (pip)"
+    python3 -m venv "$STATS_VENV"
+    "$STATS_VENV/bin/pip" install --quiet --no-deps -r "$REPO/e2e/tests/stats/requirements.txt"
   fi
 }
 

@@ -6,8 +6,10 @@
 // the core's 4 KB budget needs it).
 import { build } from "esbuild";
 import { minify } from "terser";
-import { readdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
 
+// A fresh clone has no dist/ (git-ignored): esbuild makes its own folders, writeFileSync not.
+mkdirSync("dist", { recursive: true });
 const common = { bundle: true, target: "es2020", legalComments: "none" };
 for (const [entry, out] of [
   ["src/global.ts", "dist/split.min.js"],

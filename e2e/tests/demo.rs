@@ -143,9 +143,21 @@ async fn the_demo_finds_its_planted_effect_and_no_other_and_its_report_shows_it_
     let screenshot = std::env::var("DEMO_SCREENSHOT")
         .map(PathBuf::from)
         .unwrap_or_else(|_| dir.path().join("report.png"));
-    tools::report::write(&ch, PLANTED, Some(KEY), &report)
-        .await
-        .expect("the report is written");
+    let mut command = std::process::Command::new(e2e::workspace_binary("experiment-results"));
+    command
+        .args([PLANTED, "--public-key", KEY, "--html"])
+        .arg(&report)
+        .env("CLICKHOUSE_URL", e2e::clickhouse_url())
+        .env("CLICKHOUSE_DATABASE", &names.database);
+    let output = run_bounded(command, Duration::from_secs(30)).await;
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "experiment-results: {table}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    println!("{table}");
+    assert!(table.contains("var_home_urgency"), "{table}");
     let sdk = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sdk");
     assert!(
         sdk.join("node_modules/playwright-core").exists(),
@@ -196,9 +208,31 @@ async fn the_demo_finds_its_planted_effect_and_no_other_and_its_report_shows_it_
         assert_eq!(shown["exposed"], row.exposed, "{shown}");
         assert_eq!(shown["converted"], row.converted, "{shown}");
         assert_eq!(shown["visible"], true);
-        if row.is_control == 0 {
-            let verdict = shown["verdict"].as_str().unwrap_or_default();
+        if row.is_control == 1 {
+            let verdict = section["verdicts"][row.variant_id.as_str()]
+                .as_str()
+                .unwrap_or_default();
+            assert!(verdict.starts_with("The control"), "{verdict}");
+        } else {
+            let verdict = section["verdicts"][row.variant_id.as_str()]
+                .as_str()
+                .unwrap_or_default();
             assert!(verdict.starts_with("Better than the control"), "{verdict}");
+            let pp = |x: Option<f64>| format!("{:+.2} pp", x.unwrap_or(f64::NAN) * 100.0);
+            let interval = format!(
+                "between {} and {}",
+                pp(row.always_valid_ci_low).trim_end_matches(" pp"),
+                pp(row.always_valid_ci_high)
+            );
+            assert!(
+                verdict.contains(&interval),
+                "{verdict} should say {interval}"
+            );
+            let axis = &section["axis"];
+            assert!(
+                axis[0].as_str().is_some_and(|t| t.starts_with('+')),
+                "top of the y axis: {axis}"
+            );
             let chart = &section["chart"][0];
             assert_eq!(chart["variant"], row.variant_id.as_str(), "{seen}");
             assert!(chart["points"].as_u64().is_some_and(|n| n >= 10), "{chart}");

@@ -551,11 +551,14 @@ fn mean_and_variance(xs: &[f64]) -> (f64, f64) {
 
 /// The command's report: lift and Welch's test computed here, guards below the minimums.
 async fn check_command(ch: &clickhouse::Client, plan: &Plan, rows: &[ResultRow]) {
-    let minimums = tools::results::Minimums {
-        sessions: 50,
-        conversions: 5,
+    let settings = tools::results::Settings {
+        minimums: tools::stats::Minimums {
+            visitors: 50,
+            conversions: 5,
+        },
+        correction: tools::stats::Correction::Holm,
     };
-    let ab = tools::results::report(ch, "exp_ab", Some(KEY), minimums)
+    let ab = tools::results::report(ch, "exp_ab", Some(KEY), settings)
         .await
         .expect("report");
     assert_eq!(ab.len(), 1);
@@ -564,17 +567,26 @@ async fn check_command(ch: &clickhouse::Client, plan: &Plan, rows: &[ResultRow])
         .iter()
         .find(|v| v.variant_id == "var_b")
         .expect("var_b");
-    assert!(b.enough_data);
+    let compared = b.comparison.as_ref().expect("var_b is compared");
+    assert!(compared.enough_data);
     let row = |v: &str| rows.iter().find(|r| r.variant_id == v).expect("row");
-    let (p1, p0) = (row("var_b").conversion_rate, row("var_a").conversion_rate);
-    let (v1, v0) = (p1 * (1.0 - p1) / 80.0, p0 * (1.0 - p0) / 120.0);
-    let lift = p1 / p0 - 1.0;
-    let se = (v1 / (p0 * p0) + p1 * p1 * v0 / p0.powi(4)).sqrt();
+    let (x1, x0) = (row("var_b").converted as f64, row("var_a").converted as f64);
+    // The lift and its interval on the log of the ratio (delta method).
+    let log_ratio = (x1 / 80.0).ln() - (x0 / 120.0).ln();
+    let se = (1.0 / x1 - 1.0 / 80.0 + 1.0 / x0 - 1.0 / 120.0).sqrt();
     let z = Normal::standard().inverse_cdf(0.975);
-    let got = b.lift.as_ref().expect("lift");
-    close("lift", Some(got.value), Some(lift));
-    close("lift low", Some(got.low), Some(lift - z * se));
-    close("lift high", Some(got.high), Some(lift + z * se));
+    let got = compared.lift.value().expect("lift");
+    close("lift", Some(got.value), Some(log_ratio.exp() - 1.0));
+    close(
+        "lift low",
+        Some(got.low),
+        Some((log_ratio - z * se).exp() - 1.0),
+    );
+    close(
+        "lift high",
+        Some(got.high),
+        Some((log_ratio + z * se).exp() - 1.0),
+    );
 
     let (ma, va) = mean_and_variance(&plan.times["var_a"]);
     let (mb, vb) = mean_and_variance(&plan.times["var_b"]);
@@ -583,13 +595,14 @@ async fn check_command(ch: &clickhouse::Client, plan: &Plan, rows: &[ResultRow])
     let df = (sa + sb).powi(2) / (sa * sa / 119.0 + sb * sb / 79.0);
     let welch = 2.0 * StudentsT::new(0.0, 1.0, df).expect("t").sf(t.abs());
     let time = b.time_on_page.as_ref().expect("time on page");
-    assert_eq!(time.sessions, 80, "test sessions left out");
+    assert_eq!(time.visitors, 80, "test visitors left out");
     close("mean time", Some(time.mean), Some(mb));
-    close("time diff", time.diff, Some(mb - ma));
-    close("welch p", time.p_value, Some(welch));
+    let test = time.test.as_ref().and_then(|t| t.value()).expect("welch");
+    close("time diff", Some(test.diff), Some(mb - ma));
+    close("welch p", Some(test.p_value), Some(welch));
 
-    // 30 sessions of var_y: below the minimums, no statistic, said so.
-    let abc = tools::results::report(ch, "exp_abc", Some(KEY), minimums)
+    // 30 visitors of var_y: below the minimums, no statistic, said so.
+    let abc = tools::results::report(ch, "exp_abc", Some(KEY), settings)
         .await
         .expect("report");
     let y = abc[0]
@@ -597,13 +610,31 @@ async fn check_command(ch: &clickhouse::Client, plan: &Plan, rows: &[ResultRow])
         .iter()
         .find(|v| v.variant_id == "var_y")
         .expect("var_y");
-    assert!(!y.enough_data);
+    let compared = y.comparison.as_ref().expect("var_y is compared");
+    assert!(!compared.enough_data);
     assert_eq!(
-        (y.diff.as_ref(), y.p_value, y.lift.as_ref()),
+        (
+            compared.diff.value(),
+            compared.p_value.value(),
+            compared.lift.value()
+        ),
         (None, None, None)
     );
-    assert_eq!(y.time_on_page.as_ref().and_then(|t| t.p_value), None);
-    let table = tools::results::render(&abc, minimums);
+    assert!(
+        compared
+            .diff
+            .reason()
+            .is_some_and(|r| r.starts_with("not enough data")),
+        "{compared:?}"
+    );
+    assert_eq!(
+        y.time_on_page
+            .as_ref()
+            .and_then(|t| t.test.as_ref())
+            .and_then(|t| t.value()),
+        None
+    );
+    let table = tools::results::render(&abc, settings);
     assert!(
         table
             .lines()

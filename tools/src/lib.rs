@@ -7,5 +7,6 @@
 mod replay;
 pub mod report;
 pub mod results;
+pub mod stats;
 
 pub use replay::{ReplayConfig, replay};

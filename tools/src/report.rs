@@ -1,7 +1,8 @@
 //! `experiment-results --html FILE`: one experiment's results as a page that needs nothing
 //! but itself (inline CSS and SVG, no script, no font or image to fetch), readable on a
-//! phone: per public key and phase, the variants with their verdict in words (read from
-//! the always-valid interval, which stays valid however often the page is looked at), a
+//! phone: per public key and phase, the command's own figures ([`crate::results::Report`],
+//! its minimum-data guard included) with a verdict in words (read from the always-valid
+//! interval, which stays valid however often the page is looked at), a
 //! cumulative chart of each variant's difference to the control with its always-valid
 //! band, the sample-ratio check and the time range of the first exposures.
 
@@ -11,22 +12,7 @@ use anyhow::Context;
 use clickhouse::{Client, Row};
 use serde::Deserialize;
 
-/// A row of `experiment_results`.
-#[derive(Clone, Debug, Deserialize, Row)]
-pub struct VariantRow {
-    pub public_key: String,
-    pub phase: u32,
-    pub variant_id: String,
-    pub is_control: u8,
-    pub exposed: u64,
-    pub converted: u64,
-    pub conversion_rate: f64,
-    pub diff: Option<f64>,
-    pub srm_p_value: Option<f64>,
-    pub always_valid_p_value: Option<f64>,
-    pub always_valid_ci_low: Option<f64>,
-    pub always_valid_ci_high: Option<f64>,
-}
+use crate::results::{Report, Shown, VariantReport};
 
 /// A row of `experiment_results_over_time`.
 #[derive(Clone, Debug, Deserialize, Row)]
@@ -42,35 +28,22 @@ pub struct PointRow {
     pub always_valid_ci_high: Option<f64>,
 }
 
-/// One experiment under one public key in one phase.
+/// One experiment under one public key in one phase: the command's figures and the
+/// hours of the view.
 #[derive(Clone, Debug)]
-pub struct Section {
-    pub public_key: String,
-    pub experiment_id: String,
-    pub phase: u32,
-    pub variants: Vec<VariantRow>,
+pub struct Section<'a> {
+    pub report: &'a Report,
     /// Ordered by hour.
     pub points: Vec<PointRow>,
 }
 
-/// Reads the sections of `experiment` (of `public_key`, or of every key).
-pub async fn read(
+/// Reads the hours of the experiment of `reports` and writes their page to `path`.
+pub async fn write(
     client: &Client,
     experiment: &str,
-    public_key: Option<&str>,
-) -> anyhow::Result<Vec<Section>> {
-    let variants: Vec<VariantRow> = client
-        .query(
-            "SELECT public_key, phase, variant_id, is_control, exposed, converted, \
-             conversion_rate, diff, srm_p_value, always_valid_p_value, always_valid_ci_low, \
-             always_valid_ci_high FROM experiment_results WHERE experiment_id = ? \
-             ORDER BY public_key, phase, variant_id = '__multiple__', is_control DESC, \
-             variant_id",
-        )
-        .bind(experiment)
-        .fetch_all()
-        .await
-        .context("cannot read experiment_results")?;
+    reports: &[Report],
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
     let points: Vec<PointRow> = client
         .query(
             "SELECT public_key, phase, toUInt32(hour) AS hour, variant_id, exposed, diff, \
@@ -81,40 +54,17 @@ pub async fn read(
         .fetch_all()
         .await
         .context("cannot read experiment_results_over_time")?;
-    let mut sections: Vec<Section> = Vec::new();
-    for row in variants
-        .into_iter()
-        .filter(|r| public_key.is_none_or(|k| k == r.public_key))
-    {
-        let same = |s: &Section| s.public_key == row.public_key && s.phase == row.phase;
-        if !sections.last().is_some_and(same) {
-            sections.push(Section {
-                public_key: row.public_key.clone(),
-                experiment_id: experiment.to_owned(),
-                phase: row.phase,
-                variants: Vec::new(),
-                points: points
-                    .iter()
-                    .filter(|p| p.public_key == row.public_key && p.phase == row.phase)
-                    .cloned()
-                    .collect(),
-            });
-        }
-        if let Some(section) = sections.last_mut() {
-            section.variants.push(row);
-        }
-    }
-    Ok(sections)
-}
-
-/// Reads and writes the page of `experiment` to `path`.
-pub async fn write(
-    client: &Client,
-    experiment: &str,
-    public_key: Option<&str>,
-    path: &std::path::Path,
-) -> anyhow::Result<()> {
-    let sections = read(client, experiment, public_key).await?;
+    let sections: Vec<Section> = reports
+        .iter()
+        .map(|report| Section {
+            report,
+            points: points
+                .iter()
+                .filter(|p| p.public_key == report.public_key && p.phase == report.phase)
+                .cloned()
+                .collect(),
+        })
+        .collect();
     std::fs::write(path, page(experiment, &sections))
         .with_context(|| format!("cannot write {}", path.display()))
 }
@@ -158,36 +108,39 @@ fn utc(seconds: u32) -> String {
 }
 
 /// The verdict of a variant, in words, from the always-valid interval.
-pub fn verdict(v: &VariantRow) -> String {
+pub fn verdict(v: &VariantReport) -> String {
     if v.variant_id == "__multiple__" {
         return "Saw several variants: left out of the comparison.".into();
     }
-    if v.is_control == 1 {
+    let Some(comparison) = &v.comparison else {
         return "The control: every variant is compared with it.".into();
-    }
-    match (v.diff, v.always_valid_ci_low, v.always_valid_ci_high) {
-        (Some(d), Some(low), Some(high)) if low > 0.0 => format!(
-            "Better than the control: {} pp (between {} and {} pp, an interval that holds \
-             however often you look).",
-            pp(d),
-            pp(low),
-            pp(high)
-        ),
-        (Some(d), Some(low), Some(high)) if high < 0.0 => format!(
-            "Worse than the control: {} pp (between {} and {} pp, an interval that holds \
-             however often you look).",
-            pp(d),
-            pp(low),
-            pp(high)
-        ),
-        (Some(d), Some(low), Some(high)) => format!(
-            "No difference shown yet: {} pp, anywhere between {} and {} pp. Keep it running, \
-             or stop if that range rules out every effect worth having.",
-            pp(d),
-            pp(low),
-            pp(high)
-        ),
-        _ => "Not enough data to compare yet.".into(),
+    };
+    match &comparison.always_valid {
+        Shown::Value(av) => {
+            let d = (av.low + av.high) / 2.0;
+            let (low, high) = (pp(av.low), pp(av.high));
+            if av.low > 0.0 {
+                format!(
+                    "Better than the control: {} pp (between {low} and {high} pp, an interval \
+                     that holds however often you look).",
+                    pp(d)
+                )
+            } else if av.high < 0.0 {
+                format!(
+                    "Worse than the control: {} pp (between {low} and {high} pp, an interval \
+                     that holds however often you look).",
+                    pp(d)
+                )
+            } else {
+                format!(
+                    "No difference shown yet: {} pp, anywhere between {low} and {high} pp. \
+                     Keep it running, or stop if that range rules out every effect worth \
+                     having.",
+                    pp(d)
+                )
+            }
+        }
+        Shown::Missing(reason) => format!("No verdict yet: {reason}."),
     }
 }
 
@@ -225,7 +178,7 @@ pub struct Series {
 /// The chart geometry.
 const WIDTH: f64 = 640.0;
 const HEIGHT: f64 = 260.0;
-const LEFT: f64 = 56.0;
+const LEFT: f64 = 84.0;
 const RIGHT: f64 = 12.0;
 const TOP: f64 = 12.0;
 const BOTTOM: f64 = 28.0;
@@ -343,9 +296,10 @@ pub fn chart(series: &[Series], first: &str, last: &str) -> String {
 fn series_of(section: &Section) -> Vec<Series> {
     let first = section.points.first().map_or(0, |p| p.hour);
     section
+        .report
         .variants
         .iter()
-        .filter(|v| v.is_control == 0 && v.variant_id != "__multiple__")
+        .filter(|v| v.comparison.is_some())
         .map(|v| Series {
             variant_id: v.variant_id.clone(),
             points: section
@@ -370,9 +324,11 @@ h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.15em;margin:1.6em 0 .4em}\
 background:#e6f4ea}.srm.alarm{background:#fde2e1;font-weight:600}\
 .scroll{overflow-x:auto}table{border-collapse:collapse;width:100%;font-size:.92em}\
 th,td{padding:6px 8px;border-bottom:1px solid #dde1e6;text-align:right;vertical-align:top}\
-th:first-child,td:first-child,td.verdict{text-align:left}td.verdict{min-width:14em}\
+th:first-child,td:first-child{text-align:left}.verdicts{padding-left:1.2em}\
+.verdicts li{margin:.3em 0}@media(max-width:600px){body{padding:10px}table{font-size:.8em}\
+th,td{padding:4px 5px}}\
 .chart{width:100%;height:auto;max-height:320px;display:block}\
-.chart .zero{stroke:#868e96;stroke-dasharray:4 3}.chart .axis{font-size:11px;fill:#56606b}\
+.chart .zero{stroke:#868e96;stroke-dasharray:4 3}.chart .axis{font-size:15px;fill:#56606b}\
 .legend span{display:inline-block;margin-right:1em}.legend i{display:inline-block;\
 width:12px;height:12px;border-radius:2px;margin-right:4px;vertical-align:-1px}";
 
@@ -391,12 +347,13 @@ pub fn page(experiment: &str, sections: &[Section]) -> String {
         html.push_str("<p class=\"empty\">No exposed visitor yet.</p>");
     }
     for section in sections {
-        let key = escape(&section.public_key);
+        let report = section.report;
+        let key = escape(&report.public_key);
         let _ = write!(
             html,
             "<section class=\"result\" data-key=\"{key}\" data-phase=\"{}\">\
              <h2>{key}, phase {}</h2>",
-            section.phase, section.phase
+            report.phase, report.phase
         );
         let (first, last) = (
             section.points.first().map(|p| p.hour),
@@ -410,8 +367,7 @@ pub fn page(experiment: &str, sections: &[Section]) -> String {
                 utc(last.saturating_add(3599))
             );
         }
-        let srm = section.variants.first().and_then(|v| v.srm_p_value);
-        let (status, alarm) = srm_status(srm);
+        let (status, alarm) = srm_status(report.srm_p_value);
         let _ = write!(
             html,
             "<p class=\"srm{}\">{}</p>",
@@ -421,31 +377,39 @@ pub fn page(experiment: &str, sections: &[Section]) -> String {
         html.push_str(
             "<div class=\"scroll\"><table class=\"variants\"><thead><tr><th>Variant</th>\
              <th>Visitors</th><th>Converted</th><th>Rate</th><th>Diff, pp</th>\
-             <th>Always-valid p</th><th>Verdict</th></tr></thead><tbody>",
+             </tr></thead><tbody>",
         );
-        for v in &section.variants {
-            let name = if v.is_control == 1 {
+        for v in &report.variants {
+            let name = if v.is_control {
                 format!("{} (control)", escape(&v.variant_id))
             } else {
                 escape(&v.variant_id)
+            };
+            let diff = match v.comparison.as_ref().map(|c| &c.always_valid) {
+                Some(Shown::Value(av)) => pp((av.low + av.high) / 2.0),
+                _ => "-".into(),
             };
             let _ = write!(
                 html,
                 "<tr data-variant=\"{}\"><td>{name}</td><td class=\"exposed\">{}</td>\
                  <td class=\"converted\">{}</td><td class=\"rate\">{:.2}%</td>\
-                 <td class=\"diff\">{}</td><td class=\"p\">{}</td>\
-                 <td class=\"verdict\">{}</td></tr>",
+                 <td class=\"diff\">{diff}</td></tr>",
                 escape(&v.variant_id),
                 v.exposed,
                 v.converted,
                 v.conversion_rate * 100.0,
-                v.diff.filter(|_| v.is_control == 0).map_or("-".into(), pp),
-                v.always_valid_p_value
-                    .map_or("-".into(), |p| format!("{p:.4}")),
+            );
+        }
+        html.push_str("</tbody></table></div><ul class=\"verdicts\">");
+        for v in &report.variants {
+            let _ = write!(
+                html,
+                "<li class=\"verdict\" data-variant=\"{0}\"><b>{0}</b>: {1}</li>",
+                escape(&v.variant_id),
                 escape(&verdict(v))
             );
         }
-        html.push_str("</tbody></table></div>");
+        html.push_str("</ul>");
         let series = series_of(section);
         if series.is_empty() {
             html.push_str("<p class=\"meta\">No chart: no variant has an interval yet.</p>");
@@ -505,9 +469,9 @@ mod tests {
         let s = series(&[(0.0, 0.0, -0.05, 0.05), (1.0, 0.05, 0.0, 0.1)]);
         let svg = chart(&[s], "2026-11-22 00:00", "2026-11-22 01:00");
         // y from -0.05 (bottom, 232) to 0.1 (top, 12): 0 at 12 + 0.1/0.15 * 220.
-        assert!(svg.contains("points=\"56.0,158.7 628.0,85.3\""), "{svg}");
+        assert!(svg.contains("points=\"84.0,158.7 628.0,85.3\""), "{svg}");
         assert!(
-            svg.contains("points=\"56.0,85.3 628.0,12.0 628.0,158.7 56.0,232.0\""),
+            svg.contains("points=\"84.0,85.3 628.0,12.0 628.0,158.7 84.0,232.0\""),
             "{svg}"
         );
         assert!(svg.contains("data-variant=\"var_&lt;b&gt;\""));
@@ -516,20 +480,33 @@ mod tests {
         assert!(svg.contains("+10.00 pp") && svg.contains("-5.00 pp"));
     }
 
-    fn row(variant: &str, control: bool, ci: Option<(f64, f64)>) -> VariantRow {
-        VariantRow {
-            public_key: "pk".into(),
-            phase: 1,
+    fn row(variant: &str, control: bool, ci: Option<(f64, f64)>) -> VariantReport {
+        use crate::results::{AlwaysValid, Comparison};
+        fn missing<T>() -> Shown<T> {
+            Shown::Missing("not enough data".into())
+        }
+        VariantReport {
             variant_id: variant.into(),
-            is_control: u8::from(control),
+            is_control: control,
             exposed: 100,
             converted: 10,
             conversion_rate: 0.1,
-            diff: Some(if control { 0.0 } else { 0.04 }),
-            srm_p_value: Some(0.5),
-            always_valid_p_value: ci.map(|_| 0.01),
-            always_valid_ci_low: ci.map(|c| c.0),
-            always_valid_ci_high: ci.map(|c| c.1),
+            rate_interval: missing(),
+            comparison: (!control).then(|| Comparison {
+                enough_data: ci.is_some(),
+                diff: missing(),
+                p_value: missing(),
+                p_adjusted: missing(),
+                lift: missing(),
+                always_valid: ci.map_or_else(missing, |(low, high)| {
+                    Shown::Value(AlwaysValid {
+                        p_value: 0.01,
+                        low,
+                        high,
+                    })
+                }),
+            }),
+            time_on_page: None,
         }
     }
 
@@ -538,7 +515,10 @@ mod tests {
         assert!(verdict(&row("b", false, Some((0.01, 0.07)))).starts_with("Better"));
         assert!(verdict(&row("b", false, Some((-0.07, -0.01)))).starts_with("Worse"));
         assert!(verdict(&row("b", false, Some((-0.01, 0.07)))).starts_with("No difference"));
-        assert!(verdict(&row("b", false, None)).starts_with("Not enough"));
+        assert_eq!(
+            verdict(&row("b", false, None)),
+            "No verdict yet: not enough data."
+        );
         assert!(verdict(&row("a", true, None)).starts_with("The control"));
     }
 
@@ -556,13 +536,16 @@ mod tests {
             always_valid_ci_low: Some(0.01),
             always_valid_ci_high: Some(0.07),
         };
-        let mut b = row("b", false, Some((0.01, 0.07)));
-        b.srm_p_value = Some(0.0001);
-        let section = Section {
+        let report = Report {
             public_key: "pk".into(),
             experiment_id: "exp".into(),
             phase: 1,
-            variants: vec![b, row("a", true, None)],
+            srm_p_value: Some(0.0001),
+            correction: crate::stats::Correction::Holm,
+            variants: vec![row("a", true, None), row("b", false, Some((0.01, 0.07)))],
+        };
+        let section = Section {
+            report: &report,
             points: vec![point(HOUR0, "b"), point(HOUR0 + 7200, "b")],
         };
         let html = page("exp", &[section]);

@@ -1,15 +1,15 @@
-//! The `experiment-results` command: `experiment_results` for one experiment, in a
-//! terminal or as JSON, with what SQL does poorly: the relative lift with its interval,
-//! Welch's t-test on the time on page (each session's longest), and guards that say "not
-//! enough data" instead of a p-value below the minimums.
+//! The `experiment-results` command: `experiment_results` for one experiment, per public
+//! key and phase, in a terminal or as JSON, with what SQL does poorly (`crate::stats`):
+//! the difference's interval that holds for small counts (Newcombe), Fisher's exact
+//! p-value adjusted across the variants (`--correction`), the lift on the log ratio,
+//! Welch's t-test on the time on page (each visitor's longest), next to the view's
+//! always-valid p-value and interval. Every statistic the command does not give says why.
 
 use anyhow::Context;
 use clickhouse::{Client, Row};
 use serde::{Deserialize, Serialize};
-use statrs::distribution::{ContinuousCDF, StudentsT};
 
-/// The 97.5th percentile of the standard normal: a two-sided 95% interval.
-const Z_95: f64 = 1.959_963_984_540_054;
+use crate::stats::{self, Arm, Correction, Estimate, Interval, Lift, Minimums, Sample, Welch};
 
 /// Prints the results of one experiment.
 #[derive(clap::Parser, Clone, Debug)]
@@ -31,61 +31,142 @@ pub struct ResultsConfig {
     #[arg(long, value_name = "FILE")]
     pub html: Option<std::path::PathBuf>,
 
-    /// Fewest exposed sessions a variant (and the control) needs for its statistics.
-    #[arg(long, default_value_t = 50)]
-    pub min_sessions: u64,
+    /// Fewest exposed visitors in each arm (the variant and the control) for statistics.
+    #[arg(long, alias = "min-sessions", default_value_t = 50)]
+    pub min_visitors: u64,
 
-    /// Fewest converted sessions a variant (and the control) needs for its statistics.
+    /// Fewest conversions, and fewest non-conversions, of a variant and the control
+    /// together for statistics (pooled, so a variant that converts nobody is reported).
     #[arg(long, default_value_t = 5)]
     pub min_conversions: u64,
 
+    /// Adjustment of the p-values across the treatment variants of an experiment and
+    /// phase: holm (family-wise error), bh (false discovery rate, Benjamini-Hochberg) or
+    /// none.
+    #[arg(long, value_enum, default_value_t = Correction::Holm)]
+    pub correction: Correction,
+
     #[command(flatten)]
     pub clickhouse: consumer::ClickHouseArgs,
+}
+
+/// How the command computes: its guard and its correction.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    pub minimums: Minimums,
+    pub correction: Correction,
 }
 
 /// A row of `experiment_results`.
 #[derive(Clone, Debug, Deserialize, Row)]
 struct ResultRow {
     public_key: String,
+    phase: u32,
     variant_id: String,
     is_control: u8,
     exposed: u64,
     converted: u64,
     conversion_rate: f64,
-    diff: Option<f64>,
-    ci_low: Option<f64>,
-    ci_high: Option<f64>,
-    p_value: Option<f64>,
     srm_p_value: Option<f64>,
+    always_valid_p_value: Option<f64>,
+    always_valid_ci_low: Option<f64>,
+    always_valid_ci_high: Option<f64>,
 }
 
-/// Time on page of one variant's exposed sessions that reported it.
+/// Time on page of one variant's exposed visitors that reported it (each one's longest).
 #[derive(Clone, Debug, Deserialize, Row)]
 struct TimeRow {
     public_key: String,
+    phase: u32,
     variant_id: String,
-    sessions: u64,
+    visitors: u64,
     mean: f64,
     variance: f64,
 }
 
-/// A number with its 95% interval.
+/// A statistic, or why there is none.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Estimate {
-    pub value: f64,
+#[serde(rename_all = "snake_case")]
+pub enum Shown<T> {
+    Value(T),
+    Missing(String),
+}
+
+impl<T> Shown<T> {
+    pub fn value(&self) -> Option<&T> {
+        match self {
+            Self::Value(v) => Some(v),
+            Self::Missing(_) => None,
+        }
+    }
+
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Self::Value(_) => None,
+            Self::Missing(r) => Some(r),
+        }
+    }
+
+    fn missing(reason: impl ToString) -> Self {
+        Self::Missing(reason.to_string())
+    }
+}
+
+impl<T> From<Result<T, stats::Reason>> for Shown<T> {
+    fn from(result: Result<T, stats::Reason>) -> Self {
+        result.map_or_else(Self::missing, Self::Value)
+    }
+}
+
+/// The view's always-valid p-value and interval of the difference (a confidence
+/// sequence: valid however often the results are looked at).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct AlwaysValid {
+    pub p_value: f64,
     pub low: f64,
     pub high: f64,
 }
 
-/// Welch's t-test of a variant's mean time on page against the control's.
+/// A treatment variant against the control.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Comparison {
+    /// `false`: below the minimum-data guard; every statistic below says so.
+    pub enough_data: bool,
+    /// Conversion rate minus the control's, Newcombe's 95% interval.
+    pub diff: Shown<Estimate>,
+    /// Fisher's exact two-sided p-value.
+    pub p_value: Shown<f64>,
+    /// `p_value` adjusted across the experiment's variants in this phase (`correction`).
+    pub p_adjusted: Shown<f64>,
+    /// Conversion rate relative to the control's, minus one; test and interval on the
+    /// log of the ratio.
+    pub lift: Shown<Lift>,
+    /// From the view: read this one while the experiment runs.
+    pub always_valid: Shown<AlwaysValid>,
+}
+
+impl Comparison {
+    /// No statistic, for one reason.
+    fn missing(reason: impl ToString) -> Self {
+        let reason = reason.to_string();
+        Self {
+            enough_data: false,
+            diff: Shown::missing(&reason),
+            p_value: Shown::missing(&reason),
+            p_adjusted: Shown::missing(&reason),
+            lift: Shown::missing(&reason),
+            always_valid: Shown::missing(&reason),
+        }
+    }
+}
+
+/// Welch's t-test of the visitors' longest time on page against the control's.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TimeOnPage {
-    pub sessions: u64,
+    pub visitors: u64,
     pub mean: f64,
-    /// Difference of the means against the control; absent for the control and below
-    /// the minimums.
-    pub diff: Option<f64>,
-    pub p_value: Option<f64>,
+    /// Absent for the control and `__multiple__`.
+    pub test: Option<Shown<Welch>>,
 }
 
 /// One variant's line.
@@ -96,59 +177,56 @@ pub struct VariantReport {
     pub exposed: u64,
     pub converted: u64,
     pub conversion_rate: f64,
-    /// `false`: the variant or the control is below the minimums; no statistics then.
-    pub enough_data: bool,
-    /// Conversion rate minus the control's.
-    pub diff: Option<Estimate>,
-    pub p_value: Option<f64>,
-    /// Conversion rate relative to the control's, minus one (delta method interval).
-    pub lift: Option<Estimate>,
+    /// Wilson's 95% interval of the rate.
+    pub rate_interval: Shown<Interval>,
+    /// Absent for the control and `__multiple__`.
+    pub comparison: Option<Comparison>,
     pub time_on_page: Option<TimeOnPage>,
 }
 
-/// The results of an experiment under one public key.
+/// The results of an experiment under one public key in one phase.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
     pub public_key: String,
     pub experiment_id: String,
+    pub phase: u32,
     pub srm_p_value: Option<f64>,
+    pub correction: Correction,
     pub variants: Vec<VariantReport>,
 }
 
-/// The minimums below which no statistic is given.
-#[derive(Clone, Copy, Debug)]
-pub struct Minimums {
-    pub sessions: u64,
-    pub conversions: u64,
-}
+/// Each visitor's longest time on page, per public key, phase and variant of the
+/// experiment (the view's counting rules: first exposure, `__multiple__`, test and bot
+/// visitors left out).
+const TIME_ON_PAGE: &str = "\
+    SELECT public_key, phase, variant_id, count() AS visitors, \
+           avg(assumeNotNull(max_time_on_page)) AS mean, \
+           varSamp(assumeNotNull(max_time_on_page)) AS variance \
+    FROM experiment_visitor_exposures \
+    WHERE experiment_id = ? AND isNotNull(max_time_on_page) \
+    GROUP BY public_key, phase, variant_id";
 
 /// Reads the results of `experiment` (of `public_key`, or of every key).
 pub async fn report(
     client: &Client,
     experiment: &str,
     public_key: Option<&str>,
-    minimums: Minimums,
+    settings: Settings,
 ) -> anyhow::Result<Vec<Report>> {
     let rows: Vec<ResultRow> = client
         .query(
-            "SELECT public_key, variant_id, is_control, exposed, converted, conversion_rate, \
-             diff, ci_low, ci_high, p_value, srm_p_value FROM experiment_results \
-             WHERE experiment_id = ? \
-             ORDER BY public_key, variant_id = '__multiple__', is_control DESC, variant_id",
+            "SELECT public_key, phase, variant_id, is_control, exposed, converted, \
+             conversion_rate, srm_p_value, always_valid_p_value, always_valid_ci_low, \
+             always_valid_ci_high FROM experiment_results WHERE experiment_id = ? \
+             ORDER BY public_key, phase, variant_id = '__multiple__', is_control DESC, \
+             variant_id",
         )
         .bind(experiment)
         .fetch_all()
         .await
         .context("cannot read experiment_results")?;
     let times: Vec<TimeRow> = client
-        .query(
-            "SELECT public_key, variant_id, count() AS sessions, \
-             avg(assumeNotNull(max_time_on_page)) AS mean, \
-             varSamp(assumeNotNull(max_time_on_page)) AS variance \
-             FROM experiment_visitor_exposures \
-             WHERE experiment_id = ? AND isNotNull(max_time_on_page) \
-             GROUP BY public_key, variant_id",
-        )
+        .query(TIME_ON_PAGE)
         .bind(experiment)
         .fetch_all()
         .await
@@ -159,38 +237,55 @@ pub async fn report(
         .iter()
         .filter(|r| public_key.is_none_or(|k| k == r.public_key))
     {
-        if reports
-            .last()
-            .is_none_or(|r| r.public_key != row.public_key)
-        {
+        let same = |r: &Report| r.public_key == row.public_key && r.phase == row.phase;
+        if !reports.last().is_some_and(same) {
             reports.push(Report {
                 public_key: row.public_key.clone(),
                 experiment_id: experiment.to_owned(),
+                phase: row.phase,
                 srm_p_value: row.srm_p_value,
+                correction: settings.correction,
                 variants: Vec::new(),
             });
         }
-        let of_key = |r: &&ResultRow| r.public_key == row.public_key;
-        let control = rows.iter().filter(of_key).find(|r| r.is_control == 1);
+        let control = rows
+            .iter()
+            .find(|r| r.public_key == row.public_key && r.phase == row.phase && r.is_control == 1);
         let time = |variant: &str| {
-            times
-                .iter()
-                .find(|t| t.public_key == row.public_key && t.variant_id == variant)
+            times.iter().find(|t| {
+                t.public_key == row.public_key && t.phase == row.phase && t.variant_id == variant
+            })
         };
         let report = variant_report(
             row,
             control,
             time(&row.variant_id),
             control.and_then(|c| time(&c.variant_id)),
-            minimums,
+            settings.minimums,
         );
         reports.last_mut().expect("pushed").variants.push(report);
+    }
+    for report in &mut reports {
+        adjust(report, settings.correction);
     }
     Ok(reports)
 }
 
-fn enough(row: &ResultRow, m: Minimums) -> bool {
-    row.exposed >= m.sessions && row.converted >= m.conversions
+/// Fills `p_adjusted` across the report's comparisons that have a p-value.
+fn adjust(report: &mut Report, correction: Correction) {
+    let mut tested: Vec<&mut Comparison> = report
+        .variants
+        .iter_mut()
+        .filter_map(|v| v.comparison.as_mut())
+        .filter(|c| c.p_value.value().is_some())
+        .collect();
+    let p: Vec<f64> = tested
+        .iter()
+        .filter_map(|c| c.p_value.value().copied())
+        .collect();
+    for (c, adjusted) in tested.iter_mut().zip(stats::adjust(&p, correction)) {
+        c.p_adjusted = Shown::Value(adjusted);
+    }
 }
 
 fn variant_report(
@@ -200,39 +295,32 @@ fn variant_report(
     control_time: Option<&TimeRow>,
     minimums: Minimums,
 ) -> VariantReport {
+    let arm = |r: &ResultRow| Arm::new(r.exposed, r.converted);
     let compared = row.is_control == 0 && row.variant_id != "__multiple__";
-    let enough_data = enough(row, minimums) && control.is_some_and(|c| enough(c, minimums));
-    let stats = compared && enough_data;
-    let diff = match (row.diff, row.ci_low, row.ci_high) {
-        (Some(value), Some(low), Some(high)) if stats => Some(Estimate { value, low, high }),
-        _ => None,
-    };
-    let lift = control.filter(|_| stats).and_then(|c| {
-        let (p1, p0) = (row.conversion_rate, c.conversion_rate);
-        if p0 <= 0.0 {
-            return None;
-        }
-        let v1 = p1 * (1.0 - p1) / row.exposed as f64;
-        let v0 = p0 * (1.0 - p0) / c.exposed as f64;
-        let value = p1 / p0 - 1.0;
-        let se = (v1 / (p0 * p0) + p1 * p1 * v0 / p0.powi(4)).sqrt();
-        Some(Estimate {
-            value,
-            low: value - Z_95 * se,
-            high: value + Z_95 * se,
-        })
+    let comparison = compared.then(|| match control {
+        None => Comparison::missing("no control in this phase"),
+        Some(c) => comparison(row, arm(row), arm(c), minimums),
     });
     let time_on_page = time.map(|t| {
-        let test = control_time
-            .filter(|c| {
-                compared && t.sessions >= minimums.sessions && c.sessions >= minimums.sessions
-            })
-            .and_then(|c| welch(t, c));
-        TimeOnPage {
-            sessions: t.sessions,
+        let sample = |t: &TimeRow| Sample {
+            n: t.visitors,
             mean: t.mean,
-            diff: test.map(|(d, _)| d),
-            p_value: test.map(|(_, p)| p),
+            variance: t.variance,
+        };
+        let test = compared.then(|| match control_time {
+            None => Shown::missing("no time on page in the control"),
+            Some(c) if t.visitors < minimums.visitors || c.visitors < minimums.visitors => {
+                Shown::missing(format!(
+                    "not enough data (needs {} visitors per arm)",
+                    minimums.visitors
+                ))
+            }
+            Some(c) => stats::welch(sample(t), sample(c)).into(),
+        });
+        TimeOnPage {
+            visitors: t.visitors,
+            mean: t.mean,
+            test,
         }
     });
     VariantReport {
@@ -241,45 +329,61 @@ fn variant_report(
         exposed: row.exposed,
         converted: row.converted,
         conversion_rate: row.conversion_rate,
-        enough_data,
-        diff,
-        p_value: row.p_value.filter(|_| stats),
-        lift,
+        rate_interval: stats::wilson(arm(row)).into(),
+        comparison,
         time_on_page,
     }
 }
 
-/// Difference of the means and the two-sided p-value of Welch's t-test.
-fn welch(a: &TimeRow, b: &TimeRow) -> Option<(f64, f64)> {
-    let (va, vb) = (
-        a.variance / a.sessions as f64,
-        b.variance / b.sessions as f64,
-    );
-    let se2 = va + vb;
-    if se2 <= 0.0 {
-        return None;
+fn comparison(row: &ResultRow, variant: Arm, control: Arm, minimums: Minimums) -> Comparison {
+    if let Err(reason) = stats::enough_data(variant, control, minimums) {
+        return Comparison::missing(reason);
     }
-    let t = (a.mean - b.mean) / se2.sqrt();
-    let df =
-        se2 * se2 / (va * va / (a.sessions as f64 - 1.0) + vb * vb / (b.sessions as f64 - 1.0));
-    let dist = StudentsT::new(0.0, 1.0, df).ok()?;
-    Some((a.mean - b.mean, 2.0 * dist.sf(t.abs())))
+    let p_value: Shown<f64> = stats::fisher_exact(variant, control).into();
+    let always_valid = match (
+        row.always_valid_p_value,
+        row.always_valid_ci_low,
+        row.always_valid_ci_high,
+    ) {
+        (Some(p_value), Some(low), Some(high))
+            if p_value.is_finite() && low.is_finite() && high.is_finite() && high > low =>
+        {
+            Shown::Value(AlwaysValid { p_value, low, high })
+        }
+        _ => Shown::missing("none in the view (no variance in either arm)"),
+    };
+    Comparison {
+        enough_data: true,
+        diff: stats::newcombe_diff(variant, control).into(),
+        p_adjusted: p_value.clone(),
+        p_value,
+        lift: stats::lift(variant, control).into(),
+        always_valid,
+    }
 }
 
 /// The reports as a terminal table.
-pub fn render(reports: &[Report], minimums: Minimums) -> String {
+pub fn render(reports: &[Report], settings: Settings) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let pct = |x: f64| format!("{:+.2}", x * 100.0);
+    let interval =
+        |value: f64, low: f64, high: f64| format!("{} [{}, {}]", pct(value), pct(low), pct(high));
+    let p = |p: f64| {
+        if p < 1e-4 {
+            format!("{p:.1e}")
+        } else {
+            format!("{p:.4}")
+        }
+    };
     for report in reports {
         let _ = writeln!(
             out,
-            "{} under {}: sample-ratio p = {}{}",
+            "{} under {}, phase {}: sample-ratio p = {}{}",
             report.experiment_id,
             report.public_key,
-            report
-                .srm_p_value
-                .map_or("n/a".into(), |p| format!("{p:.4}")),
+            report.phase,
+            report.srm_p_value.map_or("n/a".into(), p),
             if report.srm_p_value.is_some_and(|p| p < 0.001) {
                 "  (MISMATCH: exposures do not follow the weights; check the assignment before trusting the rest)"
             } else {
@@ -288,63 +392,101 @@ pub fn render(reports: &[Report], minimums: Minimums) -> String {
         );
         let _ = writeln!(
             out,
-            "{:<20} {:>9} {:>9} {:>8}  {:<28} {:>8}  {:<28} time on page: mean s (Welch p)",
+            "{:<20} {:>9} {:>9} {:>8}  {:<26} {:>8} {:>8}  {:<28} {:>8}  {:<30} time on page: mean s (Welch p)",
             "variant",
-            "sessions",
+            "visitors",
             "converted",
             "rate",
             "diff, pp (95% CI)",
             "p",
+            format!("p {}", report.correction),
             "lift, % (95% CI)",
+            "lift p",
+            "always-valid p, diff pp [CI]",
         );
+        let mut notes = Vec::new();
         for v in &report.variants {
             let name = if v.is_control {
                 format!("{} (control)", v.variant_id)
             } else {
                 v.variant_id.clone()
             };
-            let (diff, p, lift) = if v.is_control || v.variant_id == "__multiple__" {
-                (String::from("-"), String::from("-"), String::from("-"))
-            } else if !v.enough_data {
-                let note = String::from("not enough data");
-                (note.clone(), String::from("-"), note)
-            } else {
-                let interval =
-                    |e: &Estimate| format!("{} [{}, {}]", pct(e.value), pct(e.low), pct(e.high));
-                (
-                    v.diff.as_ref().map_or("-".into(), interval),
-                    v.p_value.map_or("-".into(), |p| format!("{p:.4}")),
-                    v.lift.as_ref().map_or("-".into(), interval),
-                )
+            let dash = || String::from("-");
+            let mut cell = |what: &str, reason: Option<&str>| {
+                if let Some(reason) = reason {
+                    notes.push(format!("  {}, {what}: {reason}", v.variant_id));
+                }
+                String::from("n/a")
+            };
+            let (diff, p_raw, p_adj, lift, lift_p, always) = match &v.comparison {
+                None => (dash(), dash(), dash(), dash(), dash(), dash()),
+                Some(c) if !c.enough_data => (
+                    match c.diff.reason() {
+                        Some(r) if r.starts_with("not enough data") => r[..15].to_owned(),
+                        reason => cell("comparison", reason),
+                    },
+                    dash(),
+                    dash(),
+                    dash(),
+                    dash(),
+                    dash(),
+                ),
+                Some(c) => (
+                    c.diff.value().map_or_else(
+                        || cell("diff", c.diff.reason()),
+                        |e| interval(e.value, e.low, e.high),
+                    ),
+                    c.p_value
+                        .value()
+                        .map_or_else(|| cell("p", c.p_value.reason()), |x| p(*x)),
+                    c.p_adjusted.value().map_or_else(dash, |x| p(*x)),
+                    c.lift.value().map_or_else(
+                        || cell("lift", c.lift.reason()),
+                        |l| interval(l.value, l.low, l.high),
+                    ),
+                    c.lift.value().map_or_else(dash, |l| p(l.p_value)),
+                    c.always_valid.value().map_or_else(
+                        || cell("always-valid", c.always_valid.reason()),
+                        |a| format!("{} [{}, {}]", p(a.p_value), pct(a.low), pct(a.high)),
+                    ),
+                ),
             };
             let time = v
                 .time_on_page
                 .as_ref()
-                .map_or("-".into(), |t| match t.p_value {
-                    Some(p) => format!("{:.1} (p = {p:.4})", t.mean),
-                    None if v.is_control || v.variant_id == "__multiple__" => {
-                        format!("{:.1}", t.mean)
+                .map_or("-".into(), |t| match &t.test {
+                    None => format!("{:.1}", t.mean),
+                    Some(Shown::Value(w)) => format!("{:.1} (p = {})", t.mean, p(w.p_value)),
+                    Some(Shown::Missing(reason)) => {
+                        notes.push(format!("  {}, time on page: {reason}", v.variant_id));
+                        format!("{:.1} (n/a)", t.mean)
                     }
-                    None => format!("{:.1} (not enough data)", t.mean),
                 });
             let _ = writeln!(
                 out,
-                "{name:<20} {:>9} {:>9} {:>7.2}%  {diff:<28} {p:>8}  {lift:<28} {time}",
+                "{name:<20} {:>9} {:>9} {:>7.2}%  {diff:<26} {p_raw:>8} {p_adj:>8}  {lift:<28} {lift_p:>8}  {always:<30} {time}",
                 v.exposed,
                 v.converted,
                 v.conversion_rate * 100.0
             );
         }
+        for note in notes {
+            let _ = writeln!(out, "{note}");
+        }
         out.push('\n');
     }
     if reports.is_empty() {
-        out.push_str("No exposed session yet.\n");
+        out.push_str("No exposed visitor yet.\n");
     }
+    let m = settings.minimums;
     let _ = writeln!(
         out,
-        "Statistics need {} sessions and {} conversions per variant and control. \
-         __multiple__: sessions that saw several variants, left out of the comparison.",
-        minimums.sessions, minimums.conversions
+        "Fixed horizon (diff: Newcombe's interval; p: Fisher's exact test, adjusted across \
+         the variants of a phase by {}): read once, at the planned end. Always-valid: read \
+         at any time. Statistics need {} visitors per arm and {} conversions and {} \
+         non-conversions in both arms together. __multiple__: visitors who saw several \
+         variants in the phase, left out of the comparison.",
+        settings.correction, m.visitors, m.conversions, m.conversions
     );
     out
 }
@@ -352,29 +494,60 @@ pub fn render(reports: &[Report], minimums: Minimums) -> String {
 /// The command: prints the table, or JSON.
 pub async fn run(config: &ResultsConfig) -> anyhow::Result<String> {
     let client = config.clickhouse.client();
-    if let Some(path) = &config.html {
-        crate::report::write(
-            &client,
-            &config.experiment,
-            config.public_key.as_deref(),
-            path,
-        )
-        .await?;
-    }
-    let minimums = Minimums {
-        sessions: config.min_sessions,
-        conversions: config.min_conversions,
+    let settings = Settings {
+        minimums: Minimums {
+            visitors: config.min_visitors,
+            conversions: config.min_conversions,
+        },
+        correction: config.correction,
     };
     let reports = report(
         &client,
         &config.experiment,
         config.public_key.as_deref(),
-        minimums,
+        settings,
     )
     .await?;
+    if let Some(path) = &config.html {
+        crate::report::write(&client, &config.experiment, &reports, path).await?;
+    }
     Ok(if config.json {
         serde_json::to_string_pretty(&reports)? + "\n"
     } else {
-        render(&reports, minimums)
+        render(&reports, settings)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+
+    #[test]
+    fn min_sessions_is_a_hidden_alias_of_min_visitors() {
+        let parse = |args: &[&str]| {
+            ResultsConfig::try_parse_from([&["experiment-results", "exp_x"], args].concat())
+                .expect("parses")
+        };
+        let config = parse(&["--min-sessions", "7"]);
+        assert_eq!(
+            (config.min_visitors, config.correction),
+            (7, Correction::Holm)
+        );
+        let config = parse(&["--min-visitors", "9", "--correction", "bh"]);
+        assert_eq!(
+            (config.min_visitors, config.correction),
+            (9, Correction::Bh)
+        );
+        assert_eq!(
+            parse(&["--correction", "none"]).correction,
+            Correction::None
+        );
+        let help = ResultsConfig::command().render_long_help().to_string();
+        assert!(
+            help.contains("--min-visitors") && !help.contains("min-sessions"),
+            "{help}"
+        );
+    }
 }

@@ -3,7 +3,7 @@
 // recorded and aborted): what a phone shows of it, a screenshot, and the numbers it reads.
 // Run by e2e/tests/demo.rs: REPORT (the file), SCREENSHOT (where to write the PNG).
 // Prints one JSON line: the requests other than the file, the page's overflow, and per
-// section its SRM status, rows (variant, visitors, converted, verdict) and chart series.
+// section its SRM status, rows (variant, visitors, converted), verdicts and chart series.
 import { chromium } from "playwright-core";
 import { pathToFileURL } from "node:url";
 
@@ -40,9 +40,12 @@ try {
         variant: tr.dataset.variant,
         exposed: Number(tr.querySelector(".exposed").textContent),
         converted: Number(tr.querySelector(".converted").textContent),
-        verdict: tr.querySelector(".verdict").textContent,
         visible: tr.getBoundingClientRect().height > 0,
       })),
+      verdicts: Object.fromEntries(
+        [...s.querySelectorAll("li.verdict")].map((li) => [li.dataset.variant, li.textContent.replace(/^[^:]*: /, "")]),
+      ),
+      axis: [...s.querySelectorAll("svg.chart text.axis")].map((t) => t.textContent),
       chart: [...s.querySelectorAll("svg.chart polyline.diff")].map((line) => ({
         variant: line.dataset.variant,
         points: line.points.numberOfItems,

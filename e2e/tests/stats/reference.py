@@ -1,0 +1,156 @@
+"""The independent reference of the results' statistics, for e2e/tests/statistics.rs and
+e2e/tests/results_simulation.rs: scipy, statsmodels and GrowthBook's own gbstats, as
+published on PyPI (pinned in requirements.txt beside this file; scripts/lib.sh's
+ensure_stats_python installs them). Nothing here is shared with the Rust code.
+
+Reads one JSON document on stdin and writes the answers as one JSON document on stdout:
+
+    {"pairs": [{"variant": [exposed, converted], "control": [exposed, converted],
+                "tuning": 5000}, ...],
+     "families": [[p, ...], ...],
+     "welch": [{"variant": [n, mean, variance], "control": [n, mean, variance]}, ...],
+     "srm": [{"counts": [n, ...], "weights": [w, ...]}, ...]}
+
+A statistic that comes out infinite, NaN, or as an interval of zero width is answered
+null: the Rust side must give none either.
+"""
+
+import json
+import math
+import sys
+import warnings
+
+import numpy as np
+from gbstats.frequentist.tests import SequentialConfig, SequentialTwoSidedTTest
+from gbstats.models.statistics import ProportionStatistic
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.proportion import (
+    confint_proportions_2indep,
+    proportion_confint,
+    test_proportions_2indep,
+)
+
+ALPHA = 0.05
+
+
+def finite(*xs):
+    return all(x is not None and math.isfinite(x) for x in xs)
+
+
+def interval(low, high):
+    low, high = float(low), float(high)
+    return [low, high] if finite(low, high) and high > low else None
+
+
+def pair(case):
+    """Every statistic of a variant (1) against the control (0)."""
+    n1, x1 = case["variant"]
+    n0, x0 = case["control"]
+    out = {}
+    # Wilson per arm, and Newcombe's hybrid score interval of p1 - p0.
+    out["wilson_variant"] = interval(*proportion_confint(x1, n1, alpha=ALPHA, method="wilson"))
+    out["wilson_control"] = interval(*proportion_confint(x0, n0, alpha=ALPHA, method="wilson"))
+    out["diff"] = x1 / n1 - x0 / n0
+    out["newcombe"] = interval(
+        *confint_proportions_2indep(x1, n1, x0, n0, method="newcomb", compare="diff", alpha=ALPHA)
+    )
+    # Fisher's exact test, two-sided.
+    out["fisher_p"] = float(stats.fisher_exact([[x1, n1 - x1], [x0, n0 - x0]])[1])
+    # The lift, p1 / p0 - 1, on the log ratio.
+    lift = None
+    if x0 > 0 and x1 > 0:
+        low, high = confint_proportions_2indep(
+            x1, n1, x0, n0, method="log", compare="ratio", alpha=ALPHA
+        )
+        test = test_proportions_2indep(x1, n1, x0, n0, method="log", compare="ratio")
+        ci = interval(low - 1.0, high - 1.0)
+        if ci is not None and finite(test.pvalue):
+            lift = {
+                "value": (x1 / n1) / (x0 / n0) - 1.0,
+                "low": ci[0],
+                "high": ci[1],
+                "p_value": float(test.pvalue),
+            }
+    out["lift"] = lift
+    # The view's fixed horizon: the unpooled z-test of p1 - p0 (statsmodels' wald).
+    p1, p0 = x1 / n1, x0 / n0
+    se = math.sqrt(p1 * (1 - p1) / n1 + p0 * (1 - p0) / n0)
+    z_test = None
+    if se > 0:
+        low, high = confint_proportions_2indep(
+            x1, n1, x0, n0, method="wald", compare="diff", alpha=ALPHA
+        )
+        test = test_proportions_2indep(x1, n1, x0, n0, method="wald", compare="diff")
+        z_test = {"ci": interval(low, high), "p_value": float(test.pvalue)}
+    out["z_test"] = z_test
+    # The view's always-valid interval: gbstats' sequential two-sided test, absolute
+    # difference; its p-value from the mixture likelihood ratio, computed here.
+    always_valid = None
+    if se > 0:
+        tuning = float(case.get("tuning", 5000))
+        config = SequentialConfig(
+            difference_type="absolute", sequential_tuning_parameter=tuning, alpha=ALPHA
+        )
+        seq = SequentialTwoSidedTTest(
+            ProportionStatistic(n=n0, sum=x0), ProportionStatistic(n=n1, sum=x1), config
+        )
+        low, high = seq.confidence_interval
+        n = n0 + n1
+        rho2 = (-2 * np.log(ALPHA) + np.log(-2 * np.log(ALPHA) + 1)) / tuning
+        z = (p1 - p0) / se
+        p_mixture = min(
+            1.0, float(np.sqrt(1 + n * rho2) * np.exp(-(z * z / 2) * n * rho2 / (1 + n * rho2)))
+        )
+        always_valid = {
+            "ci": interval(low, high),
+            "p_value": p_mixture,
+            "p_value_gbstats": float(seq.p_value),
+        }
+    out["always_valid"] = always_valid
+    return out
+
+
+def family(p_values):
+    if not p_values:
+        return {"holm": [], "bh": []}
+    return {
+        "holm": multipletests(p_values, alpha=ALPHA, method="holm")[1].tolist(),
+        "bh": multipletests(p_values, alpha=ALPHA, method="fdr_bh")[1].tolist(),
+    }
+
+
+def welch(case):
+    (n1, m1, v1), (n0, m0, v0) = case["variant"], case["control"]
+    if n1 < 2 or n0 < 2 or v1 / n1 + v0 / n0 <= 0:
+        return None
+    result = stats.ttest_ind_from_stats(
+        m1, math.sqrt(v1), n1, m0, math.sqrt(v0), n0, equal_var=False
+    )
+    return {"diff": m1 - m0, "p_value": float(result.pvalue)}
+
+
+def srm(case):
+    counts = np.asarray(case["counts"], dtype=float)
+    weights = np.asarray(case["weights"], dtype=float)
+    if counts.sum() == 0:
+        return None
+    expected = counts.sum() * weights / weights.sum()
+    return float(stats.chisquare(counts, expected).pvalue)
+
+
+def main():
+    request = json.load(sys.stdin)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        answer = {
+            "pairs": [pair(c) for c in request.get("pairs", [])],
+            "families": [family(f) for f in request.get("families", [])],
+            "welch": [welch(c) for c in request.get("welch", [])],
+            "srm": [srm(c) for c in request.get("srm", [])],
+        }
+    json.dump(answer, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
