@@ -240,7 +240,9 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                 ("experiment_daily", "View"),
                 ("experiment_phase_variants", "View"),
                 ("experiment_results", "View"),
+                ("experiment_results_over_time", "View"),
                 ("experiment_variant_counts", "View"),
+                ("experiment_variant_counts_over_time", "View"),
                 ("experiment_variants", "ReplicatedReplacingMergeTree"),
                 ("experiment_variants_current", "View"),
                 ("experiment_visitor_exposures", "View"),
@@ -277,11 +279,11 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                     .fetch_all()
                     .await
                     .ok()?;
-                (v.len() == 7).then_some(v)
+                (v.len() == 8).then_some(v)
             },
         )
         .await;
-        assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8]);
     }
     cluster.drop_database(&database).await;
 }
