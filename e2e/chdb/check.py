@@ -10,7 +10,10 @@ Two things of a cluster cannot run in chdb, which has no server threads:
 - replication: a Replicated table stays read-only. Once its CREATE has run (so its engine
   definition is checked), it is made again with the same definition and the plain engine,
   so that the statements after it (ALTERs, materialized views, inserts) are checked too.
-Prints one line per statement; exits 1 on the first refusal.
+Prints one line per statement; exits 1 on the first refusal. In the single-server layout,
+it then writes three events and two definitions and reads the results views, one line
+each (`view NAME: N rows`), so that a view modern ClickHouse creates but cannot answer
+fails too.
 """
 
 import json
@@ -49,6 +52,37 @@ def main() -> int:
             print(f"REFUSED {plan['layout']} #{number}: {sql}\n{error}", flush=True)
             return 1
         print(f"ok {plan['layout']} #{number} ({statement['runs']}): {' '.join(sql.split())[:90]}")
+    if plan["layout"] == "single":
+        return read_views(db)
+    return 0
+
+
+EVENTS = """INSERT INTO analytics.events (event_id, received_at, public_key, event_name,
+    experiment_id, variant_id, session_id, visitor_id, phase, event_time) VALUES
+    (generateUUIDv4(), '2026-11-01 10:20:00', 'pk', 'impression', 'exp', 'a', 's1', 'v1', 1,
+     toDateTime64('2026-11-01 10:15:00.250', 3, 'UTC')),
+    (generateUUIDv4(), '2026-11-01 11:20:00', 'pk', 'impression', 'exp', 'b', 's2', 'v2', 1,
+     toDateTime64('2026-11-01 11:15:00.250', 3, 'UTC')),
+    (generateUUIDv4(), '2026-11-01 11:30:00', 'pk', 'conversion', 'exp', 'b', 's2', 'v2', 1,
+     toDateTime64('2026-11-01 11:25:00', 3, 'UTC'))"""
+DEFINITIONS = """INSERT INTO analytics.experiment_variants (experiment_id, variant_id, version,
+    weight, is_control, status, parts, loaded_at, phase) VALUES
+    ('exp', 'a', 'v', 50, 1, 'live', '{}', now64(3), 1),
+    ('exp', 'b', 'v', 50, 0, 'live', '{}', now64(3), 1)"""
+VIEWS = ["experiment_results", "experiment_variant_counts_over_time", "experiment_results_over_time"]
+
+
+def read_views(db) -> int:
+    try:
+        db.query(EVENTS)
+        db.query(DEFINITIONS)
+        for view in VIEWS:
+            rows = str(db.query(f"SELECT * FROM analytics.{view}", "TSV")).strip().splitlines()
+            print(f"view {view}: {len(rows)} rows")
+            print("\n".join(rows))
+    except Exception as error:  # chdb raises its own RuntimeError subclasses
+        print(f"REFUSED reading the views: {error}", flush=True)
+        return 1
     return 0
 
 

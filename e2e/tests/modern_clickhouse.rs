@@ -56,5 +56,16 @@ fn every_schema_statement_runs_on_modern_clickhouse() {
             .arg(folder.join("config.xml")));
         let ran = out.lines().filter(|l| l.starts_with("ok ")).count();
         assert_eq!(ran, statements.len(), "{layout}:\n{out}");
+        if cluster.is_none() {
+            // Two visitors of two variants, first exposed in two hours: a row per variant
+            // now, and per variant and hour over time (b from its first hour on).
+            for expected in [
+                "view experiment_results: 2 rows",
+                "view experiment_variant_counts_over_time: 3 rows",
+                "view experiment_results_over_time: 3 rows",
+            ] {
+                assert!(out.contains(expected), "{expected}:\n{out}");
+            }
+        }
     }
 }

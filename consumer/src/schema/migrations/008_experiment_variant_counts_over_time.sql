@@ -27,7 +27,9 @@ FROM (
         ) AS per_hour
         GROUP BY public_key, experiment_id, phase, variant_id
     ) AS per_variant
-    ANY INNER JOIN (
+    -- ALL, not ANY: from 20.x an ANY INNER JOIN keeps one left row per key too (one
+    -- variant per phase); the right side has one row per key, so ALL adds none.
+    ALL INNER JOIN (
         SELECT public_key, experiment_id, phase, groupUniqArray(hour) AS hours
         FROM (
             SELECT public_key, experiment_id, phase, {first_exposure_hour} AS hour
