@@ -1,8 +1,8 @@
 //! The operators' commands, apart from the services so that the services do not link
 //! what only they need (statrs): `experiment-results` prints one experiment's results
-//! ([`results`]), `dlq-replay` publishes dead letters again after their cause was fixed
-//! ([`replay`]). Each takes the same settings, under the same names, as the service
-//! whose data it reads.
+//! ([`results`]) and writes them as a page ([`report`]), `dlq-replay` publishes dead
+//! letters again after their cause was fixed ([`replay`]). Each takes the same settings,
+//! under the same names, as the service whose data it reads.
 
 mod replay;
 pub mod report;
