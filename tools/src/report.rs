@@ -191,14 +191,23 @@ pub struct Scale {
 }
 
 impl Scale {
+    /// Every x, every difference and 0 in view; the bands of each series' first quarter
+    /// of points, as wide as a few visitors make them, may leave it (the plot clips them):
+    /// they would flatten the rest.
     pub fn of(series: &[Series]) -> Self {
-        let all = series.iter().flat_map(|s| &s.points);
         let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, 0.0f64, 0.0f64);
-        for &(x, d, low, high) in all {
-            x0 = x0.min(x);
-            x1 = x1.max(x);
-            y0 = y0.min(low).min(d);
-            y1 = y1.max(high).max(d);
+        for s in series {
+            let early = s.points.len() / 4;
+            for (i, &(x, d, low, high)) in s.points.iter().enumerate() {
+                x0 = x0.min(x);
+                x1 = x1.max(x);
+                y0 = y0.min(d);
+                y1 = y1.max(d);
+                if i >= early {
+                    y0 = y0.min(low);
+                    y1 = y1.max(high);
+                }
+            }
         }
         if x0 > x1 {
             (x0, x1) = (0.0, 1.0);
@@ -226,7 +235,7 @@ impl Scale {
 
 /// The cumulative difference chart: per variant, its always-valid band (a polygon) and
 /// its difference (a polyline), the zero line, the y range and the first and last time.
-pub fn chart(series: &[Series], first: &str, last: &str) -> String {
+pub fn chart(series: &[Series], first: &str, last: &str, clip: &str) -> String {
     let scale = Scale::of(series);
     let mut svg = String::new();
     let _ = write!(
@@ -264,6 +273,13 @@ pub fn chart(series: &[Series], first: &str, last: &str) -> String {
         HEIGHT - 8.0,
         escape(last)
     );
+    let _ = write!(
+        svg,
+        "<clipPath id=\"{clip}\"><rect x=\"{LEFT}\" y=\"{TOP}\" width=\"{}\" height=\"{}\"/>\
+         </clipPath><g clip-path=\"url(#{clip})\">",
+        WIDTH - LEFT - RIGHT,
+        HEIGHT - TOP - BOTTOM
+    );
     for (i, s) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let id = escape(&s.variant_id);
@@ -287,7 +303,7 @@ pub fn chart(series: &[Series], first: &str, last: &str) -> String {
             line.join(" ")
         );
     }
-    svg.push_str("</svg>");
+    svg.push_str("</g></svg>");
     svg
 }
 
@@ -326,7 +342,7 @@ background:#e6f4ea}.srm.alarm{background:#fde2e1;font-weight:600}\
 th,td{padding:6px 8px;border-bottom:1px solid #dde1e6;text-align:right;vertical-align:top}\
 th:first-child,td:first-child{text-align:left}.verdicts{padding-left:1.2em}\
 .verdicts li{margin:.3em 0}@media(max-width:600px){body{padding:10px}table{font-size:.8em}\
-th,td{padding:4px 5px}}\
+th,td{padding:4px 5px}td:first-child{overflow-wrap:anywhere;min-width:6em}}\
 .chart{width:100%;height:auto;max-height:320px;display:block}\
 .chart .zero{stroke:#868e96;stroke-dasharray:4 3}.chart .axis{font-size:15px;fill:#56606b}\
 .legend span{display:inline-block;margin-right:1em}.legend i{display:inline-block;\
@@ -346,7 +362,7 @@ pub fn page(experiment: &str, sections: &[Section]) -> String {
     if sections.is_empty() {
         html.push_str("<p class=\"empty\">No exposed visitor yet.</p>");
     }
-    for section in sections {
+    for (index, section) in sections.iter().enumerate() {
         let report = section.report;
         let key = escape(&report.public_key);
         let _ = write!(
@@ -376,7 +392,7 @@ pub fn page(experiment: &str, sections: &[Section]) -> String {
         );
         html.push_str(
             "<div class=\"scroll\"><table class=\"variants\"><thead><tr><th>Variant</th>\
-             <th>Visitors</th><th>Converted</th><th>Rate</th><th>Diff, pp</th>\
+             <th>Visitors</th><th>Conv.</th><th>Rate</th><th>Diff, pp</th>\
              </tr></thead><tbody>",
         );
         for v in &report.variants {
@@ -418,7 +434,8 @@ pub fn page(experiment: &str, sections: &[Section]) -> String {
             html.push_str(
                 "<h3>Difference to the control, cumulative, with its always-valid 95% band</h3>",
             );
-            html.push_str(&chart(&series, &utc(first), &utc(last)));
+            let clip = format!("plot-{index}");
+            html.push_str(&chart(&series, &utc(first), &utc(last), &clip));
             html.push_str("<p class=\"legend\">");
             for (i, s) in series.iter().enumerate() {
                 let _ = write!(
@@ -465,9 +482,21 @@ mod tests {
     }
 
     #[test]
+    fn the_early_bands_may_leave_the_view_but_no_difference_does() {
+        let mut points = vec![(0.0, 0.2, -0.5, 0.9)];
+        points.extend((1..8).map(|x| (f64::from(x), 0.03, 0.01, 0.05)));
+        let scale = Scale::of(&[series(&points)]);
+        assert_eq!(scale.py(0.2), TOP, "the first difference is the top");
+        assert_eq!(scale.py(0.0), HEIGHT - BOTTOM, "0 the bottom");
+        let svg = chart(&[series(&points)], "a", "b", "plot-1");
+        assert!(svg.contains("<clipPath id=\"plot-1\">"));
+        assert!(svg.contains("clip-path=\"url(#plot-1)\""));
+    }
+
+    #[test]
     fn the_chart_draws_a_band_and_a_line_per_variant_at_the_scaled_points() {
         let s = series(&[(0.0, 0.0, -0.05, 0.05), (1.0, 0.05, 0.0, 0.1)]);
-        let svg = chart(&[s], "2026-11-22 00:00", "2026-11-22 01:00");
+        let svg = chart(&[s], "2026-11-22 00:00", "2026-11-22 01:00", "c");
         // y from -0.05 (bottom, 232) to 0.1 (top, 12): 0 at 12 + 0.1/0.15 * 220.
         assert!(svg.contains("points=\"84.0,158.7 628.0,85.3\""), "{svg}");
         assert!(
@@ -550,7 +579,9 @@ mod tests {
         };
         let html = page("exp", &[section]);
         for needle in ["http://", "https://", "<script", "src=", "@import", "url("] {
-            let found = html.replace("http://www.w3.org/2000/svg", "");
+            let found = html
+                .replace("http://www.w3.org/2000/svg", "")
+                .replace("url(#plot-", "");
             assert!(!found.contains(needle), "{needle} in the page");
         }
         assert!(html.contains("name=\"viewport\""));
