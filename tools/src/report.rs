@@ -218,6 +218,9 @@ impl Scale {
         if y1 - y0 < 1e-9 {
             (y0, y1) = (y0 - 0.01, y1 + 0.01);
         }
+        // A margin, so that a band that crosses 0 is seen to.
+        let pad = (y1 - y0) * 0.08;
+        (y0, y1) = (y0 - pad, y1 + pad);
         Self {
             x: (x0, x1),
             y: (y0, y1),
@@ -473,12 +476,9 @@ mod tests {
         let scale = Scale::of(&[s]);
         assert_eq!(scale.px(0.0), LEFT);
         assert_eq!(scale.px(10.0), WIDTH - RIGHT);
-        assert_eq!(scale.py(0.05), TOP);
-        assert_eq!(
-            scale.py(0.0),
-            HEIGHT - BOTTOM,
-            "0 is the lowest value in view"
-        );
+        // From 0 to 0.05, with a margin of 8% of that on each side.
+        assert!((scale.py(0.054) - TOP).abs() < 1e-9);
+        assert!((scale.py(-0.004) - (HEIGHT - BOTTOM)).abs() < 1e-9);
     }
 
     #[test]
@@ -486,8 +486,16 @@ mod tests {
         let mut points = vec![(0.0, 0.2, -0.5, 0.9)];
         points.extend((1..8).map(|x| (f64::from(x), 0.03, 0.01, 0.05)));
         let scale = Scale::of(&[series(&points)]);
-        assert_eq!(scale.py(0.2), TOP, "the first difference is the top");
-        assert_eq!(scale.py(0.0), HEIGHT - BOTTOM, "0 the bottom");
+        let (top, bottom) = (scale.py(0.2), scale.py(0.0));
+        assert!(
+            top > TOP && top < TOP + 20.0,
+            "the first difference near the top: {top}"
+        );
+        assert!(
+            bottom < HEIGHT - BOTTOM && bottom > HEIGHT - BOTTOM - 20.0,
+            "0: {bottom}"
+        );
+        assert!(scale.py(0.9) < 0.0, "the first band leaves the view");
         let svg = chart(&[series(&points)], "a", "b", "plot-1");
         assert!(svg.contains("<clipPath id=\"plot-1\">"));
         assert!(svg.contains("clip-path=\"url(#plot-1)\""));
@@ -497,16 +505,20 @@ mod tests {
     fn the_chart_draws_a_band_and_a_line_per_variant_at_the_scaled_points() {
         let s = series(&[(0.0, 0.0, -0.05, 0.05), (1.0, 0.05, 0.0, 0.1)]);
         let svg = chart(&[s], "2026-11-22 00:00", "2026-11-22 01:00", "c");
-        // y from -0.05 (bottom, 232) to 0.1 (top, 12): 0 at 12 + 0.1/0.15 * 220.
-        assert!(svg.contains("points=\"84.0,158.7 628.0,85.3\""), "{svg}");
+        // y from -0.062 (bottom, 232) to 0.112 (top, 12): -0.05 to 0.1 and 8% of that
+        // more on each side; 0 at 12 + 0.112 / 0.174 * 220.
+        assert!(svg.contains("points=\"84.0,153.6 628.0,90.4\""), "{svg}");
         assert!(
-            svg.contains("points=\"84.0,85.3 628.0,12.0 628.0,158.7 84.0,232.0\""),
+            svg.contains("points=\"84.0,90.4 628.0,27.2 628.0,153.6 84.0,216.8\""),
             "{svg}"
         );
         assert!(svg.contains("data-variant=\"var_&lt;b&gt;\""));
         assert!(!svg.contains("<b>"), "variant ids are escaped");
         assert_eq!(svg.matches("<polyline").count(), 1);
-        assert!(svg.contains("+10.00 pp") && svg.contains("-5.00 pp"));
+        assert!(
+            svg.contains("+11.20 pp") && svg.contains("-6.20 pp"),
+            "{svg}"
+        );
     }
 
     fn row(variant: &str, control: bool, ci: Option<(f64, f64)>) -> VariantReport {
