@@ -258,6 +258,10 @@ pub fn chart(series: &[Series], first: &str, last: &str, clip: &str) -> String {
         (0.0, zero),
         (scale.y.0, scale.py(scale.y.0)),
     ] {
+        // An end too close to the zero line would write over its label.
+        if label != 0.0 && (y - zero).abs() < 18.0 {
+            continue;
+        }
         let _ = write!(
             svg,
             "<text class=\"axis\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{} pp</text>",
@@ -481,6 +485,10 @@ mod tests {
         assert!((scale.py(-0.004) - (HEIGHT - BOTTOM)).abs() < 1e-9);
     }
 
+    fn svg_labels(svg: &str) -> String {
+        svg.split("<text").skip(1).collect::<Vec<_>>().join("|")
+    }
+
     #[test]
     fn the_early_bands_may_leave_the_view_but_no_difference_does() {
         let mut points = vec![(0.0, 0.2, -0.5, 0.9)];
@@ -496,6 +504,7 @@ mod tests {
             "0: {bottom}"
         );
         assert!(scale.py(0.9) < 0.0, "the first band leaves the view");
+        assert!(!svg_labels(&chart(&[series(&points)], "a", "b", "p")).contains("-1.60 pp"));
         let svg = chart(&[series(&points)], "a", "b", "plot-1");
         assert!(svg.contains("<clipPath id=\"plot-1\">"));
         assert!(svg.contains("clip-path=\"url(#plot-1)\""));
