@@ -137,6 +137,22 @@ async fn the_demo_finds_its_planted_effect_and_no_other_and_its_report_shows_it_
         }
     }
 
+    // The README shows this run's answer.
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README");
+    for row in &planted {
+        let line = readme
+            .lines()
+            .find(|l| l.starts_with(&format!("{} ", row.variant_id)))
+            .unwrap_or_else(|| panic!("no README line for {}", row.variant_id));
+        let counts: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|t| t.parse().ok())
+            .take(2)
+            .collect();
+        assert_eq!(counts, [row.exposed, row.converted], "README: {line}");
+    }
+
     // The report of the planted experiment, in a real browser, offline.
     let dir = tempfile::tempdir().expect("a folder");
     let report = dir.path().join("report.html");
