@@ -185,6 +185,12 @@ clickhouse_service_user() {
   chown -R clickhouse:clickhouse "$dir/users.d" 2>/dev/null || true
 }
 
+# clickhouse_user_ok PORT NAME SECRET_FILE: that user logs in (a running server reads a new
+# users.d file within seconds, not at once).
+clickhouse_user_ok() {
+  curl -fsS --max-time 2 -u "$2:$(cat "$3")" "http://127.0.0.1:$1/?query=SELECT%201"
+}
+
 # start_zookeeper DIR PORT: a standalone ZooKeeper (Debian's), data in DIR.
 start_zookeeper() {
   local dir=$1 port=$2

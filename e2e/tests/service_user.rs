@@ -76,6 +76,11 @@ async fn the_consumer_user_migrates_and_inserts_with_its_password_only() {
     let password = std::fs::read_to_string(&secret).expect("secret");
     assert_eq!(password.len(), 32);
     let url = format!("http://127.0.0.1:{http}");
+    // What scripts/up waits for before it starts the consumer.
+    bash(
+        "clickhouse_user_ok \"$1\" consumer \"$2\" >/dev/null",
+        &[&http.to_string(), &secret.display().to_string()],
+    );
 
     let consumer = args(&url, "consumer", &password, "analytics");
     let topology = consumer::topology::Topology::from_args(&consumer).expect("topology");
