@@ -50,9 +50,7 @@ pub async fn drop_expired(
             .context("cannot list the partitions of events")?;
         for month in expired(&partitions, cutoff) {
             client
-                .query(&format!(
-                    "ALTER TABLE {database}.{table} DROP PARTITION {month}"
-                ))
+                .query(&drop_statement(database, &table, month))
                 .execute()
                 .await
                 .with_context(|| format!("cannot drop partition {month} on {}", server.url))?;
@@ -63,6 +61,11 @@ pub async fn drop_expired(
         }
     }
     Ok(dropped)
+}
+
+/// The statement that drops month `month` (`YYYYMM`) of `table`.
+pub fn drop_statement(database: &str, table: &str, month: u32) -> String {
+    format!("ALTER TABLE {database}.{table} DROP PARTITION {month}")
 }
 
 /// The months of `partitions` (as `system.parts` names them) before `cutoff` (`YYYYMM`).

@@ -284,11 +284,7 @@ pub async fn erase(config: &EraseConfig, subject: &Subject) -> anyhow::Result<Er
             }
             let mut held = 0;
             for (shard, replicas) in topology.shards.iter().enumerate() {
-                let count_sql = format!(
-                    "SELECT count() FROM {database}.`{}` WHERE {}",
-                    table.name,
-                    condition(table)
-                );
+                let count_sql = count_statement(database, &table.name, &condition(table));
                 let mut most = 0;
                 for server in replicas {
                     let n: u64 = bind(server.client.query(&count_sql), table)
@@ -305,11 +301,9 @@ pub async fn erase(config: &EraseConfig, subject: &Subject) -> anyhow::Result<Er
                 }
                 let first = firsts[shard];
                 bind(
-                    first.client.query(&format!(
-                        "ALTER TABLE {database}.`{}` DELETE WHERE {}",
-                        table.name,
-                        condition(table)
-                    )),
+                    first
+                        .client
+                        .query(&delete_statement(database, &table.name, &condition(table))),
                     table,
                 )
                 .execute()
@@ -359,6 +353,16 @@ pub async fn erase(config: &EraseConfig, subject: &Subject) -> anyhow::Result<Er
         }
     }
     Ok(erased)
+}
+
+/// The rows of `table` that `condition` selects (`visitor_id = ?`, `has(?, visitor_id)`).
+pub fn count_statement(database: &str, table: &str, condition: &str) -> String {
+    format!("SELECT count() FROM {database}.`{table}` WHERE {condition}")
+}
+
+/// The mutation that deletes them.
+pub fn delete_statement(database: &str, table: &str, condition: &str) -> String {
+    format!("ALTER TABLE {database}.`{table}` DELETE WHERE {condition}")
 }
 
 /// `(table, engine, column)` for each `visitor_id` and `session_id` column of the
