@@ -172,6 +172,39 @@ start_clickhouse() {
     http_ok "http://127.0.0.1:$http_port/ping"
 }
 
+# clickhouse_service_user DIR NAME SECRET_FILE: the ClickHouse user NAME of a service on
+# the server of DIR (before start_clickhouse DIR, or it takes the server a few seconds to
+# see it), its password kept in SECRET_FILE (made once: 32 random hex characters, readable
+# by its owner only) and stored as its SHA-256 in DIR/users.d/NAME.xml. It reaches the
+# server from loopback only, and only the analysts' database and `default` (where the
+# migrations connect): 18.x has no grants, `allow_databases` is its narrowest rule.
+# `default`, loopback only too (users.xml), stays the operators' user.
+clickhouse_service_user() {
+  local dir=$1 name=$2 secret=$3 hash
+  if [ ! -s "$secret" ]; then
+    mkdir -p "$(dirname "$secret")"
+    (umask 077 && head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$secret")
+  fi
+  hash=$(tr -d '\n' < "$secret" | sha256sum | cut -d' ' -f1)
+  mkdir -p "$dir/users.d"
+  printf '%s\n' '<?xml version="1.0"?>' \
+    "<!-- scripts/lib.sh clickhouse_service_user: the password is in $secret -->" \
+    "<yandex><users><$name>" \
+    "  <password_sha256_hex>$hash</password_sha256_hex>" \
+    '  <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>' \
+    '  <profile>default</profile><quota>default</quota>' \
+    '  <allow_databases><database>analytics</database><database>default</database></allow_databases>' \
+    "</$name></users></yandex>" > "$dir/users.d/$name.xml.new"
+  mv "$dir/users.d/$name.xml.new" "$dir/users.d/$name.xml"
+  chown -R clickhouse:clickhouse "$dir/users.d" 2>/dev/null || true
+}
+
+# clickhouse_user_ok PORT NAME SECRET_FILE: that user logs in (a running server reads a new
+# users.d file within seconds, not at once).
+clickhouse_user_ok() {
+  curl -fsS --max-time 2 -u "$2:$(cat "$3")" "http://127.0.0.1:$1/?query=SELECT%201"
+}
+
 # start_zookeeper DIR PORT: a standalone ZooKeeper (Debian's), data in DIR.
 start_zookeeper() {
   local dir=$1 port=$2

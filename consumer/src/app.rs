@@ -3,7 +3,8 @@
 //! (the Kafka client in its group) → [`worker`] (the consume loop) → [`batch`] (the arena
 //! a batch's messages are decoded into) → [`store`] (insert, refused rows bisected) →
 //! [`sink`] (ClickHouse, retried on replicas) and [`dead_letters`]; the worker commits a
-//! batch's offsets only once the store handed them back.
+//! batch's offsets only once the store handed them back. Beside them, [`retention`] drops
+//! expired partitions when `EVENTS_RETENTION_DAYS` is set.
 //!
 //! [`source`]: crate::source
 //! [`worker`]: crate::worker
@@ -11,6 +12,7 @@
 //! [`store`]: crate::store
 //! [`sink`]: crate::sink
 //! [`dead_letters`]: crate::dead_letters
+//! [`retention`]: crate::retention
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,6 +24,7 @@ use http_kit::serve::Http;
 use crate::config::{CLIENT_ID, Config};
 use crate::dead_letters::DeadLetters;
 use crate::definitions::{self, Watched};
+use crate::retention;
 use crate::schema;
 use crate::shutdown::{stop_on, stopped};
 use crate::sink::Sink;
@@ -38,6 +41,8 @@ pub struct Application {
     /// The experiments snapshot, kept current by its task, and the servers it is mirrored
     /// to, when one is mirrored.
     snapshot: Option<(Watched, Vec<Server>)>,
+    /// The servers, database and days of the retention runs, when events expire.
+    retention: Option<(Topology, String, u32)>,
 }
 
 impl Application {
@@ -70,6 +75,13 @@ impl Application {
         let dead_letters = DeadLetters::new(&config, stats.clone())?;
         let http = Http::bind(config.listen, config.http.clone()).await?;
         let readiness = http.readiness().clone();
+        let retention = config.events_retention_days.map(|days| {
+            (
+                topology.clone(),
+                config.clickhouse.clickhouse_database.clone(),
+                days,
+            )
+        });
         let sink = Sink::new(
             topology,
             Duration::from_millis(config.insert_timeout_ms),
@@ -79,6 +91,7 @@ impl Application {
             http,
             stats: stats.clone(),
             snapshot,
+            retention,
             worker: Worker {
                 group: readiness.dependency(),
                 readiness,
@@ -121,7 +134,13 @@ impl Application {
                 watcher,
             )
         });
+        let retention = self.retention.map(|(topology, database, days)| {
+            tokio::spawn(retention::run(topology, database, days, stop.clone()))
+        });
         let result = self.worker.consume(stop).await;
+        if let Some(retention) = retention {
+            let _ = retention.await;
+        }
         let _ = http.await;
         if let Some((mirror, watcher)) = mirror {
             let _ = mirror.await;

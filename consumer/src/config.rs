@@ -67,6 +67,12 @@ pub struct Config {
     #[command(flatten)]
     pub snapshot_watch: http_kit::reload::SnapshotWatchArgs,
 
+    /// Days the events are kept: the monthly partitions of `events` whose rows were all
+    /// received before then are dropped, at start and hourly (never the current month's).
+    /// Unset: kept for ever.
+    #[arg(long, env = "EVENTS_RETENTION_DAYS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub events_retention_days: Option<u32>,
+
     /// Longest an insert may take before it is abandoned and retried, in milliseconds.
     #[arg(long, env = "CLICKHOUSE_INSERT_TIMEOUT_MS", default_value_t = 30_000)]
     pub insert_timeout_ms: u64,
@@ -133,5 +139,27 @@ impl ClickHouseArgs {
             .with_database(&self.clickhouse_database)
             // Validation asks the server for a setting that ClickHouse 18.16 lacks.
             .with_validation(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn retention_is_off_unless_set_and_at_least_a_day() {
+        let parse = |args: &[&str]| {
+            Config::try_parse_from(std::iter::once("consumer").chain(args.iter().copied()))
+        };
+        assert_eq!(parse(&[]).expect("parses").events_retention_days, None);
+        assert_eq!(
+            parse(&["--events-retention-days", "400"])
+                .expect("parses")
+                .events_retention_days,
+            Some(400)
+        );
+        assert!(parse(&["--events-retention-days", "0"]).is_err());
+        assert!(parse(&["--events-retention-days", "-3"]).is_err());
     }
 }

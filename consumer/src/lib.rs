@@ -9,6 +9,7 @@ mod config;
 mod dead_letters;
 pub mod definitions;
 mod liveness;
+pub mod retention;
 mod row;
 pub mod schema;
 mod shutdown;

@@ -220,6 +220,32 @@ pub fn statements(caps: ServerCaps, cluster: Option<&str>, database: &str) -> Ve
         .collect()
 }
 
+/// The statement that builds again, from the events a server holds, the
+/// `experiment_visitors` rows of the visitors `filter` selects (a condition on the events'
+/// columns): migration 7's own select, restricted. Erasing a session deletes its visitors'
+/// aggregate rows and re-inserts them with it, without the session's events. `cluster`
+/// names the cluster (the shard's own tables then), `None` one server.
+pub fn visitors_rebuild(
+    caps: ServerCaps,
+    cluster: Option<&str>,
+    database: &str,
+    filter: &str,
+) -> String {
+    let layout = Layout::new(cluster);
+    let select = VISITORS_SELECT.replacen("\nGROUP BY", &format!("\nWHERE {filter}\nGROUP BY"), 1);
+    caps.render(
+        &format!("INSERT INTO {{db}}.experiment_visitors{{local}} {select}"),
+        database,
+        &layout,
+    )
+}
+
+/// The setting a statement that names a `LowCardinality` column needs on this server, if
+/// any.
+pub fn required_settings(caps: ServerCaps) -> Option<(&'static str, &'static str)> {
+    caps.low_cardinality_setting()
+}
+
 /// The columns of `events` as a server of version `caps` has them once migrated, in the
 /// row's order: [`EventRow::COLUMNS`], name and type.
 pub fn event_columns(caps: ServerCaps) -> Vec<(&'static str, String)> {
@@ -456,6 +482,25 @@ mod tests {
             statements(new, Some("analytics"), "analytics")
                 .iter()
                 .all(|s| s.settings.is_empty())
+        );
+    }
+
+    #[test]
+    fn the_visitors_rebuild_is_the_migrations_select_restricted() {
+        let old = ServerCaps::parse("18.16.1").expect("parses");
+        let sql = visitors_rebuild(old, Some("analytics"), "db", "has(?, visitor_id)");
+        assert!(
+            sql.starts_with("INSERT INTO db.experiment_visitors_local SELECT"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("FROM db.events_local\nWHERE has(?, visitor_id)\nGROUP BY"),
+            "{sql}"
+        );
+        let single = visitors_rebuild(old, None, "db", "1");
+        assert!(
+            single.contains("FROM db.events\nWHERE 1\nGROUP BY"),
+            "{single}"
         );
     }
 

@@ -297,6 +297,20 @@ impl Envelope {
         Some((corrected.round() as i64).clamp(earliest, self.received_at))
     }
 
+    /// The envelope with its User-Agent kept to `max_bytes` (cut at a character boundary;
+    /// 0: not kept at all), after [`is_bot`] read it whole: what a deployment stores of
+    /// it (`INGEST_USER_AGENT_MAX_BYTES`).
+    pub fn keeping_user_agent(mut self, max_bytes: usize) -> Self {
+        if self.user_agent.len() > max_bytes {
+            let mut end = max_bytes;
+            while !self.user_agent.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.user_agent.truncate(end);
+        }
+        self
+    }
+
     /// Cuts an over-long User-Agent at a character boundary.
     pub fn clamp_user_agent(mut ua: String) -> String {
         if ua.len() > MAX_USER_AGENT_BYTES {
@@ -614,6 +628,21 @@ fn required<'a>(name: &'static str, s: Option<Cow<'a, str>>) -> Result<Cow<'a, s
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_kept_user_agent_is_cut_at_a_character_boundary_or_dropped() {
+        let envelope = || Envelope::new(0, "pk".into(), "Mozilla/5.0 (é)".into(), None);
+        assert_eq!(
+            envelope().keeping_user_agent(1024).user_agent,
+            "Mozilla/5.0 (é)"
+        );
+        // `é` is two bytes: a cut inside it keeps the characters before.
+        assert_eq!(
+            envelope().keeping_user_agent(14).user_agent,
+            "Mozilla/5.0 ("
+        );
+        assert_eq!(envelope().keeping_user_agent(0).user_agent, "");
+    }
+
     use super::*;
     use serde_json::json;
 

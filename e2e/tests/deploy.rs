@@ -76,6 +76,7 @@ fn compose_cluster_override_merges_into_a_checked_cluster() {
             "config",
         ])
         .current_dir(repo())
+        .env("CLICKHOUSE_PASSWORD", "compose-check")
         .output()
         .expect("docker-compose runs");
     assert!(
@@ -183,7 +184,23 @@ fn compose_file_passes_docker_compose_config() {
         .arg("-f")
         .arg(repo().join("docker-compose.yml"))
         .args(["config", "-q"]);
+    let mut without_password = std::process::Command::new("docker-compose");
+    without_password
+        .args(command.get_args())
+        .env_remove("CLICKHOUSE_PASSWORD");
+    command.env("CLICKHOUSE_PASSWORD", "compose-check");
     assert_accepts(command, "docker-compose config", "docker-compose.yml");
+    // No ClickHouse without the consumer's password: never a passwordless user.
+    let refused = without_password.output().expect("docker-compose runs");
+    assert!(
+        !refused.status.success(),
+        "composed without CLICKHOUSE_PASSWORD"
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("CLICKHOUSE_PASSWORD"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
 }
 
 #[test]

@@ -69,3 +69,61 @@ fn every_schema_statement_runs_on_modern_clickhouse() {
         }
     }
 }
+
+/// What `analytics-erase` and a retention run send, after the schema, on one server: the
+/// deletions by visitor and by session, the rebuild of a session's visitors, the wait on
+/// `system.mutations`, the retention's cutoff, partitions and drop.
+#[test]
+fn erasure_and_retention_statements_run_on_modern_clickhouse() {
+    let version = run(Command::new(python()).args([
+        "-c",
+        "import chdb; print(str(chdb.query('SELECT version()', 'TSVRaw')).strip())",
+    ]));
+    let caps = ServerCaps::parse(version.trim()).expect("a version");
+    let db = "analytics";
+    let visitors = "has(['v1', 'v2'], visitor_id)";
+    let mut sql: Vec<String> = consumer::schema::statements(caps, None, db)
+        .into_iter()
+        .map(|s| s.sql)
+        .collect();
+    let schema = sql.len();
+    sql.extend([
+        format!(
+            "INSERT INTO {db}.events (event_id, received_at, public_key, session_id, visitor_id, \
+             event_name, experiment_id, variant_id) VALUES \
+             (generateUUIDv4(), now(), 'pk', 's1', 'v1', 'impression', 'exp', 'a'), \
+             (generateUUIDv4(), now(), 'pk', 's2', 'v1', 'conversion', 'exp', '')"
+        ),
+        tools::erase::count_statement(db, "events", "session_id = 's2'"),
+        tools::erase::delete_statement(db, "events", "session_id = 's2'"),
+        tools::erase::count_statement(db, "experiment_visitors", visitors),
+        tools::erase::delete_statement(db, "experiment_visitors", visitors),
+        consumer::schema::visitors_rebuild(caps, None, db, visitors),
+        tools::erase::delete_statement(db, "events", "visitor_id = 'v1'"),
+        format!(
+            "SELECT count() FROM system.mutations \
+             WHERE database = '{db}' AND table = 'events' AND is_done = 0"
+        ),
+        "SELECT toYYYYMM(now() - toIntervalDay(60))".to_owned(),
+        format!(
+            "SELECT DISTINCT partition FROM system.parts \
+             WHERE database = '{db}' AND table = 'events' AND active"
+        ),
+        consumer::retention::drop_statement(db, "events", 202_401),
+    ]);
+    let statements: Vec<serde_json::Value> = sql
+        .iter()
+        .map(|sql| serde_json::json!({ "runs": "once", "sql": sql, "settings": [] }))
+        .collect();
+    let dir = tempfile::tempdir().expect("temporary folder");
+    let plan = dir.path().join("erase.json");
+    let document = serde_json::json!({ "layout": "single", "statements": statements });
+    std::fs::write(&plan, document.to_string()).expect("plan written");
+    let folder = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("chdb");
+    let out = run(Command::new(python())
+        .arg(folder.join("check.py"))
+        .arg(&plan)
+        .arg(folder.join("config.xml")));
+    let ran = out.lines().filter(|l| l.starts_with("ok ")).count();
+    assert_eq!(ran, sql.len(), "{} schema statements, then:\n{out}", schema);
+}

@@ -35,6 +35,8 @@ pub(crate) struct AppState {
     pub requests: http_kit::ops::RequestCounter,
     pub limiter: Arc<RateLimiter>,
     pub default_max_events_per_second: Option<f64>,
+    /// Bytes of the User-Agent stored (`INGEST_USER_AGENT_MAX_BYTES`).
+    pub user_agent_max_bytes: usize,
 }
 
 pub struct Application {
@@ -83,6 +85,7 @@ impl Application {
             body_read_timeout: Duration::from_millis(config.body_read_timeout_ms),
             limiter: Arc::default(),
             default_max_events_per_second: config.default_max_events_per_second,
+            user_agent_max_bytes: config.user_agent_max_bytes.into(),
             requests: http_kit::ops::RequestCounter::new(
                 "ingest_requests_total",
                 routes::ANALYTICS_PATH,

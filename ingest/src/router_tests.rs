@@ -68,6 +68,7 @@ impl Ingest {
             requests: RequestCounter::new("ingest_requests_total", ANALYTICS_PATH),
             limiter: Arc::default(),
             default_max_events_per_second: None,
+            user_agent_max_bytes: 1024,
         };
         adjust(&mut state);
         let readiness = Readiness::default();
@@ -171,6 +172,31 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     encoder.write_all(bytes).expect("compressed");
     encoder.finish().expect("compressed")
+}
+
+#[tokio::test]
+async fn the_user_agent_is_kept_to_its_setting_and_bots_are_told_from_all_of_it() {
+    for (max, want) in [
+        (1024, "Googlebot/2.1 (+http://www.google.com/bot.html)"),
+        (9, "Googlebot"),
+        (0, ""),
+    ] {
+        let ingest = Ingest::with(|state| state.user_agent_max_bytes = max);
+        let reply = ingest
+            .send(json_request(
+                keyed().header(
+                    "user-agent",
+                    "Googlebot/2.1 (+http://www.google.com/bot.html)",
+                ),
+                &one_event(),
+            ))
+            .await;
+        assert_eq!(reply.status, StatusCode::ACCEPTED);
+        let published = ingest.published();
+        assert_eq!(published.len(), 1);
+        assert_eq!(published[0].1.user_agent, want, "max {max}");
+        assert!(published[0].1.is_bot, "max {max}: still a bot");
+    }
 }
 
 #[tokio::test]

@@ -86,7 +86,8 @@ async fn handle(
             .map(|ua| String::from_utf8_lossy(ua.as_bytes()).into_owned())
             .unwrap_or_default(),
         parsed.sent_at?,
-    );
+    )
+    .keeping_user_agent(state.user_agent_max_bytes);
     let mut accepted = Vec::with_capacity(events.len());
     let mut rejected = Vec::new();
     for index in 0..events.len() {

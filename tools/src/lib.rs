@@ -1,9 +1,11 @@
 //! The operators' commands, apart from the services so that the services do not link
 //! what only they need (statrs): `experiment-results` prints one experiment's results
 //! ([`results`]) and writes them as a page ([`report`]), `dlq-replay` publishes dead
-//! letters again after their cause was fixed ([`replay`]). Each takes the same settings,
-//! under the same names, as the service whose data it reads.
+//! letters again after their cause was fixed ([`replay`]), `analytics-erase` erases a
+//! visitor's or a session's rows ([`erase`]). Each takes the same settings, under the same
+//! names, as the service whose data it reads.
 
+pub mod erase;
 mod replay;
 pub mod report;
 pub mod results;

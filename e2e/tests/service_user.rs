@@ -1,0 +1,132 @@
+//! The consumer's own ClickHouse user as `scripts/up` makes it (`clickhouse_service_user` of
+//! `scripts/lib.sh`), on a real 18.16 server of the test's own: with its password it
+//! migrates and inserts; without it, or into another database, it is refused.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::Parser;
+
+fn lib_sh() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/lib.sh")
+}
+
+fn bash(script: &str, args: &[&str]) {
+    let status = Command::new("bash")
+        .arg("-c")
+        .arg(format!("set -e; source \"$0\"; {script}"))
+        .arg(lib_sh())
+        .args(args)
+        .status()
+        .expect("bash runs");
+    assert!(status.success(), "{script} {args:?}");
+}
+
+/// The server, stopped when dropped.
+struct Server(PathBuf);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let pidfile = self.0.join("clickhouse.pid");
+        let _ = Command::new("bash")
+            .arg("-c")
+            .arg("source \"$0\"; stop_pidfile \"$1\" clickhouse")
+            .arg(lib_sh())
+            .arg(pidfile)
+            .status();
+    }
+}
+
+fn args(url: &str, user: &str, password: &str, database: &str) -> consumer::ClickHouseArgs {
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        clickhouse: consumer::ClickHouseArgs,
+    }
+    Args::parse_from([
+        "test".to_owned(),
+        format!("--clickhouse-url={url}"),
+        format!("--clickhouse-user={user}"),
+        format!("--clickhouse-password={password}"),
+        format!("--clickhouse-database={database}"),
+    ])
+    .clickhouse
+}
+
+#[tokio::test]
+async fn the_consumer_user_migrates_and_inserts_with_its_password_only() {
+    let dir = tempfile::tempdir().expect("temporary folder");
+    let root = dir.path().join("clickhouse");
+    let secret = dir.path().join("secrets/clickhouse-consumer");
+    let (http, tcp) = (e2e::free_port(), e2e::free_port());
+    let root_s = root.display().to_string();
+    bash(
+        "clickhouse_service_user \"$1\" consumer \"$2\"",
+        &[&root_s, &secret.display().to_string()],
+    );
+    let _server = Server(root.clone());
+    bash(
+        "start_clickhouse \"$1\" \"$2\" \"$3\"",
+        &[&root_s, &http.to_string(), &tcp.to_string()],
+    );
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&secret).expect("secret").permissions(),
+    );
+    assert_eq!(mode & 0o077, 0, "the secret is its owner's only");
+    let password = std::fs::read_to_string(&secret).expect("secret");
+    assert_eq!(password.len(), 32);
+    let url = format!("http://127.0.0.1:{http}");
+    // What scripts/up waits for before it starts the consumer.
+    bash(
+        "clickhouse_user_ok \"$1\" consumer \"$2\" >/dev/null",
+        &[&http.to_string(), &secret.display().to_string()],
+    );
+
+    let consumer = args(&url, "consumer", &password, "analytics");
+    let topology = consumer::topology::Topology::from_args(&consumer).expect("topology");
+    consumer::schema::migrate_topology(&topology, "analytics", u32::MAX)
+        .await
+        .expect("the consumer's user migrates");
+    let client = consumer.client();
+    let envelope =
+        contract::event::Envelope::new(1_763_700_000_000, "pk_u".into(), String::new(), None);
+    let row = consumer::EventRow::from(
+        contract::event::EventMessage::from_client(
+            &serde_json::json!({ "eventName": "page_view", "sessionId": "s", "experimentId": "exp_1" }),
+            &envelope,
+        )
+        .expect("valid"),
+    );
+    let mut insert = client
+        .insert::<consumer::EventRow>("events")
+        .await
+        .expect("insert starts");
+    insert.write(&row).await.expect("row");
+    insert.end().await.expect("the consumer's user inserts");
+    let n: u64 = client
+        .query("SELECT count() FROM events")
+        .fetch_one()
+        .await
+        .expect("count");
+    assert_eq!(n, 1);
+
+    for (user, password) in [("consumer", ""), ("consumer", "wrong")] {
+        let refused = args(&url, user, password, "analytics")
+            .client()
+            .query("SELECT count() FROM events")
+            .fetch_one::<u64>()
+            .await;
+        assert!(refused.is_err(), "{user} with {password:?} was let in");
+    }
+    let elsewhere = client
+        .clone()
+        .with_database("default")
+        .query("CREATE DATABASE other")
+        .execute()
+        .await
+        .expect_err("another database is refused");
+    assert!(
+        elsewhere.to_string().contains("Access denied"),
+        "{elsewhere}"
+    );
+}

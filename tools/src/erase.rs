@@ -1,0 +1,533 @@
+//! The `analytics-erase` command: one visitor's or one session's rows removed from every
+//! table of the analysts' database that stores them, with `ALTER … DELETE` mutations on
+//! each shard's own tables, waited for on every replica until no row is left. A session's
+//! visitors keep their other sessions: their aggregate rows are deleted and built again
+//! from the events that remain. Erasing twice removes nothing the second time.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clickhouse::Client;
+use consumer::schema::ServerCaps;
+use consumer::topology::{Server, Topology, first_answering};
+
+/// Erases one visitor's or one session's rows from the analysts' database.
+#[derive(clap::Parser, Clone, Debug)]
+#[command(
+    version,
+    about = "Erases one visitor's (or one session's) rows from every table of the analysts' \
+             database and waits until ClickHouse has done it.",
+    long_about = "Erases one visitor's (or one session's) rows from every table of the \
+                  analysts' database: `events`, the aggregate `experiment_visitors` and any \
+                  other table with a visitor_id or session_id column, on every shard of a \
+                  cluster. It runs ALTER ... DELETE mutations and waits until every replica \
+                  holds no such row, then prints how many rows each table held. A session's \
+                  visitors keep their other sessions: their aggregate rows are rebuilt from \
+                  the events that remain. Running it again removes nothing.\n\n\
+                  Exit codes: 0 done (or nothing to erase), 2 an id refused (empty, blank, \
+                  wildcard-looking), 1 any other failure (run it again: it is idempotent)."
+)]
+pub struct EraseConfig {
+    /// The visitor whose rows are erased (the SDK's visitorId, `visitor_id` in ClickHouse).
+    #[arg(
+        long,
+        required_unless_present = "session_id",
+        conflicts_with = "session_id"
+    )]
+    pub visitor_id: Option<String>,
+
+    /// The session whose rows are erased (`session_id`); its visitors' other sessions stay.
+    #[arg(long)]
+    pub session_id: Option<String>,
+
+    /// Longest wait for ClickHouse to finish the deletions, in seconds.
+    #[arg(long, default_value_t = 600)]
+    pub wait_secs: u64,
+
+    #[command(flatten)]
+    pub clickhouse: consumer::ClickHouseArgs,
+}
+
+/// Whose rows go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Subject {
+    Visitor(String),
+    Session(String),
+}
+
+/// An id the command refuses: it could not name one visitor or session.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("refusing {flag} {id:?}: {reason}")]
+pub struct RefusedId {
+    flag: &'static str,
+    id: String,
+    reason: &'static str,
+}
+
+impl Subject {
+    /// The subject of the command line. Ids are compared with `=`, so a wildcard would
+    /// match nothing, but an id that looks like one is an operator's mistake: refused,
+    /// as are empty and blank ids and ids with control characters.
+    pub fn parse(config: &EraseConfig) -> Result<Self, RefusedId> {
+        let (flag, id, subject): (_, _, fn(String) -> Self) =
+            match (&config.visitor_id, &config.session_id) {
+                (Some(id), _) => ("--visitor-id", id, Self::Visitor),
+                (None, Some(id)) => ("--session-id", id, Self::Session),
+                (None, None) => ("--visitor-id", &String::new(), Self::Visitor),
+            };
+        let refuse = |reason| {
+            Err(RefusedId {
+                flag,
+                id: id.clone(),
+                reason,
+            })
+        };
+        if id.is_empty() {
+            return refuse("it is empty");
+        }
+        if id.trim().is_empty() {
+            return refuse("it is blank");
+        }
+        if id.trim() != id {
+            return refuse("it starts or ends with blanks");
+        }
+        if id.chars().any(|c| matches!(c, '*' | '%' | '?')) {
+            return refuse("it looks like a wildcard (*, % or ?); ids are matched exactly");
+        }
+        if matches!(id.to_ascii_lowercase().as_str(), "all" | "any" | ".*") {
+            return refuse("it looks like a wildcard; ids are matched exactly");
+        }
+        if id.chars().any(char::is_control) {
+            return refuse("it holds control characters");
+        }
+        Ok(subject(id.clone()))
+    }
+
+    fn column(&self) -> &'static str {
+        match self {
+            Self::Visitor(_) => "visitor_id",
+            Self::Session(_) => "session_id",
+        }
+    }
+
+    fn id(&self) -> &str {
+        match self {
+            Self::Visitor(id) | Self::Session(id) => id,
+        }
+    }
+}
+
+/// What a table holds of the subject, and what erasure does to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Table {
+    /// The name of its shard-local part (`events_local` in a cluster, `events` on one
+    /// server).
+    name: String,
+    action: Action,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    /// Its subject's rows are deleted.
+    Delete,
+    /// A visitor aggregate without sessions: a session's visitors' rows are deleted and
+    /// built again from the events left (`experiment_visitors`).
+    Rebuild,
+}
+
+/// The sharded aggregate keyed by visitor that erasing a session builds again.
+const VISITOR_AGGREGATE: &str = "experiment_visitors";
+
+/// The tables of the database that hold rows of `subject`, from their columns: every
+/// table of the MergeTree family (the others hold no rows of their own: views,
+/// Distributed tables) with the subject's column. A table keyed by visitor without a
+/// `session_id` cannot lose one session's rows: for a session it must be the visitor
+/// aggregate, which is rebuilt, and any other such table is refused rather than left
+/// holding the session's contribution.
+fn tables_of(
+    columns: &[(String, String, String)],
+    subject: &Subject,
+    local: &str,
+) -> anyhow::Result<Vec<Table>> {
+    let mut names: Vec<&str> = columns
+        .iter()
+        .filter(|(_, engine, _)| engine.contains("MergeTree"))
+        .map(|(table, _, _)| table.as_str())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let has = |table: &str, column: &str| columns.iter().any(|(t, _, c)| t == table && c == column);
+    let mut tables = Vec::new();
+    for name in names {
+        if has(name, subject.column()) {
+            tables.push(Table {
+                name: name.to_owned(),
+                action: Action::Delete,
+            });
+        } else if matches!(subject, Subject::Session(_)) && has(name, "visitor_id") {
+            anyhow::ensure!(
+                name == format!("{VISITOR_AGGREGATE}{local}"),
+                "table {name} keeps visitors without their sessions: erasing a session \
+                 cannot tell which of its rows to take out (erase the visitor instead)"
+            );
+            tables.push(Table {
+                name: name.to_owned(),
+                action: Action::Rebuild,
+            });
+        }
+    }
+    Ok(tables)
+}
+
+/// What an erasure found and removed: rows per table before it, and for a session the
+/// visitors whose aggregate rows were rebuilt.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Erased {
+    /// `(table, rows)`: the rows of the subject each table held (the most any replica of a
+    /// shard held, summed over the shards), aggregate rows counted before merges.
+    pub rows: Vec<(String, u64)>,
+    /// The visitors of an erased session.
+    pub rebuilt_visitors: Vec<String>,
+}
+
+impl Erased {
+    pub fn total(&self) -> u64 {
+        self.rows.iter().map(|(_, n)| n).sum()
+    }
+
+    /// The report printed by the command.
+    pub fn report(&self, subject: &Subject) -> String {
+        let what = match subject {
+            Subject::Visitor(id) => format!("visitor {id:?}"),
+            Subject::Session(id) => format!("session {id:?}"),
+        };
+        if self.total() == 0 {
+            return format!("Nothing stored for {what}: nothing erased.\n");
+        }
+        let mut out = format!("Erased {what}; rows each table held before:\n");
+        for (table, rows) in &self.rows {
+            out.push_str(&format!("  {table}: {rows}\n"));
+        }
+        if !self.rebuilt_visitors.is_empty() {
+            out.push_str(&format!(
+                "Aggregate rows of its visitor(s) rebuilt from their other sessions: {}\n",
+                self.rebuilt_visitors.join(", ")
+            ));
+        }
+        out
+    }
+}
+
+/// Runs the erasure and waits for it.
+pub async fn erase(config: &EraseConfig, subject: &Subject) -> anyhow::Result<Erased> {
+    let topology = Topology::from_args(&config.clickhouse)?;
+    let database = &config.clickhouse.clickhouse_database;
+    anyhow::ensure!(
+        database
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+        "database name {database:?} must be letters, digits and _ only"
+    );
+    let deadline = Instant::now() + Duration::from_secs(config.wait_secs);
+    // Every replica must answer: a mutation is only known done where it can be seen.
+    let firsts = {
+        let mut firsts = Vec::new();
+        for replicas in &topology.shards {
+            firsts.push(first_answering(replicas).await?);
+        }
+        firsts
+    };
+    let caps = ServerCaps::of(&firsts[0].client).await?;
+    let columns = subject_columns(&firsts[0].client, database).await?;
+    let tables = tables_of(&columns, subject, topology.local())?;
+    let id = subject.id();
+
+    // The visitors of a session, before its events go.
+    let mut visitors: Vec<String> = Vec::new();
+    if matches!(subject, Subject::Session(_)) {
+        for server in topology.servers() {
+            let found: Vec<String> = server
+                .client
+                .query(&format!(
+                    "SELECT DISTINCT visitor_id FROM {database}.events{} WHERE session_id = ?",
+                    topology.local()
+                ))
+                .bind(id)
+                .fetch_all()
+                .await
+                .with_context(|| format!("cannot read the session's visitors on {}", server.url))?;
+            visitors.extend(found);
+        }
+        visitors.sort_unstable();
+        visitors.dedup();
+    }
+
+    let mut erased = Erased {
+        rebuilt_visitors: visitors.clone(),
+        ..Erased::default()
+    };
+    let condition = |table: &Table| match table.action {
+        Action::Delete => format!("{} = ?", subject.column()),
+        Action::Rebuild => "has(?, visitor_id)".to_owned(),
+    };
+    let bind = |query: clickhouse::query::Query, table: &Table| match table.action {
+        Action::Delete => query.bind(id),
+        Action::Rebuild => query.bind(visitors.clone()),
+    };
+    // Deletions first (the events), then the rebuilt aggregates from what is left.
+    for pass in [Action::Delete, Action::Rebuild] {
+        for table in tables.iter().filter(|t| t.action == pass) {
+            if table.action == Action::Rebuild && visitors.is_empty() {
+                // The session has no events left: no visitor to rebuild.
+                erased.rows.push((table.name.clone(), 0));
+                continue;
+            }
+            let mut held = 0;
+            for (shard, replicas) in topology.shards.iter().enumerate() {
+                let count_sql = count_statement(database, &table.name, &condition(table));
+                let mut most = 0;
+                for server in replicas {
+                    let n: u64 = bind(server.client.query(&count_sql), table)
+                        .fetch_one()
+                        .await
+                        .with_context(|| {
+                            format!("cannot count {} on {}", table.name, server.url)
+                        })?;
+                    most = most.max(n);
+                }
+                held += most;
+                if most == 0 {
+                    continue;
+                }
+                let first = firsts[shard];
+                bind(
+                    first
+                        .client
+                        .query(&delete_statement(database, &table.name, &condition(table))),
+                    table,
+                )
+                .execute()
+                .await
+                .with_context(|| format!("cannot erase from {} on {}", table.name, first.url))?;
+                for server in replicas {
+                    wait_until_gone(server, database, table, &count_sql, deadline, |q| {
+                        bind(q, table)
+                    })
+                    .await?;
+                }
+            }
+            erased.rows.push((table.name.clone(), held));
+            if table.action == Action::Rebuild {
+                let sql = consumer::schema::visitors_rebuild(
+                    caps,
+                    topology.cluster.as_deref(),
+                    database,
+                    "has(?, visitor_id)",
+                );
+                for (first, replicas) in firsts.iter().zip(&topology.shards) {
+                    let mut query = first
+                        .client
+                        .query(&sql)
+                        .bind(visitors.clone())
+                        // A rebuilt block may equal one the replicas saw before.
+                        .with_setting("insert_deduplicate", "0");
+                    if let Some((name, value)) = consumer::schema::required_settings(caps) {
+                        query = query.with_setting(name, value);
+                    }
+                    query.execute().await.with_context(|| {
+                        format!("cannot rebuild {} on {}", table.name, first.url)
+                    })?;
+                    // Done once every replica has the rebuilt rows, as for the deletions.
+                    for other in replicas.iter().filter(|r| r.url != first.url) {
+                        other
+                            .client
+                            .query(&format!("SYSTEM SYNC REPLICA {database}.`{}`", table.name))
+                            .execute()
+                            .await
+                            .with_context(|| {
+                                format!("{} on {} did not catch up", table.name, other.url)
+                            })?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(erased)
+}
+
+/// The rows of `table` that `condition` selects (`visitor_id = ?`, `has(?, visitor_id)`).
+pub fn count_statement(database: &str, table: &str, condition: &str) -> String {
+    format!("SELECT count() FROM {database}.`{table}` WHERE {condition}")
+}
+
+/// The mutation that deletes them.
+pub fn delete_statement(database: &str, table: &str, condition: &str) -> String {
+    format!("ALTER TABLE {database}.`{table}` DELETE WHERE {condition}")
+}
+
+/// `(table, engine, column)` for each `visitor_id` and `session_id` column of the
+/// database's tables.
+async fn subject_columns(
+    client: &Client,
+    database: &str,
+) -> anyhow::Result<Vec<(String, String, String)>> {
+    let engines: Vec<(String, String)> = client
+        .query("SELECT name, engine FROM system.tables WHERE database = ?")
+        .bind(database)
+        .fetch_all()
+        .await
+        .context("cannot list the tables")?;
+    let columns: Vec<(String, String)> = client
+        .query(
+            "SELECT table, name FROM system.columns WHERE database = ? \
+             AND name IN ('visitor_id', 'session_id')",
+        )
+        .bind(database)
+        .fetch_all()
+        .await
+        .context("cannot read the tables' columns")?;
+    Ok(columns
+        .into_iter()
+        .filter_map(|(table, column)| {
+            let (_, engine) = engines.iter().find(|(name, _)| *name == table)?;
+            Some((table, engine.clone(), column))
+        })
+        .collect())
+}
+
+/// Polls one replica until it holds no row of the subject in `table` and has no mutation
+/// of it left to do, or the deadline passes.
+async fn wait_until_gone(
+    server: &Server,
+    database: &str,
+    table: &Table,
+    count_sql: &str,
+    deadline: Instant,
+    bind: impl Fn(clickhouse::query::Query) -> clickhouse::query::Query,
+) -> anyhow::Result<()> {
+    loop {
+        let left: u64 = bind(server.client.query(count_sql))
+            .fetch_one()
+            .await
+            .with_context(|| format!("cannot count {} on {}", table.name, server.url))?;
+        let pending: u64 = server
+            .client
+            .query(
+                "SELECT count() FROM system.mutations \
+                 WHERE database = ? AND table = ? AND is_done = 0",
+            )
+            .bind(database)
+            .bind(&table.name)
+            .fetch_one()
+            .await
+            .with_context(|| format!("cannot read system.mutations on {}", server.url))?;
+        if left == 0 && pending == 0 {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{} on {} still holds {left} row(s) with {pending} mutation(s) pending: \
+             the server may still finish them; run the command again to check",
+            table.name,
+            server.url
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> Result<Subject, RefusedId> {
+        let config = EraseConfig::try_parse_from(["analytics-erase"].iter().chain(args))
+            .expect("arguments parse");
+        Subject::parse(&config)
+    }
+
+    #[test]
+    fn ids_are_taken_exactly_and_nonsense_is_refused() {
+        assert_eq!(
+            parse(&["--visitor-id", "v_1-a.b"]),
+            Ok(Subject::Visitor("v_1-a.b".into()))
+        );
+        assert_eq!(
+            parse(&["--session-id", "s1"]),
+            Ok(Subject::Session("s1".into()))
+        );
+        for bad in ["", "  ", " v1", "*", "v%", "a?", "ALL", "v\n1"] {
+            let refused = parse(&["--visitor-id", bad]).expect_err(bad);
+            assert!(
+                refused.to_string().contains("refusing --visitor-id"),
+                "{refused}"
+            );
+        }
+        assert!(EraseConfig::try_parse_from(["analytics-erase"]).is_err());
+        assert!(
+            EraseConfig::try_parse_from([
+                "analytics-erase",
+                "--visitor-id",
+                "v",
+                "--session-id",
+                "s"
+            ])
+            .is_err()
+        );
+    }
+
+    fn columns(list: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
+        list.iter()
+            .map(|(t, e, c)| ((*t).into(), (*e).into(), (*c).into()))
+            .collect()
+    }
+
+    #[test]
+    fn tables_follow_their_columns() {
+        let cols = columns(&[
+            ("events_local", "ReplicatedReplacingMergeTree", "session_id"),
+            ("events_local", "ReplicatedReplacingMergeTree", "visitor_id"),
+            ("events", "Distributed", "visitor_id"),
+            (
+                "experiment_visitors_local",
+                "ReplicatedAggregatingMergeTree",
+                "visitor_id",
+            ),
+        ]);
+        let visitor = tables_of(&cols, &Subject::Visitor("v".into()), "_local").expect("ok");
+        assert_eq!(
+            visitor
+                .iter()
+                .map(|t| (t.name.as_str(), t.action))
+                .collect::<Vec<_>>(),
+            [
+                ("events_local", Action::Delete),
+                ("experiment_visitors_local", Action::Delete)
+            ]
+        );
+        let session = tables_of(&cols, &Subject::Session("s".into()), "_local").expect("ok");
+        assert_eq!(
+            session
+                .iter()
+                .map(|t| (t.name.as_str(), t.action))
+                .collect::<Vec<_>>(),
+            [
+                ("events_local", Action::Delete),
+                ("experiment_visitors_local", Action::Rebuild)
+            ]
+        );
+        let mut other = cols.clone();
+        other.extend(columns(&[(
+            "visitor_daily",
+            "AggregatingMergeTree",
+            "visitor_id",
+        )]));
+        assert!(tables_of(&other, &Subject::Session("s".into()), "_local").is_err());
+        assert_eq!(
+            tables_of(&other, &Subject::Visitor("v".into()), "_local")
+                .expect("ok")
+                .len(),
+            3
+        );
+    }
+}
