@@ -322,39 +322,65 @@ pub async fn migrate_topology(
         .iter()
         .filter(|m| m.version <= last && !applied.contains(&m.version));
     for migration in pending {
-        let statements = migration
-            .steps
-            .iter()
-            .flat_map(|s| s.render(&layout, caps, database));
-        for (target, sql) in statements {
-            let servers: Vec<&Server> = match target {
-                Target::Once => vec![primary],
-                Target::EachServer => topology.servers().collect(),
-                Target::EachShard => {
-                    let mut firsts = Vec::new();
-                    for replicas in &topology.shards {
-                        firsts.push(first_answering(replicas).await?);
+        let mut backoff = crate::backoff::Backoff::new(
+            std::time::Duration::from_millis(200),
+            std::time::Duration::from_secs(2),
+        );
+        let mut attempt = 0;
+        'attempt: loop {
+            attempt += 1;
+            let statements = migration
+                .steps
+                .iter()
+                .flat_map(|s| s.render(&layout, caps, database));
+            for (target, sql) in statements {
+                let servers: Vec<&Server> = match target {
+                    Target::Once => vec![primary],
+                    Target::EachServer => topology.servers().collect(),
+                    Target::EachShard => {
+                        let mut firsts = Vec::new();
+                        for replicas in &topology.shards {
+                            firsts.push(first_answering(replicas).await?);
+                        }
+                        firsts
                     }
-                    firsts
-                }
-            };
-            for target in servers {
-                let client = target.client.clone().with_database("default");
-                match run(&client, &sql).await {
-                    Ok(()) => {}
-                    // Another consumer migrating at the same time added it (18.x has no
-                    // `ADD COLUMN IF NOT EXISTS`).
-                    Err(e) if sql.contains("ADD COLUMN") && is_existing_column(&e) => {}
-                    Err(e) => {
-                        return Err(e).with_context(|| {
-                            format!(
-                                "migration {} ({}) failed on {}",
-                                migration.version, migration.description, target.url
-                            )
-                        });
+                };
+                for target in servers {
+                    let client = target.client.clone().with_database("default");
+                    match run(&client, &sql).await {
+                        Ok(()) => {}
+                        // Another consumer migrating at the same time added it (18.x has no
+                        // `ADD COLUMN IF NOT EXISTS`).
+                        Err(e) if sql.contains("ADD COLUMN") && is_existing_column(&e) => {}
+                        // Another consumer migrating at the same time dropped a view this one
+                        // depends on (views are made again by DROP then CREATE): the
+                        // migration's statements are idempotent in sequence, so start it over,
+                        // after a wait that differs between consumers.
+                        Err(e) if attempt < MIGRATION_ATTEMPTS => {
+                            let wait = backoff.next_wait();
+                            let jitter = std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .map_or(0, |d| d.subsec_nanos())
+                                as u64
+                                % (wait.as_millis() as u64 + 1);
+                            tracing::warn!(version = migration.version, attempt,
+                            error = %format!("{e:#}"), "Migration failed; starting it over.");
+                            tokio::time::sleep(wait + std::time::Duration::from_millis(jitter))
+                                .await;
+                            continue 'attempt;
+                        }
+                        Err(e) => {
+                            return Err(e).with_context(|| {
+                                format!(
+                                    "migration {} ({}) failed on {}",
+                                    migration.version, migration.description, target.url
+                                )
+                            });
+                        }
                     }
                 }
             }
+            break;
         }
         server
             .query(&format!(
@@ -371,6 +397,9 @@ pub async fn migrate_topology(
     }
     Ok(())
 }
+
+/// How many times a migration is started before its failure is final.
+const MIGRATION_ATTEMPTS: u32 = 5;
 
 /// ClickHouse's answer to adding a column that exists: code 44, "already exists".
 fn is_existing_column(error: &clickhouse::error::Error) -> bool {
