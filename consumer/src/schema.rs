@@ -38,6 +38,12 @@ impl ServerCaps {
         Self::parse(&version)
     }
 
+    /// SQL users, roles, grants and row policies (`analytics-access`): 20.x had them in
+    /// parts; every 21.x has them whole, with `sha256_hash` passwords.
+    pub fn has_sql_access(self) -> bool {
+        self.major >= 21
+    }
+
     /// Before 19.x, `LowCardinality` is behind an experimental setting (later a no-op).
     fn low_cardinality_setting(self) -> Option<(&'static str, &'static str)> {
         (self.major < 19).then_some(("allow_experimental_low_cardinality_type", "1"))

@@ -53,7 +53,9 @@ impl Topology {
                 !args.clickhouse_url.contains([',', ';']),
                 "CLICKHOUSE_URL lists several servers but CLICKHOUSE_CLUSTER is not set"
             );
-            return Ok(Self::single(args.client()));
+            let mut single = Self::single(args.client());
+            single.shards[0][0].url = args.clickhouse_url.trim().to_owned();
+            return Ok(single);
         };
         anyhow::ensure!(
             !cluster.is_empty() && is_sql_name(cluster),

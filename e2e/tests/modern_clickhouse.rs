@@ -127,3 +127,51 @@ fn erasure_and_retention_statements_run_on_modern_clickhouse() {
     let ran = out.lines().filter(|l| l.starts_with("ok ")).count();
     assert_eq!(ran, sql.len(), "{} schema statements, then:\n{out}", schema);
 }
+
+/// What `analytics-access grant` and `revoke` send to a modern server: the grants table is
+/// made and written; users, roles, grants and row policies are parsed (EXPLAIN AST) only,
+/// since chdb has no writeable user storage ("no writeable access storage").
+#[test]
+fn access_statements_parse_on_modern_clickhouse() {
+    let version = run(Command::new(python()).args([
+        "-c",
+        "import chdb; print(str(chdb.query('SELECT version()', 'TSVRaw')).strip())",
+    ]));
+    let caps = ServerCaps::parse(version.trim()).expect("a version");
+    assert!(caps.has_sql_access(), "{version} takes the SQL path");
+    let db = "analytics";
+    let mut statements: Vec<serde_json::Value> = consumer::schema::statements(caps, None, db)
+        .into_iter()
+        .map(|s| serde_json::json!({ "runs": "once", "sql": s.sql, "settings": [] }))
+        .collect();
+    let tables = ["events", "experiment_results", "experiment_visitors"].map(String::from);
+    let access = tools::access::modern_statements(db, &tables);
+    let parse_only = |sql: &str| {
+        [
+            "CREATE ROLE",
+            "CREATE USER",
+            "ALTER USER",
+            "GRANT",
+            "REVOKE",
+            "CREATE ROW POLICY",
+            "DROP",
+        ]
+        .iter()
+        .any(|p| sql.starts_with(p))
+    };
+    assert!(access.iter().filter(|s| parse_only(s)).count() >= 3 * tables.len() + 6);
+    statements.extend(access.iter().map(|sql| {
+        serde_json::json!({ "runs": "once", "sql": sql, "settings": [], "parse_only": parse_only(sql) })
+    }));
+    let dir = tempfile::tempdir().expect("temporary folder");
+    let plan = dir.path().join("access.json");
+    let document = serde_json::json!({ "layout": "single", "statements": statements });
+    std::fs::write(&plan, document.to_string()).expect("plan written");
+    let folder = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("chdb");
+    let out = run(Command::new(python())
+        .arg(folder.join("check.py"))
+        .arg(&plan)
+        .arg(folder.join("config.xml")));
+    let ran = out.lines().filter(|l| l.starts_with("ok ")).count();
+    assert_eq!(ran, statements.len(), "{out}");
+}

@@ -2,9 +2,11 @@
 //! what only they need (statrs): `experiment-results` prints one experiment's results
 //! ([`results`]) and writes them as a page ([`report`]), `dlq-replay` publishes dead
 //! letters again after their cause was fixed ([`replay`]), `analytics-erase` erases a
-//! visitor's or a session's rows ([`erase`]). Each takes the same settings, under the same
+//! visitor's or a session's rows ([`erase`]), `analytics-access` gives analysts read-only
+//! users that see their sites' rows only ([`access`]). Each takes the same settings, under the same
 //! names, as the service whose data it reads.
 
+pub mod access;
 pub mod erase;
 mod replay;
 pub mod report;
