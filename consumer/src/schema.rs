@@ -331,7 +331,8 @@ pub async fn migrate_topology(
         let mut backoff = crate::backoff::Backoff::new(
             std::time::Duration::from_millis(200),
             std::time::Duration::from_secs(2),
-        );
+        )
+        .jittered();
         let mut attempt = 0;
         'attempt: loop {
             attempt += 1;
@@ -363,16 +364,9 @@ pub async fn migrate_topology(
                         // migration's statements are idempotent in sequence, so start it over,
                         // after a wait that differs between consumers.
                         Err(e) if attempt < MIGRATION_ATTEMPTS => {
-                            let wait = backoff.next_wait();
-                            let jitter = std::time::SystemTime::now()
-                                .duration_since(std::time::UNIX_EPOCH)
-                                .map_or(0, |d| d.subsec_nanos())
-                                as u64
-                                % (wait.as_millis() as u64 + 1);
                             tracing::warn!(version = migration.version, attempt,
                             error = %format!("{e:#}"), "Migration failed; starting it over.");
-                            tokio::time::sleep(wait + std::time::Duration::from_millis(jitter))
-                                .await;
+                            tokio::time::sleep(backoff.next_wait()).await;
                             continue 'attempt;
                         }
                         Err(e) => {
