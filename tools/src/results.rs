@@ -390,9 +390,24 @@ pub fn render(reports: &[Report], settings: Settings) -> String {
                 ""
             }
         );
+        let label = |v: &VariantReport| {
+            if v.is_control {
+                format!("{} (control)", v.variant_id)
+            } else {
+                v.variant_id.clone()
+            }
+        };
+        // The variant column as wide as the longest name, so the columns stay aligned.
+        let width = report
+            .variants
+            .iter()
+            .map(|v| label(v).chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(20);
         let _ = writeln!(
             out,
-            "{:<20} {:>9} {:>9} {:>8}  {:<26} {:>8} {:>8}  {:<28} {:>8}  {:<30} time on page: mean s (Welch p)",
+            "{:<width$} {:>9} {:>9} {:>8}  {:<26} {:>8} {:>8}  {:<28} {:>8}  {:<30} time on page: mean s (Welch p)",
             "variant",
             "visitors",
             "converted",
@@ -406,11 +421,7 @@ pub fn render(reports: &[Report], settings: Settings) -> String {
         );
         let mut notes = Vec::new();
         for v in &report.variants {
-            let name = if v.is_control {
-                format!("{} (control)", v.variant_id)
-            } else {
-                v.variant_id.clone()
-            };
+            let name = label(v);
             let dash = || String::from("-");
             let mut cell = |what: &str, reason: Option<&str>| {
                 if let Some(reason) = reason {
@@ -464,7 +475,7 @@ pub fn render(reports: &[Report], settings: Settings) -> String {
                 });
             let _ = writeln!(
                 out,
-                "{name:<20} {:>9} {:>9} {:>7.2}%  {diff:<26} {p_raw:>8} {p_adj:>8}  {lift:<28} {lift_p:>8}  {always:<30} {time}",
+                "{name:<width$} {:>9} {:>9} {:>7.2}%  {diff:<26} {p_raw:>8} {p_adj:>8}  {lift:<28} {lift_p:>8}  {always:<30} {time}",
                 v.exposed,
                 v.converted,
                 v.conversion_rate * 100.0
@@ -523,6 +534,46 @@ mod tests {
     use clap::{CommandFactory, Parser};
 
     use super::*;
+
+    #[test]
+    fn the_columns_stay_aligned_whatever_the_variant_names() {
+        let variant = |name: &str, is_control: bool| VariantReport {
+            variant_id: name.to_owned(),
+            is_control,
+            exposed: 1234,
+            converted: 56,
+            conversion_rate: 0.045,
+            rate_interval: Shown::Missing("n/a".into()),
+            comparison: None,
+            time_on_page: None,
+        };
+        let report = Report {
+            public_key: "pk_a".into(),
+            experiment_id: "exp".into(),
+            phase: 1,
+            srm_p_value: None,
+            correction: Correction::Holm,
+            variants: vec![
+                variant("a_rather_long_control_variant_name", true),
+                variant("b", false),
+            ],
+        };
+        let settings = Settings {
+            minimums: crate::stats::Minimums {
+                visitors: 0,
+                conversions: 0,
+            },
+            correction: Correction::Holm,
+        };
+        let out = render(&[report], settings);
+        let lines: Vec<&str> = out.lines().skip(1).take(3).collect();
+        // Where the visitors column ends, in the header and in each row.
+        let header_end = lines[0].find("visitors").expect("header") + "visitors".len();
+        for row in &lines[1..] {
+            let end = row.find("1234").expect("visitors") + 4;
+            assert_eq!(end, header_end, "{out}");
+        }
+    }
 
     #[test]
     fn min_sessions_is_a_hidden_alias_of_min_visitors() {
