@@ -11,7 +11,9 @@ use crate::topology::{LOCAL_SUFFIX, Server, Topology, first_answering, is_sql_na
 
 mod migrations;
 
-use migrations::{BOOTSTRAP, MIGRATIONS, SESSIONS_SELECT, Step, VISITORS_SELECT};
+use migrations::{
+    BOOTSTRAP, MIGRATIONS, RESULTS_STATISTICS, SESSIONS_SELECT, Step, VISITORS_SELECT,
+};
 
 /// What the connected server supports, read from `SELECT version()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,7 +80,25 @@ impl ServerCaps {
         } else {
             "toStartOfHour(toDateTime(intDiv(first_exposure, 1000), 'UTC'))"
         };
+        let statistics = |counts: &str, by: &str, time_columns: &str| {
+            RESULTS_STATISTICS
+                .replace("{counts}", counts)
+                .replace("{by}", by)
+                .replace("{time_columns}", time_columns)
+        };
         statement
+            .replace(
+                "{results_statistics}",
+                &statistics("experiment_variant_counts", "", ""),
+            )
+            .replace(
+                "{results_statistics_by_hour}",
+                &statistics(
+                    "experiment_variant_counts_over_time",
+                    ", hour",
+                    "toDate(hour) AS day, hour, ",
+                ),
+            )
             .replace("{sessions_select}", SESSIONS_SELECT)
             .replace("{visitors_select}", VISITORS_SELECT)
             .replace("{on_cluster}", &layout.on_cluster)

@@ -1,7 +1,8 @@
 //! The migrations of the analysts' schema, as data: what each version creates or changes,
 //! in statements with placeholders that [`super`] renders for the server's version and the
-//! topology. Append only: a released migration never changes, a new one gets the next
-//! version. A table's or a view's statement is a file of `migrations/`, named after its
+//! topology. Append only: a released migration never changes what it sends (a fragment two
+//! of them share may be factored out only if their rendered statements stay the same), a
+//! new one gets the next version. A table's or a view's statement is a file of `migrations/`, named after its
 //! version; one-line statements stand here.
 
 /// The text of a statement in `migrations/`, without the blanks around it.
@@ -21,6 +22,12 @@ pub(super) const SESSIONS_SELECT: &str = sql!("migrations/004_sessions_select.sq
 /// absorb a row counted twice as those of 4 do. `excluded`: any test event or an event
 /// from a bot.
 pub(super) const VISITORS_SELECT: &str = sql!("migrations/007_visitors_select.sql");
+
+/// The statistics of [`MIGRATIONS`] 7's `experiment_results` and 8's
+/// `experiment_results_over_time`, written once: `{counts}` is the view of variant counts it
+/// reads, `{by}` the grouping beyond (public key, experiment, phase) and `{time_columns}`
+/// the columns that come of it.
+pub(super) const RESULTS_STATISTICS: &str = sql!("migrations/007_results_statistics.sql");
 
 /// The sharding key of the tables of migrations 1 and 4 as they were created; migration 7
 /// shards `events` by visitor ([`SHARDING_KEY`](crate::topology::SHARDING_KEY)).
