@@ -172,6 +172,16 @@ start_clickhouse() {
     http_ok "http://127.0.0.1:$http_port/ping"
 }
 
+# secret_sha256 FILE: the SHA-256 (hex) of the password in FILE, made first if missing (32
+# random hex characters, readable by its owner only).
+secret_sha256() {
+  if [ ! -s "$1" ]; then
+    mkdir -p "$(dirname "$1")"
+    (umask 077 && head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$1")
+  fi
+  tr -d '\n' < "$1" | sha256sum | cut -d' ' -f1
+}
+
 # clickhouse_service_user DIR NAME SECRET_FILE: the ClickHouse user NAME of a service on
 # the server of DIR (before start_clickhouse DIR, or it takes the server a few seconds to
 # see it), its password kept in SECRET_FILE (made once: 32 random hex characters, readable
@@ -181,11 +191,7 @@ start_clickhouse() {
 # `default`, loopback only too (users.xml), stays the operators' user.
 clickhouse_service_user() {
   local dir=$1 name=$2 secret=$3 hash
-  if [ ! -s "$secret" ]; then
-    mkdir -p "$(dirname "$secret")"
-    (umask 077 && head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$secret")
-  fi
-  hash=$(tr -d '\n' < "$secret" | sha256sum | cut -d' ' -f1)
+  hash=$(secret_sha256 "$secret")
   mkdir -p "$dir/users.d"
   printf '%s\n' '<?xml version="1.0"?>' \
     "<!-- scripts/lib.sh clickhouse_service_user: the password is in $secret -->" \
@@ -209,11 +215,7 @@ clickhouse_service_user() {
 # no local shortcut past the reader (prefer_localhost_replica=0).
 clickhouse_access_reader() {
   local dir=$1 tcp_port=$2 secret=$3 hash
-  if [ ! -s "$secret" ]; then
-    mkdir -p "$(dirname "$secret")"
-    (umask 077 && head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$secret")
-  fi
-  hash=$(tr -d '\n' < "$secret" | sha256sum | cut -d' ' -f1)
+  hash=$(secret_sha256 "$secret")
   mkdir -p "$dir/users.d" "$dir/config.d"
   printf '%s\n' '<?xml version="1.0"?>' \
     "<!-- scripts/lib.sh clickhouse_access_reader: the password is in $secret -->" \

@@ -10,35 +10,6 @@ use std::process::Command;
 use clap::Parser;
 use tools::access::{AccessConfig, check, run};
 
-fn lib_sh() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/lib.sh")
-}
-
-fn bash(script: &str, args: &[&str]) {
-    let status = Command::new("bash")
-        .arg("-c")
-        .arg(format!("set -e; source \"$0\"; {script}"))
-        .arg(lib_sh())
-        .args(args)
-        .status()
-        .expect("bash runs");
-    assert!(status.success(), "{script} {args:?}");
-}
-
-/// The server, stopped when dropped.
-struct Server(PathBuf);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg("-c")
-            .arg("source \"$0\"; stop_pidfile \"$1\" clickhouse")
-            .arg(lib_sh())
-            .arg(self.0.join("clickhouse.pid"))
-            .status();
-    }
-}
-
 /// A query over HTTP as `user`: the body, or the server's error text.
 async fn query(url: &str, user: &str, password: &str, sql: &str) -> Result<String, String> {
     let response = reqwest::Client::new()
@@ -71,6 +42,15 @@ async fn access_run(url: &str, users_dir: &Path, args: &[&str]) -> String {
     let config = access(url, users_dir, args);
     check(&config.command).expect("a valid command line");
     run(&config).await.expect("analytics-access runs")
+}
+
+/// `grant --user USER --password PASSWORD --key K...`.
+async fn grant(url: &str, users_dir: &Path, user: &str, password: &str, keys: &[&str]) {
+    let mut args = vec!["grant", "--user", user, "--password", password];
+    for key in keys {
+        args.extend(["--key", key]);
+    }
+    access_run(url, users_dir, &args).await;
 }
 
 /// Visitors of two sites, pk_a and pk_b, exposed to two variants, some converting.
@@ -114,7 +94,7 @@ async fn an_analyst_reads_only_their_keys_rows_and_cannot_write() {
     let root = dir.path().join("clickhouse");
     let (http, tcp) = (e2e::free_port(), e2e::free_port());
     let root_s = root.display().to_string();
-    bash(
+    e2e::lib_sh(
         "clickhouse_access_reader \"$1\" \"$2\" \"$3\"",
         &[
             &root_s,
@@ -122,11 +102,7 @@ async fn an_analyst_reads_only_their_keys_rows_and_cannot_write() {
             &dir.path().join("secrets/reader").display().to_string(),
         ],
     );
-    let _server = Server(root.clone());
-    bash(
-        "start_clickhouse \"$1\" \"$2\" \"$3\"",
-        &[&root_s, &http.to_string(), &tcp.to_string()],
-    );
+    let _server = e2e::ScriptedClickHouse::start(&root, http, tcp);
     let url = format!("http://127.0.0.1:{http}");
     let admin = |sql: &'static str| {
         let url = url.clone();
@@ -189,34 +165,8 @@ async fn an_analyst_reads_only_their_keys_rows_and_cannot_write() {
 
     let alice_pw = "alice's long password";
     let bob_pw = "bob's long password!";
-    access_run(
-        &url,
-        &users,
-        &[
-            "grant",
-            "--user",
-            "alice",
-            "--password",
-            alice_pw,
-            "--key",
-            "pk_a",
-        ],
-    )
-    .await;
-    access_run(
-        &url,
-        &users,
-        &[
-            "grant",
-            "--user",
-            "bob",
-            "--password",
-            bob_pw,
-            "--key",
-            "pk_b",
-        ],
-    )
-    .await;
+    grant(&url, &users, "alice", alice_pw, &["pk_a"]).await;
+    grant(&url, &users, "bob", bob_pw, &["pk_b"]).await;
     assert_eq!(
         access_run(&url, &users, &["list"]).await,
         "alice\tpk_a\nbob\tpk_b\n"
@@ -330,22 +280,7 @@ async fn an_analyst_reads_only_their_keys_rows_and_cannot_write() {
     );
 
     // A second key for alice; bob revoked: refused, his database and views gone.
-    access_run(
-        &url,
-        &users,
-        &[
-            "grant",
-            "--user",
-            "alice",
-            "--password",
-            alice_pw,
-            "--key",
-            "pk_a",
-            "--key",
-            "pk_b",
-        ],
-    )
-    .await;
+    grant(&url, &users, "alice", alice_pw, &["pk_a", "pk_b"]).await;
     assert_eq!(
         query(
             &url,
@@ -382,8 +317,10 @@ async fn cluster_an_analyst_reads_only_their_keys_rows_from_every_server() {
         "http://127.0.0.1:28123,http://127.0.0.1:28124;http://127.0.0.1:28125,http://127.0.0.1:28126"
             .to_owned()
     });
-    let dir = PathBuf::from(
-        std::env::var("TEST_CLICKHOUSE_CLUSTER_DIR").unwrap_or_else(|_| ".run/test/cluster".into()),
+    // scripts/test's cluster, or the one it would start.
+    let dir = std::env::var_os("TEST_CLICKHOUSE_CLUSTER_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../.run/test/cluster"),
+        PathBuf::from,
     );
     let users: Vec<String> = (1..=4)
         .map(|n| dir.join(format!("ch{n}/users.d")).display().to_string())

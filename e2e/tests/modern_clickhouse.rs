@@ -29,17 +29,49 @@ fn run(command: &mut Command) -> String {
     stdout
 }
 
-#[test]
-fn every_schema_statement_runs_on_modern_clickhouse() {
+/// The version chdb runs, and what the consumer's decision point makes of it.
+fn chdb_caps() -> (String, ServerCaps) {
     let version = run(Command::new(python()).args([
         "-c",
         "import chdb; print(str(chdb.query('SELECT version()', 'TSVRaw')).strip())",
     ]));
-    // The version the consumer's decision point sees on such a server.
     let caps = ServerCaps::parse(version.trim()).expect("a version");
-    assert!(caps.major >= 26, "chdb runs ClickHouse {version}");
-    let folder = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("chdb");
+    (version.trim().to_owned(), caps)
+}
+
+/// Runs `statements` (`{"runs", "sql", "settings", "parse_only"?}`) through
+/// `chdb/check.py` in `layout`; its output, after checking that every one passed.
+fn check(layout: &str, statements: &[serde_json::Value]) -> String {
     let dir = tempfile::tempdir().expect("temporary folder");
+    let plan = dir.path().join(format!("{layout}.json"));
+    let document = serde_json::json!({ "layout": layout, "statements": statements });
+    std::fs::write(&plan, document.to_string()).expect("plan written");
+    let folder = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("chdb");
+    let out = run(Command::new(python())
+        .arg(folder.join("check.py"))
+        .arg(&plan)
+        .arg(folder.join("config.xml")));
+    let ran = out.lines().filter(|l| l.starts_with("ok ")).count();
+    assert_eq!(ran, statements.len(), "{layout}:\n{out}");
+    out
+}
+
+/// The schema's statements for `caps` as `check` takes them.
+fn schema(caps: ServerCaps, cluster: Option<&str>, db: &str) -> Vec<serde_json::Value> {
+    consumer::schema::statements(caps, cluster, db)
+        .into_iter()
+        .map(|s| serde_json::json!(s))
+        .collect()
+}
+
+fn once(sql: &str, parse_only: bool) -> serde_json::Value {
+    serde_json::json!({ "runs": "once", "sql": sql, "settings": [], "parse_only": parse_only })
+}
+
+#[test]
+fn every_schema_statement_runs_on_modern_clickhouse() {
+    let (version, caps) = chdb_caps();
+    assert!(caps.major >= 26, "chdb runs ClickHouse {version}");
     for (layout, cluster) in [("single", None), ("cluster", Some("analytics"))] {
         let statements = consumer::schema::statements(caps, cluster, "analytics");
         // 26.x refuses the 18.x LowCardinality switch in every placement.
@@ -47,15 +79,7 @@ fn every_schema_statement_runs_on_modern_clickhouse() {
             statements.iter().all(|s| s.settings.is_empty()),
             "{layout}: a setting for old servers is sent to {version}"
         );
-        let plan = dir.path().join(format!("{layout}.json"));
-        let document = serde_json::json!({ "layout": layout, "statements": statements });
-        std::fs::write(&plan, document.to_string()).expect("plan written");
-        let out = run(Command::new(python())
-            .arg(folder.join("check.py"))
-            .arg(&plan)
-            .arg(folder.join("config.xml")));
-        let ran = out.lines().filter(|l| l.starts_with("ok ")).count();
-        assert_eq!(ran, statements.len(), "{layout}:\n{out}");
+        let out = check(layout, &schema(caps, cluster, "analytics"));
         if cluster.is_none() {
             // Two visitors of two variants, first exposed in two hours: a row per variant
             // now, and per variant and hour over time (b from its first hour on).
@@ -75,19 +99,11 @@ fn every_schema_statement_runs_on_modern_clickhouse() {
 /// `system.mutations`, the retention's cutoff, partitions and drop.
 #[test]
 fn erasure_and_retention_statements_run_on_modern_clickhouse() {
-    let version = run(Command::new(python()).args([
-        "-c",
-        "import chdb; print(str(chdb.query('SELECT version()', 'TSVRaw')).strip())",
-    ]));
-    let caps = ServerCaps::parse(version.trim()).expect("a version");
+    let (_, caps) = chdb_caps();
     let db = "analytics";
     let visitors = "has(['v1', 'v2'], visitor_id)";
-    let mut sql: Vec<String> = consumer::schema::statements(caps, None, db)
-        .into_iter()
-        .map(|s| s.sql)
-        .collect();
-    let schema = sql.len();
-    sql.extend([
+    let mut statements = schema(caps, None, db);
+    statements.extend([
         format!(
             "INSERT INTO {db}.events (event_id, received_at, public_key, session_id, visitor_id, \
              event_name, experiment_id, variant_id) VALUES \
@@ -110,22 +126,9 @@ fn erasure_and_retention_statements_run_on_modern_clickhouse() {
              WHERE database = '{db}' AND table = 'events' AND active"
         ),
         consumer::retention::drop_statement(db, "events", 202_401),
-    ]);
-    let statements: Vec<serde_json::Value> = sql
-        .iter()
-        .map(|sql| serde_json::json!({ "runs": "once", "sql": sql, "settings": [] }))
-        .collect();
-    let dir = tempfile::tempdir().expect("temporary folder");
-    let plan = dir.path().join("erase.json");
-    let document = serde_json::json!({ "layout": "single", "statements": statements });
-    std::fs::write(&plan, document.to_string()).expect("plan written");
-    let folder = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("chdb");
-    let out = run(Command::new(python())
-        .arg(folder.join("check.py"))
-        .arg(&plan)
-        .arg(folder.join("config.xml")));
-    let ran = out.lines().filter(|l| l.starts_with("ok ")).count();
-    assert_eq!(ran, sql.len(), "{} schema statements, then:\n{out}", schema);
+    ]
+    .map(|sql| once(&sql, false)));
+    check("single", &statements);
 }
 
 /// What `analytics-access grant` and `revoke` send to a modern server: the grants table is
@@ -133,17 +136,10 @@ fn erasure_and_retention_statements_run_on_modern_clickhouse() {
 /// since chdb has no writeable user storage ("no writeable access storage").
 #[test]
 fn access_statements_parse_on_modern_clickhouse() {
-    let version = run(Command::new(python()).args([
-        "-c",
-        "import chdb; print(str(chdb.query('SELECT version()', 'TSVRaw')).strip())",
-    ]));
-    let caps = ServerCaps::parse(version.trim()).expect("a version");
+    let (version, caps) = chdb_caps();
     assert!(caps.has_sql_access(), "{version} takes the SQL path");
     let db = "analytics";
-    let mut statements: Vec<serde_json::Value> = consumer::schema::statements(caps, None, db)
-        .into_iter()
-        .map(|s| serde_json::json!({ "runs": "once", "sql": s.sql, "settings": [] }))
-        .collect();
+    let mut statements = schema(caps, None, db);
     let tables = ["events", "experiment_results", "experiment_visitors"].map(String::from);
     let access = tools::access::modern_statements(db, &tables);
     let parse_only = |sql: &str| {
@@ -160,18 +156,6 @@ fn access_statements_parse_on_modern_clickhouse() {
         .any(|p| sql.starts_with(p))
     };
     assert!(access.iter().filter(|s| parse_only(s)).count() >= 3 * tables.len() + 6);
-    statements.extend(access.iter().map(|sql| {
-        serde_json::json!({ "runs": "once", "sql": sql, "settings": [], "parse_only": parse_only(sql) })
-    }));
-    let dir = tempfile::tempdir().expect("temporary folder");
-    let plan = dir.path().join("access.json");
-    let document = serde_json::json!({ "layout": "single", "statements": statements });
-    std::fs::write(&plan, document.to_string()).expect("plan written");
-    let folder = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("chdb");
-    let out = run(Command::new(python())
-        .arg(folder.join("check.py"))
-        .arg(&plan)
-        .arg(folder.join("config.xml")));
-    let ran = out.lines().filter(|l| l.starts_with("ok ")).count();
-    assert_eq!(ran, statements.len(), "{out}");
+    statements.extend(access.iter().map(|sql| once(sql, parse_only(sql))));
+    check("single", &statements);
 }

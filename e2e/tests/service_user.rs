@@ -2,40 +2,7 @@
 //! `scripts/lib.sh`), on a real 18.16 server of the test's own: with its password it
 //! migrates and inserts; without it, or into another database, it is refused.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
 use clap::Parser;
-
-fn lib_sh() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/lib.sh")
-}
-
-fn bash(script: &str, args: &[&str]) {
-    let status = Command::new("bash")
-        .arg("-c")
-        .arg(format!("set -e; source \"$0\"; {script}"))
-        .arg(lib_sh())
-        .args(args)
-        .status()
-        .expect("bash runs");
-    assert!(status.success(), "{script} {args:?}");
-}
-
-/// The server, stopped when dropped.
-struct Server(PathBuf);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let pidfile = self.0.join("clickhouse.pid");
-        let _ = Command::new("bash")
-            .arg("-c")
-            .arg("source \"$0\"; stop_pidfile \"$1\" clickhouse")
-            .arg(lib_sh())
-            .arg(pidfile)
-            .status();
-    }
-}
 
 fn args(url: &str, user: &str, password: &str, database: &str) -> consumer::ClickHouseArgs {
     #[derive(Parser)]
@@ -60,15 +27,11 @@ async fn the_consumer_user_migrates_and_inserts_with_its_password_only() {
     let secret = dir.path().join("secrets/clickhouse-consumer");
     let (http, tcp) = (e2e::free_port(), e2e::free_port());
     let root_s = root.display().to_string();
-    bash(
+    e2e::lib_sh(
         "clickhouse_service_user \"$1\" consumer \"$2\"",
         &[&root_s, &secret.display().to_string()],
     );
-    let _server = Server(root.clone());
-    bash(
-        "start_clickhouse \"$1\" \"$2\" \"$3\"",
-        &[&root_s, &http.to_string(), &tcp.to_string()],
-    );
+    let _server = e2e::ScriptedClickHouse::start(&root, http, tcp);
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(&secret).expect("secret").permissions(),
     );
@@ -77,7 +40,7 @@ async fn the_consumer_user_migrates_and_inserts_with_its_password_only() {
     assert_eq!(password.len(), 32);
     let url = format!("http://127.0.0.1:{http}");
     // What scripts/up waits for before it starts the consumer.
-    bash(
+    e2e::lib_sh(
         "clickhouse_user_ok \"$1\" consumer \"$2\" >/dev/null",
         &[&http.to_string(), &secret.display().to_string()],
     );
