@@ -90,9 +90,7 @@ impl Topology {
         if self.shards.len() == 1 {
             return 0;
         }
-        let mut hasher = SipHasher24::new_with_keys(0, 0);
-        hasher.write(visitor_id);
-        (hasher.finish() % self.shards.len() as u64) as usize
+        (sip_hash64(visitor_id) % self.shards.len() as u64) as usize
     }
 
     /// Every server, shard after shard.
@@ -151,6 +149,13 @@ impl Topology {
         }
         Ok(())
     }
+}
+
+/// ClickHouse's `sipHash64` of a string's bytes (SipHash-2-4, keys 0).
+pub fn sip_hash64(bytes: &[u8]) -> u64 {
+    let mut hasher = SipHasher24::new_with_keys(0, 0);
+    hasher.write(bytes);
+    hasher.finish()
 }
 
 /// The first of `servers` that answers.

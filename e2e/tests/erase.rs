@@ -257,6 +257,18 @@ impl Case {
         );
         assert_eq!(got, want);
 
+        // The id is not kept in the mutations' records (nor, in a cluster, in ZooKeeper).
+        for server in topology.servers() {
+            let kept: u64 = server
+                .client
+                .query("SELECT count() FROM system.mutations WHERE position(command, ?) > 0")
+                .bind(format!("'{id}'"))
+                .fetch_one()
+                .await
+                .expect("mutations read");
+            assert_eq!(kept, 0, "{} keeps {id} in system.mutations", server.url);
+        }
+
         let again = erase(&config, &subject).await.expect("erased again");
         assert_eq!(again.total(), 0, "{again:?}");
         assert!(again.report(&subject).starts_with("Nothing stored"));

@@ -101,7 +101,7 @@ fn every_schema_statement_runs_on_modern_clickhouse() {
 fn erasure_and_retention_statements_run_on_modern_clickhouse() {
     let (_, caps) = chdb_caps();
     let db = "analytics";
-    let visitors = "has(['v1', 'v2'], visitor_id)";
+    let visitors = "has([1, 2], sipHash64(visitor_id))";
     let mut statements = schema(caps, None, db);
     statements.extend([
         format!(
@@ -110,12 +110,12 @@ fn erasure_and_retention_statements_run_on_modern_clickhouse() {
              (generateUUIDv4(), now(), 'pk', 's1', 'v1', 'impression', 'exp', 'a'), \
              (generateUUIDv4(), now(), 'pk', 's2', 'v1', 'conversion', 'exp', '')"
         ),
-        tools::erase::count_statement(db, "events", "session_id = 's2'"),
-        tools::erase::delete_statement(db, "events", "session_id = 's2'"),
+        tools::erase::count_statement(db, "events", "sipHash64(session_id) = 2"),
+        tools::erase::delete_statement(db, "events", "sipHash64(session_id) = 2"),
         tools::erase::count_statement(db, "experiment_visitors", visitors),
         tools::erase::delete_statement(db, "experiment_visitors", visitors),
         consumer::schema::visitors_rebuild(caps, None, db, visitors),
-        tools::erase::delete_statement(db, "events", "visitor_id = 'v1'"),
+        tools::erase::delete_statement(db, "events", "sipHash64(visitor_id) = 1"),
         format!(
             "SELECT count() FROM system.mutations \
              WHERE database = '{db}' AND table = 'events' AND is_done = 0"
