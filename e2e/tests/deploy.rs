@@ -77,6 +77,7 @@ fn compose_cluster_override_merges_into_a_checked_cluster() {
         ])
         .current_dir(repo())
         .env("CLICKHOUSE_PASSWORD", "compose-check")
+        .env("CLICKHOUSE_OPERATOR_PASSWORD", "compose-operator")
         .output()
         .expect("docker-compose runs");
     assert!(
@@ -184,23 +185,30 @@ fn compose_file_passes_docker_compose_config() {
         .arg("-f")
         .arg(repo().join("docker-compose.yml"))
         .args(["config", "-q"]);
-    let mut without_password = std::process::Command::new("docker-compose");
-    without_password
-        .args(command.get_args())
-        .env_remove("CLICKHOUSE_PASSWORD");
-    command.env("CLICKHOUSE_PASSWORD", "compose-check");
+    command
+        .env("CLICKHOUSE_PASSWORD", "compose-check")
+        .env("CLICKHOUSE_OPERATOR_PASSWORD", "compose-operator");
+    // No ClickHouse without either password: never a passwordless user.
+    for missing in ["CLICKHOUSE_PASSWORD", "CLICKHOUSE_OPERATOR_PASSWORD"] {
+        let mut without = std::process::Command::new("docker-compose");
+        without.args(command.get_args());
+        for (name, value) in command.get_envs() {
+            if let Some(value) = value.filter(|_| name != missing) {
+                without.env(name, value);
+            }
+        }
+        let refused = without
+            .env_remove(missing)
+            .output()
+            .expect("docker-compose runs");
+        assert!(!refused.status.success(), "composed without {missing}");
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains(missing),
+            "{}",
+            String::from_utf8_lossy(&refused.stderr)
+        );
+    }
     assert_accepts(command, "docker-compose config", "docker-compose.yml");
-    // No ClickHouse without the consumer's password: never a passwordless user.
-    let refused = without_password.output().expect("docker-compose runs");
-    assert!(
-        !refused.status.success(),
-        "composed without CLICKHOUSE_PASSWORD"
-    );
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("CLICKHOUSE_PASSWORD"),
-        "{}",
-        String::from_utf8_lossy(&refused.stderr)
-    );
 }
 
 #[test]
