@@ -249,6 +249,7 @@ impl SerializeStruct for Struct<'_, '_> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use std::borrow::Cow;
     use std::collections::BTreeMap;
