@@ -62,6 +62,18 @@ ensure_packages() {
   fi
 }
 
+# Debian packages that scripts/bench alone needs (not scripts/test or CI): wrk, its second
+# load tool. Installed only when missing.
+ensure_bench_packages() {
+  local missing=()
+  command -v wrk >/dev/null || missing+=(wrk)
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "Installing ${missing[*]} (apt-get)"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
 # Tansu, the Kafka-protocol broker (about 13 minutes to build the first time).
 ensure_tansu() {
   if [ ! -x "$TANSU" ]; then

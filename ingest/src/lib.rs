@@ -4,6 +4,7 @@
 mod app;
 mod config;
 pub mod error;
+mod json;
 mod limits;
 mod routes;
 pub mod sink;

@@ -147,6 +147,29 @@ pub async fn wait_rows(
 }
 
 /// A run id prefixes session ids and goes into a `LIKE` pattern: letters and digits only.
+/// The rows of `database.events` and the compressed bytes of every active part of every
+/// table of `database` (what the events cost on disk, views included), from
+/// `system.parts`.
+pub async fn disk_bytes(clickhouse: &ClickHouse, database: &str) -> anyhow::Result<(u64, u64)> {
+    anyhow::ensure!(
+        database
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+        "not a database name: {database:?}"
+    );
+    let rows = clickhouse
+        .count(&format!(
+            "SELECT sum(rows) FROM system.parts WHERE active AND database = '{database}' AND table = 'events'"
+        ))
+        .await?;
+    let bytes = clickhouse
+        .count(&format!(
+            "SELECT sum(data_compressed_bytes) FROM system.parts WHERE active AND database = '{database}'"
+        ))
+        .await?;
+    Ok((rows, bytes))
+}
+
 pub fn check_run_id(run: &str) -> anyhow::Result<()> {
     anyhow::ensure!(
         !run.is_empty() && run.bytes().all(|b| b.is_ascii_alphanumeric()),

@@ -13,6 +13,7 @@ mod report;
 mod stats;
 mod traffic;
 mod watch;
+mod wrk;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -71,6 +72,32 @@ enum Command {
     },
     /// Peak resident memory (VmHWM) of a process.
     Rss(RssArgs),
+    /// Compressed bytes on disk per event of a database (its active parts, every table:
+    /// `events` and the views' tables), after a run; as `--subject`, name the database.
+    ClickhouseDisk {
+        #[command(flatten)]
+        label: Label,
+        #[arg(long, default_value = "http://127.0.0.1:8123")]
+        clickhouse: String,
+        #[arg(long)]
+        database: String,
+    },
+    /// Runs Debian's `wrk` with the arguments after `--` (a warm-up run, then the measured
+    /// one with `--latency`) and reports its figure, with the CPU of the watched processes
+    /// and of wrk itself over the measured run. Units: answers below 400, times
+    /// `--units-per-request`.
+    Wrk(WrkArgs),
+    /// Writes N of `loadgen ingest`'s batches of five events (beacons left out) for
+    /// `loadgen/wrk/ingest.lua`: key, user agent and body, tab-separated, one a line.
+    WrkBatches {
+        #[arg(long, default_value = "deploy/experiments.json")]
+        snapshot: PathBuf,
+        #[arg(long, default_value_t = 20_000)]
+        count: usize,
+        /// Run id, the prefix of every session id.
+        #[arg(long, default_value = "wrk")]
+        run: String,
+    },
     /// Prints the comparison table of the JSON lines in FILE.
     Report { file: PathBuf },
     /// The clients of scripts/chaos: SDK-like traffic that retries through faults, then
@@ -289,6 +316,26 @@ struct WaitArgs {
 }
 
 #[derive(Args)]
+struct WrkArgs {
+    #[command(flatten)]
+    label: Label,
+    /// Seconds of a wrk run before the measured one (none if 0).
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Seconds measured (whole seconds: wrk's `-d`).
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// What one answer stands for (5 for the ingest's batches of five events).
+    #[arg(long, default_value_t = 1.0)]
+    units_per_request: f64,
+    #[arg(long, default_value = "requests")]
+    unit: String,
+    /// wrk's own arguments (connections, threads, headers, script, URL), after `--`.
+    #[arg(last = true, required = true)]
+    wrk: Vec<String>,
+}
+
+#[derive(Args)]
 struct RssArgs {
     #[command(flatten)]
     label: Label,
@@ -316,6 +363,47 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::ClickhouseInsert(args) => insert(args).await?,
         Command::WaitRows(args) => wait_rows(args).await?,
+        Command::Wrk(args) => {
+            if args.warmup > 0.0 {
+                wrk::run(&args.wrk, args.warmup, None)?;
+            }
+            let watch = args.label.watch()?;
+            let (report, cpu) = wrk::run(&args.wrk, args.duration, Some(&watch))?;
+            let label = &args.label;
+            report.figure(
+                &label.bench,
+                &label.subject,
+                &args.unit,
+                args.units_per_request,
+                cpu,
+            )
+        }
+        Command::WrkBatches {
+            snapshot,
+            count,
+            run,
+        } => {
+            clickhouse::check_run_id(&run)?;
+            let sites = Arc::new(Sites::from_file(&snapshot)?);
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            wrk::write_batches(&mut Traffic::new(sites, &run, 1), count, &mut out)?;
+            std::io::Write::flush(&mut out)?;
+            return Ok(());
+        }
+        Command::ClickhouseDisk {
+            label,
+            clickhouse,
+            database,
+        } => {
+            let (rows, bytes) =
+                clickhouse::disk_bytes(&ClickHouse::new(&clickhouse), &database).await?;
+            anyhow::ensure!(rows > 0, "{database}.events holds no row");
+            Figure {
+                bytes_per_unit: Some(bytes as f64 / rows as f64),
+                ..label.figure("events", 0.0, rows, BTreeMap::new())
+            }
+        }
         Command::Rss(args) => Figure {
             rss_kib: Some(peak_rss_kib(args.pid)?),
             ..args.label.figure("KiB", 0.0, 0, BTreeMap::new())
@@ -474,6 +562,8 @@ async fn produce(args: ProduceArgs) -> anyhow::Result<Figure> {
         args.events
     };
     let messages = kafka::messages(&mut Traffic::new(sites, &args.run, 1), count);
+    let bytes: usize = messages.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let bytes_per_unit = (count > 0).then(|| bytes as f64 / count as f64);
     let linger_ms = args.linger_ms;
     let send = tokio::task::spawn_blocking(move || kafka::produce(&target, linger_ms, &messages));
     let (outcome, cpu) = watched(&args.label, async { send.await? }).await?;
@@ -483,7 +573,10 @@ async fn produce(args: ProduceArgs) -> anyhow::Result<Figure> {
         outcome.failed
     );
     let rate = outcome.delivered as f64 / outcome.elapsed.as_secs_f64().max(1e-9);
-    Ok(args.label.figure("events", rate, outcome.delivered, cpu))
+    Ok(Figure {
+        bytes_per_unit,
+        ..args.label.figure("events", rate, outcome.delivered, cpu)
+    })
 }
 
 async fn insert(args: InsertArgs) -> anyhow::Result<Figure> {

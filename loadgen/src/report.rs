@@ -23,6 +23,13 @@ pub const COMPARISONS: &[Comparison] = &[
         reference: ("nginx-static", &["nginx-"]),
         target: 1.0,
     },
+    // The same two servers driven by wrk instead of loadgen: the ratio must hold under both.
+    Comparison {
+        bench: "config-api-wrk",
+        ours: ("config-api", &["config-api"]),
+        reference: ("nginx-static", &["nginx-"]),
+        target: 1.0,
+    },
     Comparison {
         bench: "ingest",
         ours: ("ingest", &["bench-ingest"]),
@@ -37,6 +44,13 @@ pub const COMPARISONS: &[Comparison] = &[
         target: 0.8,
     },
 ];
+
+/// The ingest's floor: wrk posting the same batches of five to the ingest and to nginx
+/// answering a fixed 202 (the HTTP cost), plus the raw producer (the Kafka cost).
+pub const FLOOR_BENCH: &str = "ingest-wrk";
+const FLOOR_TARGET: f64 = 1.25;
+/// `loadgen clickhouse-disk` figures: compressed bytes per event of a database.
+pub const DISK_BENCH: &str = "clickhouse-disk";
 
 fn median(mut values: Vec<f64>) -> Option<f64> {
     if values.is_empty() {
@@ -138,10 +152,11 @@ pub fn render(figures: &[Figure]) -> String {
             a.len().min(b.len()),
         );
     }
+    out.push_str(&floor_table(figures));
     let paired = |f: &Figure| COMPARISONS.iter().any(|c| c.bench == f.bench);
     let single: Vec<&Figure> = figures
         .iter()
-        .filter(|f| !paired(f) && f.rss_kib.is_none())
+        .filter(|f| !paired(f) && f.rss_kib.is_none() && f.bench != DISK_BENCH)
         .collect();
     if !single.is_empty() {
         out.push_str("\n| figure | value | p50 ms | p99 ms | max ms | non-2xx | errors |\n");
@@ -171,6 +186,7 @@ pub fn render(figures: &[Figure]) -> String {
         }
     }
     out.push_str(&cpu_table(figures));
+    out.push_str(&sizing_table(figures));
     let failures: u64 = figures
         .iter()
         .map(|f| f.failures.values().sum::<u64>() + f.transport_errors)
@@ -182,6 +198,115 @@ pub fn render(figures: &[Figure]) -> String {
         );
     }
     out
+}
+
+/// The ingest's CPU per event next to its floor, all from wrk's batches of five: nginx's
+/// CPU per event answering them with a fixed 202, plus the raw producer's per event.
+fn floor_table(figures: &[Figure]) -> String {
+    let ingest = median_cpu_us(&of(figures, FLOOR_BENCH, "ingest"), &["bench-ingest"]);
+    let http = median_cpu_us(&of(figures, FLOOR_BENCH, "nginx-202"), &["nginx-"]);
+    let kafka = median_cpu_us(&of(figures, "ingest", "librdkafka-producer"), &["loadgen"]);
+    if ingest.is_none() && http.is_none() {
+        return String::new();
+    }
+    let floor = http.zip(kafka).map(|(h, k)| h + k);
+    let ratio = ingest
+        .zip(floor)
+        .filter(|(_, f)| *f > 0.0)
+        .map(|(i, f)| i / f);
+    let met = match ratio {
+        Some(r) if r <= FLOOR_TARGET => "yes",
+        Some(_) => "NO",
+        None => "?",
+    };
+    format!(
+        "\n| CPU µs per event, batches of 5 (wrk) | ingest | nginx 202 (HTTP) | raw producer (Kafka) | floor | ratio | target | met |\n\
+         |---|---:|---:|---:|---:|---:|---:|:-:|\n\
+         | ingest vs its floor | {} | {} | {} | {} | {} | ≤ {FLOOR_TARGET} | {met} |\n",
+        show(ingest, 2),
+        show(http, 2),
+        show(kafka, 2),
+        show(floor, 2),
+        show(ratio, 2),
+    )
+}
+
+/// What sizing needs, per unit and per core, from the medians of this run's figures.
+fn sizing_table(figures: &[Figure]) -> String {
+    let per_core = |us: Option<f64>| us.filter(|us| *us > 0.0).map(|us| 1e6 / us);
+    let cpu = |bench: &str, subject: &str, processes: &[&str]| {
+        median_cpu_us(&of(figures, bench, subject), processes)
+    };
+    let bytes = |bench: &str, subject: &str| {
+        median(
+            of(figures, bench, subject)
+                .iter()
+                .filter_map(|f| f.bytes_per_unit)
+                .collect(),
+        )
+    };
+    let mut rows: Vec<(String, Option<f64>, &str)> = vec![
+        (
+            "ingest events/s per core (loadgen's mix)".into(),
+            per_core(cpu("ingest", "ingest", &["bench-ingest"])),
+            "ingest ingest: 1 / its CPU per event",
+        ),
+        (
+            "ingest events/s per core (wrk, batches of 5)".into(),
+            per_core(cpu(FLOOR_BENCH, "ingest", &["bench-ingest"])),
+            "ingest-wrk ingest",
+        ),
+        (
+            "consumer rows/s per core (the consumer alone)".into(),
+            per_core(cpu("consumer", "consumer", &["bench-consumer"])),
+            "consumer consumer",
+        ),
+        (
+            "ClickHouse CPU s per million events stored (consumer's inserts)".into(),
+            cpu("consumer", "consumer", &["clickhouse"]),
+            "consumer consumer: ClickHouse's CPU per row",
+        ),
+        (
+            "config-api requests/s per core (loadgen)".into(),
+            per_core(cpu("config-api", "config-api", &["config-api"])),
+            "config-api config-api",
+        ),
+        (
+            "config-api requests/s per core (wrk)".into(),
+            per_core(cpu("config-api-wrk", "config-api", &["config-api"])),
+            "config-api-wrk config-api",
+        ),
+        (
+            "Kafka bytes per event (key + value, uncompressed)".into(),
+            bytes("ingest", "librdkafka-producer"),
+            "the raw producer's messages",
+        ),
+    ];
+    let mut databases: Vec<&str> = figures
+        .iter()
+        .filter(|f| f.bench == DISK_BENCH)
+        .map(|f| f.subject.as_str())
+        .collect();
+    databases.dedup();
+    for database in databases {
+        rows.push((
+            format!("ClickHouse compressed bytes per event on disk ({database}, all tables)"),
+            bytes(DISK_BENCH, database),
+            "system.parts after the run",
+        ));
+    }
+    let rows: Vec<String> = rows
+        .into_iter()
+        .filter(|(_, value, _)| value.is_some())
+        .map(|(what, value, from)| format!("| {what} | {} | {from} |\n", show(value, 1)))
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n| sizing | value | from (median of rounds) |\n|---|---:|---|\n{}",
+        rows.concat()
+    )
 }
 
 /// Median CPU of each watched process during each kind of measurement.
@@ -224,6 +349,68 @@ mod tests {
             p99_us,
             ..Figure::default()
         }
+    }
+
+    fn cpu(bench: &str, subject: &str, rate: f64, process: &str, pct: f64) -> Figure {
+        Figure {
+            cpu_percent: BTreeMap::from([(process.into(), pct)]),
+            ..figure(bench, subject, rate, None)
+        }
+    }
+
+    #[test]
+    fn the_floor_sums_http_and_kafka_per_event_and_sizing_follows_the_figures() {
+        let figures = vec![
+            // 50% of a core for 100 000 events/s: 5 µs an event.
+            cpu("ingest-wrk", "ingest", 100_000.0, "bench-ingest", 50.0),
+            cpu("ingest-wrk", "nginx-202", 500_000.0, "nginx-1", 50.0),
+            Figure {
+                bytes_per_unit: Some(300.0),
+                ..cpu("ingest", "librdkafka-producer", 500_000.0, "loadgen", 100.0)
+            },
+            cpu(
+                "config-api-wrk",
+                "config-api",
+                100_000.0,
+                "config-api",
+                80.0,
+            ),
+            cpu(
+                "config-api-wrk",
+                "nginx-static",
+                125_000.0,
+                "nginx-2",
+                100.0,
+            ),
+            cpu("consumer", "consumer", 200_000.0, "clickhouse", 80.0),
+            Figure {
+                bytes_per_unit: Some(41.5),
+                ..figure("clickhouse-disk", "bench_consumer", 0.0, None)
+            },
+        ];
+        let table = render(&figures);
+        // 1 µs (nginx) + 2 µs (producer) = 3; 5 / 3 = 1.67.
+        assert!(
+            table.contains(
+                "| ingest vs its floor | 5.00 | 1.00 | 2.00 | 3.00 | 1.67 | ≤ 1.25 | NO |"
+            ),
+            "{table}"
+        );
+        let wrk = table
+            .lines()
+            .find(|l| l.starts_with("| config-api-wrk"))
+            .unwrap();
+        assert!(wrk.contains("| 0.80 | ≥ 1 | NO | 8.00 | 8.00 |"), "{wrk}");
+        for row in [
+            "| ingest events/s per core (wrk, batches of 5) | 200000.0 |",
+            "| config-api requests/s per core (wrk) | 125000.0 |",
+            "| ClickHouse CPU s per million events stored (consumer's inserts) | 4.0 |",
+            "| Kafka bytes per event (key + value, uncompressed) | 300.0 |",
+            "| ClickHouse compressed bytes per event on disk (bench_consumer, all tables) | 41.5 |",
+        ] {
+            assert!(table.contains(row), "{row} in {table}");
+        }
+        assert!(!table.contains("| clickhouse-disk"), "not a rate: {table}");
     }
 
     #[test]
@@ -285,6 +472,10 @@ mod tests {
             "{config_api}"
         );
         assert!(table.contains("| ingest | rss | 2.0 |"), "{table}");
+        assert!(
+            !table.contains("ingest-wrk"),
+            "no floor without its figures: {table}"
+        );
         assert!(
             table.contains("| consumer consumer | bench-consumer 20, clickhouse 15, tansu 90 |"),
             "{table}"

@@ -101,6 +101,7 @@ impl Tally {
             transport_errors: self.transport_errors,
             rss_kib: None,
             cpu_percent: BTreeMap::new(),
+            bytes_per_unit: None,
         }
     }
 }
@@ -133,6 +134,11 @@ pub struct Figure {
     /// CPU used by the watched processes during the measurement, percent of one core.
     #[serde(default)]
     pub cpu_percent: BTreeMap<String, f64>,
+    /// Bytes per unit, where the tool knows them: the raw producer's messages (key plus
+    /// value, as Kafka stores them uncompressed, before record overhead), a ClickHouse
+    /// database's compressed parts per event row (`clickhouse-disk`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_unit: Option<f64>,
 }
 
 impl Figure {

@@ -37,6 +37,12 @@ impl Watch {
         Ok(Self { processes })
     }
 
+    /// This watch and one more process.
+    pub fn with(mut self, name: &str, pid: u32) -> Self {
+        self.processes.push((name.to_owned(), pid));
+        self
+    }
+
     pub fn sample(&self) -> Sample {
         Sample {
             at: Instant::now(),
