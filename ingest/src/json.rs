@@ -61,29 +61,29 @@ impl Writer<'_> {
     }
 }
 
-/// A control character, `"` or `\`: what serde_json escapes. Eight bytes at a time, the
-/// last eight overlapping the ones before (a short text padded with spaces), so no byte is
-/// looked at alone: a byte below 0x20, or equal to `"` or `\` once xored with it, sets the
-/// high bit of its place in `(x - n) & !x`.
+/// A control character, `"` or `\`: what serde_json escapes. Eight bytes at a time:
+/// a byte below 0x20, or equal to `"` or `\` once xored with it, sets its high bit.
 fn needs_escape(bytes: &[u8]) -> bool {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let below = |x: u64, n: u8| x.wrapping_sub(ONES * u64::from(n)) & !x & HIGH;
-    let word = |w: &[u8; 8]| {
-        let x = u64::from_le_bytes(*w);
-        below(x, 0x20)
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = [0; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(word);
+        if below(x, 0x20)
             | below(x ^ (ONES * u64::from(b'"')), 1)
             | below(x ^ (ONES * u64::from(b'\\')), 1)
             != 0
-    };
-    match bytes.last_chunk::<8>() {
-        Some(last) => bytes.as_chunks::<8>().0.iter().any(word) || word(last),
-        None => {
-            let mut padded = [b' '; 8];
-            padded[..bytes.len()].copy_from_slice(bytes);
-            word(&padded)
+        {
+            return true;
         }
     }
+    chunks
+        .remainder()
+        .iter()
+        .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
 }
 
 type Refused = Impossible<(), Unsupported>;
