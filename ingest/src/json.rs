@@ -249,7 +249,6 @@ impl SerializeStruct for Struct<'_, '_> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::borrow::Cow;
     use std::collections::BTreeMap;
