@@ -4,7 +4,6 @@
 mod app;
 mod config;
 pub mod error;
-mod json;
 mod limits;
 mod routes;
 pub mod sink;

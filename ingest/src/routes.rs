@@ -390,7 +390,7 @@ async fn publish(
     let mut ends: Vec<Range<usize>> = Vec::with_capacity(messages.len());
     for message in messages {
         let start = payloads.len();
-        crate::json::write(&mut payloads, message)
+        serde_json::to_writer(&mut payloads, message)
             .map_err(|e| IngestError::Internal(e.to_string()))?;
         ends.push(start..payloads.len());
     }
