@@ -612,10 +612,18 @@ fn checked<'a>(
             format!("field {name} is longer than {max} characters"),
         ));
     }
-    if text == Text::Id && s.chars().any(char::is_control) {
+    if text == Text::Id && has_control(&s) {
         return Err(Rejection::must(name, "not contain control characters"));
     }
     Ok(Some(s))
+}
+
+/// `s.chars().any(char::is_control)`, fast for the usual id: printable ASCII only (a check
+/// the compiler runs many bytes at a time) has no control character; anything else is
+/// looked at char by char.
+fn has_control(s: &str) -> bool {
+    let printable_ascii = s.bytes().fold(true, |ok, b| ok & (0x20..0x7F).contains(&b));
+    !printable_ascii && s.chars().any(char::is_control)
 }
 
 fn required<'a>(name: &'static str, s: Option<Cow<'a, str>>) -> Result<Cow<'a, str>, Rejection> {
@@ -675,6 +683,19 @@ mod tests {
             (a, b) => panic!("{json}: the Value reading gave {a:?}, the typed one {b:?}"),
         }
         from_value.map_err(|r| format!("{}: {r}", r.field))
+    }
+
+    #[test]
+    fn control_characters_are_found_in_the_bytes_as_char_is_control_finds_them() {
+        for c in (0..=0x10FFFFu32).filter_map(char::from_u32) {
+            for s in [c.to_string(), format!("ab{c}"), format!("{c}\u{a0}é")] {
+                assert_eq!(
+                    super::has_control(&s),
+                    s.chars().any(char::is_control),
+                    "{c:?}"
+                );
+            }
+        }
     }
 
     #[test]
