@@ -9,6 +9,7 @@ mod clickhouse;
 mod demo;
 mod kafka;
 mod load;
+mod peers;
 mod report;
 mod stats;
 mod traffic;
@@ -70,6 +71,16 @@ enum Command {
         #[arg(long, default_value_t = 600)]
         timeout: u64,
     },
+    /// Creates the topics that do not exist yet (for a peer that does not create its own).
+    CreateTopics {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        brokers: String,
+        /// As the services' KAFKA_TOPIC_PARTITIONS.
+        #[arg(long, default_value_t = 3)]
+        partitions: i32,
+        #[arg(required = true)]
+        topics: Vec<String>,
+    },
     /// Peak resident memory (VmHWM) of a process.
     Rss(RssArgs),
     /// Compressed bytes on disk per event of a database (its active parts, every table:
@@ -97,7 +108,12 @@ enum Command {
         /// Run id, the prefix of every session id.
         #[arg(long, default_value = "wrk")]
         run: String,
+        #[arg(long, value_enum, default_value = "contract")]
+        format: wrk::BatchFormat,
     },
+    /// Prints Unleash's feature document (Unleash Edge's offline bootstrap file) of a
+    /// config-api answer (FILE): the same experiments, variants, weights and parts.
+    UnleashFeatures { answer: PathBuf },
     /// Prints the comparison table of the JSON lines in FILE.
     Report { file: PathBuf },
     /// The clients of scripts/chaos: SDK-like traffic that retries through faults, then
@@ -382,13 +398,36 @@ async fn main() -> anyhow::Result<()> {
             snapshot,
             count,
             run,
+            format,
         } => {
             clickhouse::check_run_id(&run)?;
             let sites = Arc::new(Sites::from_file(&snapshot)?);
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
-            wrk::write_batches(&mut Traffic::new(sites, &run, 1), count, &mut out)?;
+            wrk::write_batches(&mut Traffic::new(sites, &run, 1), count, format, &mut out)?;
             std::io::Write::flush(&mut out)?;
+            return Ok(());
+        }
+        Command::CreateTopics {
+            brokers,
+            partitions,
+            topics,
+        } => {
+            let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
+            kafka_kit::client::ensure_topics(
+                kafka_kit::client::client_config(&brokers, "loadgen"),
+                &topics,
+                partitions,
+            )
+            .await?;
+            return Ok(());
+        }
+        Command::UnleashFeatures { answer } => {
+            let bytes = std::fs::read(&answer)
+                .with_context(|| format!("cannot read {}", answer.display()))?;
+            let answer: serde_json::Value = serde_json::from_slice(&bytes)
+                .with_context(|| format!("{} is not JSON", answer.display()))?;
+            println!("{}", peers::unleash_features(&answer)?);
             return Ok(());
         }
         Command::ClickhouseDisk {

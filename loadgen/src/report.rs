@@ -45,6 +45,43 @@ pub const COMPARISONS: &[Comparison] = &[
     },
 ];
 
+/// Ours next to a peer users would run instead (`BENCH_PEERS=1`): no target, the ratio of
+/// our rate to the peer's and each one's CPU per unit.
+pub const PEER_COMPARISONS: &[Comparison] = &[
+    Comparison {
+        bench: "config-api",
+        ours: ("config-api", &["config-api"]),
+        reference: ("unleash-edge-client", &["unleash-edge"]),
+        target: 0.0,
+    },
+    Comparison {
+        bench: "config-api",
+        ours: ("config-api", &["config-api"]),
+        reference: ("unleash-edge-frontend", &["unleash-edge"]),
+        target: 0.0,
+    },
+    Comparison {
+        bench: "config-api-wrk",
+        ours: ("config-api", &["config-api"]),
+        reference: ("unleash-edge-client", &["unleash-edge"]),
+        target: 0.0,
+    },
+    Comparison {
+        bench: "config-api-wrk",
+        ours: ("config-api", &["config-api"]),
+        reference: ("unleash-edge-frontend", &["unleash-edge"]),
+        target: 0.0,
+    },
+    // Capture's Redis is idle under this load (its quota limiter reads it every 5 s); it is
+    // in the CPU table.
+    Comparison {
+        bench: FLOOR_BENCH,
+        ours: ("ingest", &["bench-ingest"]),
+        reference: ("posthog-capture", &["posthog-capture"]),
+        target: 0.0,
+    },
+];
+
 /// The ingest's floor: wrk posting the same batches of five to the ingest and to nginx
 /// answering a fixed 202 (the HTTP cost), plus the raw producer (the Kafka cost).
 pub const FLOOR_BENCH: &str = "ingest-wrk";
@@ -153,6 +190,7 @@ pub fn render(figures: &[Figure]) -> String {
         );
     }
     out.push_str(&floor_table(figures));
+    out.push_str(&peer_table(figures));
     let paired = |f: &Figure| COMPARISONS.iter().any(|c| c.bench == f.bench);
     let single: Vec<&Figure> = figures
         .iter()
@@ -198,6 +236,49 @@ pub fn render(figures: &[Figure]) -> String {
         );
     }
     out
+}
+
+/// Each peer comparison of which both sides were measured.
+fn peer_table(figures: &[Figure]) -> String {
+    let mut rows = String::new();
+    for c in PEER_COMPARISONS {
+        let a = of(figures, c.bench, c.ours.0);
+        let b = of(figures, c.bench, c.reference.0);
+        if a.is_empty() || b.is_empty() {
+            continue;
+        }
+        let (ra, rb) = (median_rate(&a), median_rate(&b));
+        let ratio = ra.zip(rb).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b);
+        let (ca, cb) = (
+            median_cpu_us(&a, c.ours.1),
+            median_cpu_us(&b, c.reference.1),
+        );
+        let cpu_ratio = cb.zip(ca).filter(|(_, a)| *a > 0.0).map(|(b, a)| b / a);
+        let _ = writeln!(
+            rows,
+            "| {} {}/s ({} vs {}) | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            c.bench,
+            a[0].unit,
+            c.ours.0,
+            c.reference.0,
+            show(ra, 0),
+            show(rb, 0),
+            show(ratio, 2),
+            show(ca, 2),
+            show(cb, 2),
+            show(cpu_ratio, 2),
+            show(median_p99_ms(&a), 2),
+            show(median_p99_ms(&b), 2),
+            a.len().min(b.len()),
+        );
+    }
+    if rows.is_empty() {
+        return rows;
+    }
+    format!(
+        "\n| peers | ours | peer | rate ratio | CPU µs/unit ours | CPU µs/unit peer | peer CPU / ours | p99 ms ours | p99 ms peer | rounds |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n{rows}"
+    )
 }
 
 /// The ingest's CPU per event next to its floor, all from wrk's batches of five: nginx's
@@ -356,6 +437,55 @@ mod tests {
             cpu_percent: BTreeMap::from([(process.into(), pct)]),
             ..figure(bench, subject, rate, None)
         }
+    }
+
+    #[test]
+    fn peers_are_compared_only_when_measured_with_their_cpu_per_unit() {
+        let mut figures = vec![
+            cpu(
+                "config-api-wrk",
+                "config-api",
+                100_000.0,
+                "config-api",
+                80.0,
+            ),
+            cpu("ingest-wrk", "ingest", 100_000.0, "bench-ingest", 50.0),
+        ];
+        assert_eq!(peer_table(&figures), "", "no peer measured");
+        figures.extend([
+            cpu(
+                "config-api-wrk",
+                "unleash-edge-frontend",
+                20_000.0,
+                "unleash-edge",
+                100.0,
+            ),
+            cpu(
+                "config-api-wrk",
+                "unleash-edge-frontend",
+                30_000.0,
+                "unleash-edge",
+                90.0,
+            ),
+            cpu(
+                "ingest-wrk",
+                "posthog-capture",
+                50_000.0,
+                "posthog-capture",
+                100.0,
+            ),
+        ]);
+        let table = render(&figures);
+        // 8 µs against 40 (median of 50 and 30), a fourth of the rate (100 000 / 25 000).
+        assert!(
+            table.contains("| config-api-wrk events/s (config-api vs unleash-edge-frontend) | 100000 | 25000 | 4.00 | 8.00 | 40.00 | 5.00 | - | - | 1 |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| ingest-wrk events/s (ingest vs posthog-capture) | 100000 | 50000 | 2.00 | 5.00 | 20.00 | 4.00 |"),
+            "{table}"
+        );
+        assert!(!table.contains("unleash-edge-client"), "{table}");
     }
 
     #[test]

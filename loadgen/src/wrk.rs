@@ -162,11 +162,21 @@ pub fn run(
     Ok((parse(&text)?, cpu))
 }
 
+/// The body a batch is written in.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum BatchFormat {
+    /// The contract's `{"events": [...]}`, for `POST /api/v1/analytics`.
+    Contract,
+    /// PostHog capture's `/batch` body (`crate::peers::posthog_body`).
+    Posthog,
+}
+
 /// Writes `count` of the traffic model's batches of five (beacons left out) for the Lua
 /// script, one a line: key, user agent, body, separated by tabs.
 pub fn write_batches(
     traffic: &mut Traffic,
     count: usize,
+    format: BatchFormat,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let mut written = 0;
@@ -180,7 +190,10 @@ pub fn write_batches(
         out.write_all(batch.user_agent.as_bytes())?;
         out.write_all(b"\t")?;
         // serde_json escapes tabs and line breaks inside strings: the body is one line.
-        out.write_all(&batch.body())?;
+        match format {
+            BatchFormat::Contract => out.write_all(&batch.body())?,
+            BatchFormat::Posthog => out.write_all(&crate::peers::posthog_body(&batch)?)?,
+        }
         out.write_all(b"\n")?;
         written += 1;
     }
@@ -230,7 +243,13 @@ mod tests {
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/experiments.json");
         let sites = std::sync::Arc::new(crate::traffic::Sites::from_file(&path).unwrap());
         let mut out = Vec::new();
-        write_batches(&mut Traffic::new(sites, "w1", 3), 50, &mut out).unwrap();
+        write_batches(
+            &mut Traffic::new(sites, "w1", 3),
+            50,
+            BatchFormat::Contract,
+            &mut out,
+        )
+        .unwrap();
         let text = String::from_utf8(out).unwrap();
         assert_eq!(text.lines().count(), 50);
         for line in text.lines() {

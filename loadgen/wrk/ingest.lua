@@ -2,8 +2,10 @@
 -- `X-public-key`, as the SDK's fetch sends them. The batches come from a file written by
 -- `loadgen wrk-batches` (the traffic model of `loadgen ingest`, beacons left out), one a
 -- line: key, user agent and JSON body, separated by tabs. Every request is formatted once,
--- in init, so that wrk's own work per request is only sending it.
---   wrk -s loadgen/wrk/ingest.lua URL -- BATCHES_FILE
+-- in init, so that wrk's own work per request is only sending it. PATH (default
+-- /api/v1/analytics) posts them elsewhere: PostHog capture's /batch/ takes the same batches
+-- written with `loadgen wrk-batches --format posthog`.
+--   wrk -s loadgen/wrk/ingest.lua URL -- BATCHES_FILE [PATH]
 local requests = {}
 local next_request = 1
 local threads = 0
@@ -17,12 +19,13 @@ end
 function init(args)
   local file = args[1]
   if file == nil then
-    error("usage: wrk -s ingest.lua URL -- BATCHES_FILE")
+    error("usage: wrk -s ingest.lua URL -- BATCHES_FILE [PATH]")
   end
+  local path = args[2] or "/api/v1/analytics"
   for line in io.lines(file) do
     local key, agent, body = line:match("^([^\t]+)\t([^\t]+)\t(.+)$")
     if key ~= nil then
-      requests[#requests + 1] = wrk.format("POST", "/api/v1/analytics", {
+      requests[#requests + 1] = wrk.format("POST", path, {
         ["Content-Type"] = "application/json",
         ["Accept"] = "application/json",
         ["X-public-key"] = key,
