@@ -16,9 +16,9 @@ RUN cargo chef prepare --recipe-path recipe.json
 
 FROM chef AS builder
 COPY --from=planner /src/recipe.json recipe.json
-RUN cargo chef cook --release --recipe-path recipe.json
+RUN cargo chef cook --profile dist --recipe-path recipe.json
 COPY . .
-RUN cargo build --release --locked \
+RUN cargo build --profile dist --locked \
     --bin ingest --bin consumer --bin config-api --bin dlq-replay
 
 # The browser SDK, served by an nginx of its own (`docker build --target sdk`): the
@@ -44,8 +44,8 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates curl \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin pipeline
-COPY --from=builder /src/target/release/ingest /src/target/release/consumer \
-     /src/target/release/config-api /src/target/release/dlq-replay /usr/local/bin/
+COPY --from=builder /src/target/dist/ingest /src/target/dist/consumer \
+     /src/target/dist/config-api /src/target/dist/dlq-replay /usr/local/bin/
 COPY deploy/experiments.json /etc/pipeline/experiments.json
 ENV EXPERIMENTS_SNAPSHOT=/etc/pipeline/experiments.json \
     INGEST_LISTEN=0.0.0.0:8081 \
