@@ -45,40 +45,46 @@ pub const COMPARISONS: &[Comparison] = &[
     },
 ];
 
-/// Ours next to a peer users would run instead (`BENCH_PEERS=1`): no target, the ratio of
-/// our rate to the peer's and each one's CPU per unit.
-pub const PEER_COMPARISONS: &[Comparison] = &[
-    Comparison {
+/// Ours next to a peer users would run instead (`BENCH_PEERS=1`), in one bench: no
+/// target, the ratio of our rate to the peer's and each one's CPU per unit; each side is
+/// a subject and the watched processes whose CPU its work costs.
+pub struct Peer {
+    pub bench: &'static str,
+    pub ours: (&'static str, &'static [&'static str]),
+    pub peer: (&'static str, &'static [&'static str]),
+}
+
+const CONFIG_API: (&str, &[&str]) = ("config-api", &["config-api"]);
+const EDGE_CLIENT: (&str, &[&str]) = ("unleash-edge-client", &["unleash-edge"]);
+const EDGE_FRONTEND: (&str, &[&str]) = ("unleash-edge-frontend", &["unleash-edge"]);
+
+pub const PEERS: &[Peer] = &[
+    Peer {
         bench: "config-api",
-        ours: ("config-api", &["config-api"]),
-        reference: ("unleash-edge-client", &["unleash-edge"]),
-        target: 0.0,
+        ours: CONFIG_API,
+        peer: EDGE_CLIENT,
     },
-    Comparison {
+    Peer {
         bench: "config-api",
-        ours: ("config-api", &["config-api"]),
-        reference: ("unleash-edge-frontend", &["unleash-edge"]),
-        target: 0.0,
+        ours: CONFIG_API,
+        peer: EDGE_FRONTEND,
     },
-    Comparison {
+    Peer {
         bench: "config-api-wrk",
-        ours: ("config-api", &["config-api"]),
-        reference: ("unleash-edge-client", &["unleash-edge"]),
-        target: 0.0,
+        ours: CONFIG_API,
+        peer: EDGE_CLIENT,
     },
-    Comparison {
+    Peer {
         bench: "config-api-wrk",
-        ours: ("config-api", &["config-api"]),
-        reference: ("unleash-edge-frontend", &["unleash-edge"]),
-        target: 0.0,
+        ours: CONFIG_API,
+        peer: EDGE_FRONTEND,
     },
     // Capture's Redis is idle under this load (its quota limiter reads it every 5 s); it is
     // in the CPU table.
-    Comparison {
+    Peer {
         bench: FLOOR_BENCH,
         ours: ("ingest", &["bench-ingest"]),
-        reference: ("posthog-capture", &["posthog-capture"]),
-        target: 0.0,
+        peer: ("posthog-capture", &["posthog-capture"]),
     },
 ];
 
@@ -241,18 +247,15 @@ pub fn render(figures: &[Figure]) -> String {
 /// Each peer comparison of which both sides were measured.
 fn peer_table(figures: &[Figure]) -> String {
     let mut rows = String::new();
-    for c in PEER_COMPARISONS {
+    for c in PEERS {
         let a = of(figures, c.bench, c.ours.0);
-        let b = of(figures, c.bench, c.reference.0);
+        let b = of(figures, c.bench, c.peer.0);
         if a.is_empty() || b.is_empty() {
             continue;
         }
         let (ra, rb) = (median_rate(&a), median_rate(&b));
         let ratio = ra.zip(rb).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b);
-        let (ca, cb) = (
-            median_cpu_us(&a, c.ours.1),
-            median_cpu_us(&b, c.reference.1),
-        );
+        let (ca, cb) = (median_cpu_us(&a, c.ours.1), median_cpu_us(&b, c.peer.1));
         let cpu_ratio = cb.zip(ca).filter(|(_, a)| *a > 0.0).map(|(b, a)| b / a);
         let _ = writeln!(
             rows,
@@ -260,7 +263,7 @@ fn peer_table(figures: &[Figure]) -> String {
             c.bench,
             a[0].unit,
             c.ours.0,
-            c.reference.0,
+            c.peer.0,
             show(ra, 0),
             show(rb, 0),
             show(ratio, 2),
