@@ -155,6 +155,11 @@ fn median_cpu_us(figures: &[&Figure], processes: &[&str]) -> Option<f64> {
     )
 }
 
+/// `a / b`, when both are known and `b` is above zero.
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    a.zip(b).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b)
+}
+
 fn show(value: Option<f64>, decimals: usize) -> String {
     value.map_or("-".to_owned(), |v| format!("{v:.decimals$}"))
 }
@@ -176,7 +181,7 @@ pub fn render(figures: &[Figure]) -> String {
         }
         let unit = a.first().or(b.first()).map_or("", |f| f.unit.as_str());
         let (ra, rb) = (median_rate(&a), median_rate(&b));
-        let ratio = ra.zip(rb).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b);
+        let ratio = ratio(ra, rb);
         let met = match ratio {
             Some(r) if r >= target => "yes",
             Some(_) => "NO",
@@ -254,9 +259,9 @@ fn peer_table(figures: &[Figure]) -> String {
             continue;
         }
         let (ra, rb) = (median_rate(&a), median_rate(&b));
-        let ratio = ra.zip(rb).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b);
+        let rate_ratio = ratio(ra, rb);
         let (ca, cb) = (median_cpu_us(&a, c.ours.1), median_cpu_us(&b, c.peer.1));
-        let cpu_ratio = cb.zip(ca).filter(|(_, a)| *a > 0.0).map(|(b, a)| b / a);
+        let cpu_ratio = ratio(cb, ca);
         let _ = writeln!(
             rows,
             "| {} {}/s ({} vs {}) | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -266,7 +271,7 @@ fn peer_table(figures: &[Figure]) -> String {
             c.peer.0,
             show(ra, 0),
             show(rb, 0),
-            show(ratio, 2),
+            show(rate_ratio, 2),
             show(ca, 2),
             show(cb, 2),
             show(cpu_ratio, 2),
@@ -294,10 +299,7 @@ fn floor_table(figures: &[Figure]) -> String {
         return String::new();
     }
     let floor = http.zip(kafka).map(|(h, k)| h + k);
-    let ratio = ingest
-        .zip(floor)
-        .filter(|(_, f)| *f > 0.0)
-        .map(|(i, f)| i / f);
+    let ratio = ratio(ingest, floor);
     let met = match ratio {
         Some(r) if r <= FLOOR_TARGET => "yes",
         Some(_) => "NO",
