@@ -130,6 +130,12 @@ mod tests {
         assert_eq!(scale_to_1000(&[34.0, 33.0, 33.0]).unwrap(), [340, 330, 330]);
         assert_eq!(scale_to_1000(&[1.0, 1.0, 1.0]).unwrap(), [334, 333, 333]);
         assert_eq!(scale_to_1000(&[0.6, 0.4]).unwrap(), [600, 400]);
+        // The unit left over goes to the largest remainder (666.67), not the first.
+        assert_eq!(scale_to_1000(&[1.0, 2.0]).unwrap(), [333, 667]);
+        assert_eq!(
+            scale_to_1000(&[2.0, 2.0, 2.0, 1.0]).unwrap(),
+            [286, 286, 285, 143]
+        );
         assert!(scale_to_1000(&[0.0, 0.0]).is_err());
         assert!(scale_to_1000(&[f64::NAN, 1.0]).is_err());
     }
