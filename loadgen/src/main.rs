@@ -8,6 +8,7 @@ mod chaos;
 mod clickhouse;
 mod demo;
 mod kafka;
+mod kafka_engine;
 mod load;
 mod peers;
 mod report;
@@ -59,6 +60,38 @@ enum Command {
     ClickhouseInsert(InsertArgs),
     /// Waits until a table holds N rows and reports the rate at which they arrived.
     WaitRows(WaitArgs),
+    /// ClickHouse's Kafka table engine as the consumer's peer (BENCHMARKS.md, Peers).
+    KafkaEngine {
+        #[command(subcommand)]
+        action: KafkaEngineAction,
+    },
+    /// Waits until `database.events` holds at least N distinct event ids or the timeout
+    /// passes, then prints its rows and its distinct event ids (more rows than ids: copies
+    /// of a message delivered again, not yet merged away).
+    Rows {
+        #[arg(long, default_value = "http://127.0.0.1:8123")]
+        clickhouse: String,
+        #[arg(long)]
+        database: String,
+        /// Distinct event ids.
+        #[arg(long)]
+        ids: u64,
+        /// Seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
+    /// Exits non-zero unless two databases hold the same rows in each table named (row
+    /// count and an order-free checksum of every row).
+    SameRows {
+        #[arg(long, default_value = "http://127.0.0.1:8123")]
+        clickhouse: String,
+        #[arg(long)]
+        expected: String,
+        #[arg(long)]
+        actual: String,
+        #[arg(required = true)]
+        tables: Vec<String>,
+    },
     /// Waits until a consumer group has committed everything a topic holds.
     Settle {
         #[arg(long, default_value = "127.0.0.1:9092")]
@@ -278,6 +311,9 @@ struct ProduceArgs {
     /// benchmark runs).
     #[arg(long)]
     top_up: bool,
+    /// One message that is not an event (not JSON) before the message of this index.
+    #[arg(long)]
+    poison_at: Option<usize>,
 }
 
 #[derive(Args)]
@@ -331,6 +367,39 @@ struct WaitArgs {
     pid: Option<u32>,
 }
 
+#[derive(Subcommand)]
+enum KafkaEngineAction {
+    /// A fresh database of the consumer's schema, filled from the topic by a Kafka table and
+    /// materialized views from the moment this returns.
+    Start(KafkaEngineArgs),
+    /// Stops the engine of a database for good (its rows stay).
+    Stop {
+        #[arg(long, default_value = "http://127.0.0.1:8123")]
+        clickhouse: String,
+        #[arg(long)]
+        database: String,
+    },
+}
+
+#[derive(Args)]
+struct KafkaEngineArgs {
+    #[arg(long, default_value = "http://127.0.0.1:8123")]
+    clickhouse: String,
+    #[arg(long)]
+    database: String,
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    brokers: String,
+    #[arg(long)]
+    topic: String,
+    /// A group that has not read the topic yet: the engine reads it from the start when
+    /// the server's `<kafka>` configuration says `auto_offset_reset` = `smallest`.
+    #[arg(long)]
+    group: String,
+    /// Rows per insert, as the consumer's BATCH_MAX_ROWS.
+    #[arg(long, default_value_t = 100_000)]
+    block_rows: u64,
+}
+
 #[derive(Args)]
 struct WrkArgs {
     #[command(flatten)]
@@ -379,6 +448,65 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::ClickhouseInsert(args) => insert(args).await?,
         Command::WaitRows(args) => wait_rows(args).await?,
+        Command::KafkaEngine { action } => {
+            match action {
+                KafkaEngineAction::Start(args) => {
+                    let source = kafka_engine::Source {
+                        brokers: &args.brokers,
+                        topic: &args.topic,
+                        group: &args.group,
+                        block_rows: args.block_rows,
+                    };
+                    let clickhouse = ClickHouse::new(&args.clickhouse);
+                    kafka_engine::create(&clickhouse, &args.database, &source).await?;
+                }
+                KafkaEngineAction::Stop {
+                    clickhouse,
+                    database,
+                } => kafka_engine::stop(&ClickHouse::new(&clickhouse), &database).await?,
+            }
+            return Ok(());
+        }
+        Command::Rows {
+            clickhouse,
+            database,
+            ids,
+            timeout,
+        } => {
+            let clickhouse = ClickHouse::new(&clickhouse);
+            let deadline = std::time::Instant::now() + Duration::from_secs(timeout);
+            let count = format!("SELECT uniqExact(event_id) FROM {database}.events");
+            while clickhouse.count(&count).await.unwrap_or(0) < ids
+                && std::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let answer = clickhouse
+                .query(&format!(
+                    "SELECT count(), uniqExact(event_id) FROM {database}.events FORMAT TSV"
+                ))
+                .await?;
+            println!("{}", answer.trim());
+            return Ok(());
+        }
+        Command::SameRows {
+            clickhouse,
+            expected,
+            actual,
+            tables,
+        } => {
+            let clickhouse = ClickHouse::new(&clickhouse);
+            for table in &tables {
+                let want = kafka_engine::checksum(&clickhouse, &expected, table).await?;
+                let got = kafka_engine::checksum(&clickhouse, &actual, table).await?;
+                anyhow::ensure!(
+                    want == got,
+                    "{actual}.{table} differs from {expected}.{table}: rows and checksum {got} against {want}"
+                );
+                eprintln!("   {actual}.{table} = {expected}.{table}: rows and checksum {got}");
+            }
+            return Ok(());
+        }
         Command::Wrk(args) => {
             if args.warmup > 0.0 {
                 wrk::run(&args.wrk, args.warmup, None)?;
@@ -600,7 +728,13 @@ async fn produce(args: ProduceArgs) -> anyhow::Result<Figure> {
     } else {
         args.events
     };
-    let messages = kafka::messages(&mut Traffic::new(sites, &args.run, 1), count);
+    let mut messages = kafka::messages(&mut Traffic::new(sites, &args.run, 1), count);
+    if let Some(at) = args.poison_at {
+        messages.insert(
+            at.min(messages.len()),
+            ("poison".into(), b"not an event".to_vec()),
+        );
+    }
     let bytes: usize = messages.iter().map(|(k, v)| k.len() + v.len()).sum();
     let bytes_per_unit = (count > 0).then(|| bytes as f64 / count as f64);
     let linger_ms = args.linger_ms;

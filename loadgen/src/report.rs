@@ -86,6 +86,12 @@ pub const PEERS: &[Peer] = &[
         ours: ("ingest", &["bench-ingest"]),
         peer: ("posthog-capture", &["posthog-capture"]),
     },
+    // Both into one ClickHouse server of their own: its CPU is counted on both sides.
+    Peer {
+        bench: "consumer-peers",
+        ours: ("consumer", &["bench-consumer", "clickhouse-peer"]),
+        peer: ("clickhouse-kafka-engine", &["clickhouse-peer"]),
+    },
 ];
 
 /// The ingest's floor: wrk posting the same batches of five to the ingest and to nginx
@@ -491,6 +497,37 @@ mod tests {
             "{table}"
         );
         assert!(!table.contains("unleash-edge-client"), "{table}");
+    }
+
+    #[test]
+    fn the_consumer_and_the_kafka_engine_both_count_their_own_clickhouse_only() {
+        let figure = |subject, rate, cpu: &[(&str, f64)]| Figure {
+            cpu_percent: cpu.iter().map(|&(name, pct)| (name.into(), pct)).collect(),
+            ..figure("consumer-peers", subject, rate, None)
+        };
+        let figures = vec![
+            figure(
+                "consumer",
+                100_000.0,
+                &[
+                    ("bench-consumer", 30.0),
+                    ("clickhouse-peer", 70.0),
+                    ("clickhouse", 50.0),
+                ],
+            ),
+            figure(
+                "clickhouse-kafka-engine",
+                50_000.0,
+                &[("clickhouse-peer", 40.0), ("clickhouse", 50.0)],
+            ),
+        ];
+        // 10 µs per row (30 + 70 % at 100 000 rows/s) against 8 (40 % at 50 000): the
+        // pipeline's own ClickHouse, idle, counts on neither side.
+        let table = render(&figures);
+        assert!(
+            table.contains("| consumer-peers events/s (consumer vs clickhouse-kafka-engine) | 100000 | 50000 | 2.00 | 10.00 | 8.00 | 0.80 |"),
+            "{table}"
+        );
     }
 
     #[test]
