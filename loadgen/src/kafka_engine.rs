@@ -33,6 +33,8 @@ pub struct Source<'a> {
     pub group: &'a str,
     /// Rows per insert (`kafka_max_block_size`), as the consumer's `BATCH_MAX_ROWS`.
     pub block_rows: u64,
+    /// Consumers reading the topic (`kafka_num_consumers`), at most its partitions.
+    pub consumers: u32,
 }
 
 /// The message's fields as the Kafka table's columns: the row's columns as the ingest
@@ -111,12 +113,13 @@ fn kafka_table(database: &str, source: &Source) -> String {
     format!(
         "CREATE TABLE {database}.{QUEUE} ({}) ENGINE = Kafka SETTINGS \
          kafka_broker_list = '{}', kafka_topic_list = '{}', kafka_group_name = '{}', \
-         kafka_format = 'JSONEachRow', kafka_max_block_size = {}",
+         kafka_format = 'JSONEachRow', kafka_max_block_size = {}, kafka_num_consumers = {}",
         column_list(&queue_columns()),
         source.brokers,
         source.topic,
         source.group,
-        source.block_rows
+        source.block_rows,
+        source.consumers
     )
 }
 

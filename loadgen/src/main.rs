@@ -398,6 +398,9 @@ struct KafkaEngineArgs {
     /// Rows per insert, as the consumer's BATCH_MAX_ROWS.
     #[arg(long, default_value_t = 100_000)]
     block_rows: u64,
+    /// The engine's consumers (`kafka_num_consumers`), at most the topic's partitions.
+    #[arg(long, default_value_t = 1)]
+    consumers: u32,
 }
 
 #[derive(Args)]
@@ -456,6 +459,7 @@ async fn main() -> anyhow::Result<()> {
                         topic: &args.topic,
                         group: &args.group,
                         block_rows: args.block_rows,
+                        consumers: args.consumers,
                     };
                     let clickhouse = ClickHouse::new(&args.clickhouse);
                     kafka_engine::create(&clickhouse, &args.database, &source).await?;
