@@ -480,6 +480,7 @@ async fn main() -> anyhow::Result<()> {
             let clickhouse = ClickHouse::new(&clickhouse);
             let deadline = std::time::Instant::now() + Duration::from_secs(timeout);
             let count = format!("SELECT uniqExact(event_id) FROM {database}.events");
+            // A server that does not answer (restarting after a crash) counts as no rows.
             while clickhouse.count(&count).await.unwrap_or(0) < ids
                 && std::time::Instant::now() < deadline
             {
