@@ -264,6 +264,13 @@ mod tests {
                 "{name}"
             );
         }
+        // Every `<field>_raw` the aliases read is a field the renaming view makes.
+        let renamed = &statements("db")[1];
+        for word in aliases.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if let Some(field) = word.strip_suffix("_raw") {
+                assert!(renamed.contains(&format!(" {field} AS {word}")), "{word}");
+            }
+        }
         let queue: Vec<&str> = queue_columns().iter().map(|c| c.0).collect();
         assert!(!queue.contains(&"received_at_ms"));
         assert_eq!(queue.len(), EventRow::<String>::COLUMNS.len());
