@@ -78,9 +78,16 @@ fn row_aliases() -> String {
     format!("WITH {}", aliases.join(", "))
 }
 
-fn column_list(columns: &[(&str, &str)]) -> String {
-    let list: Vec<String> = columns.iter().map(|(n, t)| format!("{n} {t}")).collect();
-    list.join(", ")
+/// The Kafka table's columns with `engine`: `Null` for its stand-in, or `Kafka`.
+fn queue_table(database: &str, engine: &str) -> String {
+    let columns: Vec<String> = queue_columns()
+        .iter()
+        .map(|(name, ty)| format!("{name} {ty}"))
+        .collect();
+    format!(
+        "CREATE TABLE {database}.{QUEUE} ({}) ENGINE = {engine}",
+        columns.join(", ")
+    )
 }
 
 /// The statements that make the chain up to the Kafka table, which is last.
@@ -92,10 +99,7 @@ fn statements(database: &str) -> Vec<String> {
         .collect();
     let row: Vec<&str> = EventRow::<String>::COLUMNS.iter().map(|c| c.0).collect();
     vec![
-        format!(
-            "CREATE TABLE {database}.{QUEUE} ({}) ENGINE = Null",
-            column_list(&queue)
-        ),
+        queue_table(database, "Null"),
         format!(
             "CREATE MATERIALIZED VIEW {database}.{RENAMED} ENGINE = Null AS SELECT {} FROM {database}.{QUEUE}",
             renamed.join(", ")
@@ -110,17 +114,13 @@ fn statements(database: &str) -> Vec<String> {
 
 /// The Kafka table, in place of its `Null` stand-in.
 fn kafka_table(database: &str, source: &Source) -> String {
-    format!(
-        "CREATE TABLE {database}.{QUEUE} ({}) ENGINE = Kafka SETTINGS \
-         kafka_broker_list = '{}', kafka_topic_list = '{}', kafka_group_name = '{}', \
-         kafka_format = 'JSONEachRow', kafka_max_block_size = {}, kafka_num_consumers = {}",
-        column_list(&queue_columns()),
-        source.brokers,
-        source.topic,
-        source.group,
-        source.block_rows,
-        source.consumers
-    )
+    let engine = format!(
+        "Kafka SETTINGS kafka_broker_list = '{}', kafka_topic_list = '{}', \
+         kafka_group_name = '{}', kafka_format = 'JSONEachRow', kafka_max_block_size = {}, \
+         kafka_num_consumers = {}",
+        source.brokers, source.topic, source.group, source.block_rows, source.consumers
+    );
+    queue_table(database, &engine)
 }
 
 /// A view of `events` (its `SHOW CREATE TABLE`) as a view of the renaming view: same
