@@ -178,6 +178,42 @@ pub fn check_run_id(run: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Row count and an order-free checksum of every row of `database.table`.
+pub async fn checksum(
+    clickhouse: &ClickHouse,
+    database: &str,
+    table: &str,
+) -> anyhow::Result<String> {
+    let answer = clickhouse
+        .query(&format!(
+            "SELECT count(), sum(cityHash64(toString(tuple(*)))) FROM {database}.{table} FORMAT TSV"
+        ))
+        .await?;
+    Ok(answer.trim().to_owned())
+}
+
+/// Waits until `database.events` holds `ids` distinct event ids or `timeout` passes (a
+/// server that does not answer, restarting after a crash, counts as none), then returns
+/// its rows and distinct ids, tab-separated.
+pub async fn wait_ids(
+    clickhouse: &ClickHouse,
+    database: &str,
+    ids: u64,
+    timeout: Duration,
+) -> anyhow::Result<String> {
+    let deadline = Instant::now() + timeout;
+    let count = format!("SELECT uniqExact(event_id) FROM {database}.events");
+    while clickhouse.count(&count).await.unwrap_or(0) < ids && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let answer = clickhouse
+        .query(&format!(
+            "SELECT count(), uniqExact(event_id) FROM {database}.events FORMAT TSV"
+        ))
+        .await?;
+    Ok(answer.trim().to_owned())
+}
+
 /// Waits until the events of sessions starting with `run` number `expected` (distinct
 /// event ids), and fails if they do not within `timeout` or if there are more.
 pub async fn verify_landed(

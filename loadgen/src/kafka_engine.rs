@@ -200,20 +200,6 @@ pub async fn stop(clickhouse: &ClickHouse, database: &str) -> anyhow::Result<()>
     Ok(())
 }
 
-/// Row count and an order-free checksum of every row of `table` in `database`.
-pub async fn checksum(
-    clickhouse: &ClickHouse,
-    database: &str,
-    table: &str,
-) -> anyhow::Result<String> {
-    let answer = clickhouse
-        .query(&format!(
-            "SELECT count(), sum(cityHash64(toString(tuple(*)))) FROM {database}.{table} FORMAT TSV"
-        ))
-        .await?;
-    Ok(answer.trim().to_owned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

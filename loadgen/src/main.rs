@@ -478,20 +478,9 @@ async fn main() -> anyhow::Result<()> {
             timeout,
         } => {
             let clickhouse = ClickHouse::new(&clickhouse);
-            let deadline = std::time::Instant::now() + Duration::from_secs(timeout);
-            let count = format!("SELECT uniqExact(event_id) FROM {database}.events");
-            // A server that does not answer (restarting after a crash) counts as no rows.
-            while clickhouse.count(&count).await.unwrap_or(0) < ids
-                && std::time::Instant::now() < deadline
-            {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            let answer = clickhouse
-                .query(&format!(
-                    "SELECT count(), uniqExact(event_id) FROM {database}.events FORMAT TSV"
-                ))
-                .await?;
-            println!("{}", answer.trim());
+            let timeout = Duration::from_secs(timeout);
+            let stored = clickhouse::wait_ids(&clickhouse, &database, ids, timeout).await?;
+            println!("{stored}");
             return Ok(());
         }
         Command::SameRows {
@@ -502,8 +491,8 @@ async fn main() -> anyhow::Result<()> {
         } => {
             let clickhouse = ClickHouse::new(&clickhouse);
             for table in &tables {
-                let want = kafka_engine::checksum(&clickhouse, &expected, table).await?;
-                let got = kafka_engine::checksum(&clickhouse, &actual, table).await?;
+                let want = clickhouse::checksum(&clickhouse, &expected, table).await?;
+                let got = clickhouse::checksum(&clickhouse, &actual, table).await?;
                 anyhow::ensure!(
                     want == got,
                     "{actual}.{table} differs from {expected}.{table}: rows and checksum {got} against {want}"
