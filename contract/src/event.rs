@@ -218,6 +218,34 @@ impl<'de: 'a, 'a> Deserialize<'de> for JsonStr<'a> {
     }
 }
 
+/// A client's event read straight from JSON into its typed fields, its texts borrowed
+/// where the JSON escaped nothing: an object whose known fields have the contract's JSON
+/// types, each once. Anything else fails to deserialize; [`EventMessage::from_client_json`]
+/// of its text then names the fault. A batch of such events is read in one pass over the
+/// request's body, and [`EventMessage::from_client_event`] checks each against the contract.
+pub struct ClientEvent<'a>(Typed<JsonStr<'a>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for ClientEvent<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // serde would also fill a struct from an array, by position: objects only.
+        struct Object<'a>(std::marker::PhantomData<ClientEvent<'a>>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Object<'a> {
+            type Value = ClientEvent<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an event object")
+            }
+            fn visit_map<A>(self, map: A) -> Result<Self::Value, A::Error>
+            where
+                A: serde::de::MapAccess<'de>,
+            {
+                let fields = serde::de::value::MapAccessDeserializer::new(map);
+                Typed::deserialize(fields).map(ClientEvent)
+            }
+        }
+        deserializer.deserialize_map(Object(std::marker::PhantomData))
+    }
+}
+
 /// Why an event was refused: the field at fault (`event` for the element itself) and a
 /// sentence for the client.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -355,17 +383,22 @@ impl<'a> EventMessage<Cow<'a, str>> {
     /// anything else goes through [`Value`], which names the field at fault. Same answers
     /// either way.
     pub fn from_client_json(json: &'a str, envelope: &'a Envelope) -> Result<Self, Rejection> {
-        // serde would also fill a struct from an array, by position: objects only.
-        if json.trim_start().starts_with('{')
-            && let Ok(typed) = serde_json::from_str::<Typed<JsonStr<'a>>>(json)
-        {
-            return Self::validate(Fields(typed), envelope);
+        if let Ok(event) = serde_json::from_str::<ClientEvent<'a>>(json) {
+            return Self::from_client_event(event, envelope);
         }
         match serde_json::from_str::<Value>(json) {
             Ok(value) => EventMessage::from_value(&value, envelope)
                 .map(|m| m.map(|text| Cow::Owned(text.into_owned()))),
             Err(_) => Err(Rejection::new("event", "an event must be a JSON object")),
         }
+    }
+
+    /// [`EventMessage::from_client_json`] of an event already read into its typed fields.
+    pub fn from_client_event(
+        event: ClientEvent<'a>,
+        envelope: &'a Envelope,
+    ) -> Result<Self, Rejection> {
+        Self::validate(Fields(event.0), envelope)
     }
 
     fn from_value(value: &'a Value, envelope: &'a Envelope) -> Result<Self, Rejection> {

@@ -386,6 +386,47 @@ async fn a_partial_batch_publishes_only_its_valid_events() {
     assert_eq!(published[0].1.event_name, "impression");
 }
 
+/// The usual batch is read in one pass into typed events; an event that pass cannot take
+/// sends the batch through the reading of each event alone, with the same answers.
+#[tokio::test]
+async fn events_the_one_pass_reading_cannot_take_are_answered_each_alone() {
+    let ingest = Ingest::new();
+    // Raw text: a JSON object may repeat a field (the last one counts), and serde_json's
+    // `json!` would not keep the repetition.
+    let body = r#"{"events":[
+        {"eventName":"impression","experimentId":"exp_1","sessionId":"s"},
+        [null,"click","exp_1","s"],
+        {"eventName":"a","eventName":"click","experimentId":"exp_1","sessionId":"s"},
+        {"eventName":"click","experimentId":"exp_1","sessionId":7}
+    ]}"#;
+    let request = keyed()
+        .header("content-type", "application/json")
+        .body(Body::from(body))
+        .expect("a request");
+    let reply = ingest.send(request).await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{:?}", reply.body);
+    let rejected: Vec<_> = reply.body["rejected"]
+        .as_array()
+        .expect("a rejected list")
+        .iter()
+        .map(|r| (r["index"].as_u64(), r["error"].as_str().map(str::to_owned)))
+        .collect();
+    // An array would fill an event's fields by position: it is no event.
+    assert_eq!(
+        rejected,
+        [
+            (Some(1), Some("an event must be a JSON object".to_owned())),
+            (Some(3), Some("field sessionId must be a string".to_owned())),
+        ]
+    );
+    let names: Vec<_> = ingest
+        .published()
+        .into_iter()
+        .map(|(_, message)| message.event_name)
+        .collect();
+    assert_eq!(names, ["impression", "click"]);
+}
+
 #[tokio::test]
 async fn a_batch_without_a_valid_event_gets_400_with_each_reason() {
     let ingest = Ingest::new();

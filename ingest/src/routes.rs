@@ -14,7 +14,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use contract::event::{Envelope, EventMessage};
+use contract::event::{ClientEvent, Envelope, EventMessage, Rejection};
 use contract::key::{PUBLIC_KEY_HEADER, PublicKey};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use http_kit::error::RouteError;
@@ -88,10 +88,11 @@ async fn handle(
         parsed.sent_at?,
     )
     .keeping_user_agent(state.user_agent_max_bytes);
-    let mut accepted = Vec::with_capacity(events.len());
+    let read = events.read(&envelope);
+    let mut accepted = Vec::with_capacity(read.len());
     let mut rejected = Vec::new();
-    for index in 0..events.len() {
-        match EventMessage::from_client_json(events.get(index), &envelope) {
+    for (index, event) in read.into_iter().enumerate() {
+        match event {
             Ok(mut message) => {
                 // An event that does not say its phase belongs to the one live now.
                 message
@@ -152,35 +153,49 @@ struct Parsed<'a> {
     sent_at: Result<Option<f64>, IngestError>,
 }
 
-/// The events' JSON texts: borrowed from the body when it was read as the usual one.
+/// The events of a body.
 enum Events<'a> {
+    /// Each read into its typed fields in the body's one pass: the usual body.
+    Typed(Vec<ClientEvent<'a>>),
+    /// Each event's own JSON text, to be read alone, so that one bad event is refused
+    /// alone: borrowed from the body when it was read as the usual one.
     Borrowed(Vec<&'a RawValue>),
     Owned(Vec<Box<RawValue>>),
 }
 
-impl Events<'_> {
-    fn len(&self) -> usize {
+impl<'a> Events<'a> {
+    /// Each event checked against the contract, in the body's order.
+    fn read<'e>(self, envelope: &'e Envelope) -> Vec<Result<EventMessage<Cow<'e, str>>, Rejection>>
+    where
+        'a: 'e,
+    {
         match self {
-            Self::Borrowed(events) => events.len(),
-            Self::Owned(events) => events.len(),
-        }
-    }
-
-    fn get(&self, index: usize) -> &str {
-        match self {
-            Self::Borrowed(events) => events[index].get(),
-            Self::Owned(events) => events[index].get(),
+            Self::Typed(events) => events
+                .into_iter()
+                .map(|event| EventMessage::from_client_event(event, envelope))
+                .collect(),
+            Self::Borrowed(events) => events
+                .into_iter()
+                .map(|event| EventMessage::from_client_json(event.get(), envelope))
+                .collect(),
+            Self::Owned(events) => events
+                .iter()
+                .map(|event| {
+                    EventMessage::from_client_json(event.get(), envelope)
+                        .map(|message| message.map(|text| Cow::Owned(text.into_owned())))
+                })
+                .collect(),
         }
     }
 }
 
-/// The usual body, read without building a tree of the whole document.
+/// The usual body, read without building a tree of the whole document: its events read
+/// whole (`E`: [`ClientEvent`]) or kept as texts (`&RawValue`).
 #[derive(Deserialize)]
-struct Usual<'a> {
+struct Usual<'a, E> {
     #[serde(borrow, default)]
     pkey: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    events: Vec<&'a RawValue>,
+    events: Vec<E>,
     #[serde(default, rename = "sentAt")]
     sent_at: Option<f64>,
 }
@@ -188,18 +203,29 @@ struct Usual<'a> {
 impl<'a> Parsed<'a> {
     fn from_bytes(bytes: &'a [u8]) -> Result<Self, IngestError> {
         // serde would also fill a struct from an array, by position: objects only.
-        let object = bytes.trim_ascii_start().first() == Some(&b'{');
-        if object
-            && let Ok(usual) = serde_json::from_slice::<Usual<'a>>(bytes)
-            && !usual.events.is_empty()
-        {
-            return Ok(Self {
-                pkey: Ok(usual.pkey),
-                events: Ok(Events::Borrowed(usual.events)),
-                sent_at: Ok(usual.sent_at),
-            });
+        if bytes.trim_ascii_start().first() == Some(&b'{') {
+            if let Some(usual) = Self::usual(bytes, Events::Typed) {
+                return Ok(usual);
+            }
+            // An event of another shape: each is read alone.
+            if let Some(usual) = Self::usual(bytes, Events::Borrowed) {
+                return Ok(usual);
+            }
         }
         Self::from_value(bytes)
+    }
+
+    /// The usual body with its events read as `E`, if it is one.
+    fn usual<E: Deserialize<'a>>(
+        bytes: &'a [u8],
+        events: fn(Vec<E>) -> Events<'a>,
+    ) -> Option<Self> {
+        let usual = serde_json::from_slice::<Usual<'a, E>>(bytes).ok()?;
+        (!usual.events.is_empty()).then(|| Self {
+            pkey: Ok(usual.pkey),
+            events: Ok(events(usual.events)),
+            sent_at: Ok(usual.sent_at),
+        })
     }
 
     /// Any other body, with the answer that names what is wrong.
