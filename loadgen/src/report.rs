@@ -320,6 +320,36 @@ fn floor_table(figures: &[Figure]) -> String {
         show(kafka, 2),
         show(floor, 2),
         show(ratio, 2),
+    ) + &stack_table(figures, http, floor, ingest)
+}
+
+/// The ingest's CPU per event part by part: its own stack (`stack_floor`: the same HTTP
+/// server answering a fixed 202; then also publishing five fixed messages through the
+/// ingest's Kafka sink), next to the floor's parts, and the ingest doing the events' work.
+fn stack_table(
+    figures: &[Figure],
+    nginx: Option<f64>,
+    floor: Option<f64>,
+    ingest: Option<f64>,
+) -> String {
+    let http = median_cpu_us(&of(figures, FLOOR_BENCH, "stack-http"), &["bench-stack"]);
+    let kafka = median_cpu_us(&of(figures, FLOOR_BENCH, "stack-kafka"), &["bench-stack"]);
+    if http.is_none() && kafka.is_none() {
+        return String::new();
+    }
+    format!(
+        "\n| CPU µs per event, batches of 5 (wrk), part by part | HTTP | HTTP + Kafka | ratio to the floor |\n\
+         |---|---:|---:|---:|\n\
+         | the floor: nginx 202, then + the raw producer | {} | {} | 1 |\n\
+         | the ingest's stack, no work on the events (stack_floor) | {} | {} | {} |\n\
+         | the ingest: + reading, checking and writing the events | - | {} | {} |\n",
+        show(nginx, 2),
+        show(floor, 2),
+        show(http, 2),
+        show(kafka, 2),
+        show(ratio(kafka, floor), 2),
+        show(ingest, 2),
+        show(ratio(ingest, floor), 2),
     )
 }
 
@@ -536,6 +566,9 @@ mod tests {
             // 50% of a core for 100 000 events/s: 5 µs an event.
             cpu("ingest-wrk", "ingest", 100_000.0, "bench-ingest", 50.0),
             cpu("ingest-wrk", "nginx-202", 500_000.0, "nginx-1", 50.0),
+            // 20% and 40% of a core for 100 000 events/s: 2 and 4 µs.
+            cpu("ingest-wrk", "stack-http", 100_000.0, "bench-stack", 20.0),
+            cpu("ingest-wrk", "stack-kafka", 100_000.0, "bench-stack", 40.0),
             Figure {
                 bytes_per_unit: Some(300.0),
                 ..cpu("ingest", "librdkafka-producer", 500_000.0, "loadgen", 100.0)
@@ -568,6 +601,13 @@ mod tests {
             ),
             "{table}"
         );
+        for row in [
+            "| the floor: nginx 202, then + the raw producer | 1.00 | 3.00 | 1 |",
+            "| the ingest's stack, no work on the events (stack_floor) | 2.00 | 4.00 | 1.33 |",
+            "| the ingest: + reading, checking and writing the events | - | 5.00 | 1.67 |",
+        ] {
+            assert!(table.contains(row), "{row} in {table}");
+        }
         let wrk = table
             .lines()
             .find(|l| l.starts_with("| config-api-wrk"))
