@@ -1,24 +1,13 @@
-//! CORS and the `Allow` header of the API routes. The invariant: a browser is let read an
-//! answer (or send a beacon) from any site, except where the key it names restricts its
-//! origins; preflights are answered before any handler runs.
+//! CORS of the API routes. The invariant: a browser is let read an answer (or send a
+//! beacon) from any site, except where the key it names restricts its origins; preflights
+//! are answered before any handler runs.
 
 use std::sync::Arc;
 
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
 
-/// Names the allowed methods on every answer of a route, those of OPTIONS requests too
-/// (the CORS layer answers them before any handler).
-pub fn allow_layer(
-    methods: &'static str,
-) -> tower_http::set_header::SetResponseHeaderLayer<HeaderValue> {
-    tower_http::set_header::SetResponseHeaderLayer::if_not_present(
-        header::ALLOW,
-        HeaderValue::from_static(methods),
-    )
-}
-
-/// A value built from a snapshot that gives it back: the CORS layer reads the keys'
+/// A value built from a snapshot that gives it back: the CORS policy reads the keys'
 /// allowed origins from it.
 pub trait HasSnapshot: Send + Sync + 'static {
     fn snapshot(&self) -> &contract::snapshot::Snapshot;
@@ -38,19 +27,8 @@ impl HasSnapshot for contract::snapshot::Snapshot {
 ///
 /// Written here rather than taken from tower-http: its `CorsLayer` cost the config-api 12%
 /// of its throughput (BENCHMARKS.md), building and merging header maps on every request;
-/// this one adds three prepared headers.
-pub fn cors_layer<T: HasSnapshot>(
-    current: Arc<arc_swap::ArcSwap<T>>,
-    methods: &[axum::http::Method],
-    headers: &[axum::http::HeaderName],
-) -> CorsLayer<T> {
-    CorsLayer {
-        policy: Arc::new(CorsPolicy::new(current, methods, headers)),
-    }
-}
-
-/// The CORS answers of [`cors_layer`], also for a handler called without the layer (the
-/// config-api's hot route, which is not behind a router): [`CorsPolicy::answer`].
+/// this one adds three prepared headers. The services call it in front of their routers,
+/// for their one API route ([`CorsPolicy::answer`], [`CorsPolicy::answer_later`]).
 pub struct CorsPolicy<T> {
     current: Arc<arc_swap::ArcSwap<T>>,
     allow_methods: HeaderValue,
@@ -91,8 +69,8 @@ impl<T: HasSnapshot> CorsPolicy<T> {
         allowed.then(|| origin.clone())
     }
 
-    /// The layer's answer, for a handler called directly: the preflight for `OPTIONS`,
-    /// otherwise `handle`'s answer with the allow headers.
+    /// The answer to a request of the route: the preflight for `OPTIONS`, otherwise
+    /// `handle`'s answer with the allow headers.
     pub fn answer(
         &self,
         request: &axum::extract::Request,
@@ -102,9 +80,20 @@ impl<T: HasSnapshot> CorsPolicy<T> {
         if request.method() == axum::http::Method::OPTIONS {
             return self.preflight(allow_origin);
         }
-        let mut response = handle();
-        add_cors_headers(response.headers_mut(), allow_origin);
-        response
+        with_cors_headers(handle(), allow_origin)
+    }
+
+    /// [`CorsPolicy::answer`] for a handler that answers later and takes the request.
+    pub async fn answer_later<F: Future<Output = Response>>(
+        &self,
+        request: axum::extract::Request,
+        handle: impl FnOnce(axum::extract::Request) -> F,
+    ) -> Response {
+        let allow_origin = self.allow_origin(request.headers());
+        if request.method() == axum::http::Method::OPTIONS {
+            return self.preflight(allow_origin);
+        }
+        with_cors_headers(handle(request).await, allow_origin)
     }
 
     /// The whole answer to an `OPTIONS` request (the preflight).
@@ -128,49 +117,14 @@ impl<T: HasSnapshot> CorsPolicy<T> {
     }
 }
 
-/// See [`cors_layer`].
-pub struct CorsLayer<T> {
-    policy: Arc<CorsPolicy<T>>,
-}
-
-impl<T> Clone for CorsLayer<T> {
-    fn clone(&self) -> Self {
-        Self {
-            policy: Arc::clone(&self.policy),
-        }
-    }
-}
-
-impl<S, T> tower::Layer<S> for CorsLayer<T> {
-    type Service = Cors<S, T>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Cors {
-            inner,
-            policy: Arc::clone(&self.policy),
-        }
-    }
-}
-
-/// The service of [`CorsLayer`]: answers `OPTIONS` itself (the preflight), and adds the
-/// allow headers to the inner service's answers.
-pub struct Cors<S, T> {
-    inner: S,
-    policy: Arc<CorsPolicy<T>>,
-}
-
-impl<S: Clone, T> Clone for Cors<S, T> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            policy: Arc::clone(&self.policy),
-        }
-    }
-}
-
 const CORS_VARY: HeaderValue = HeaderValue::from_static(
     "origin, access-control-request-method, access-control-request-headers",
 );
+
+fn with_cors_headers(mut response: Response, allow_origin: Option<HeaderValue>) -> Response {
+    add_cors_headers(response.headers_mut(), allow_origin);
+    response
+}
 
 /// What every answer but a preflight gets: the allow headers and `Vary`.
 fn add_cors_headers(headers: &mut axum::http::HeaderMap, allow_origin: Option<HeaderValue>) {
@@ -191,77 +145,11 @@ fn add_cors_headers(headers: &mut axum::http::HeaderMap, allow_origin: Option<He
     }
 }
 
-impl<S, T, B> tower::Service<axum::http::Request<B>> for Cors<S, T>
-where
-    S: tower::Service<axum::http::Request<B>, Response = Response>,
-    T: HasSnapshot,
-{
-    type Response = Response;
-    type Error = S::Error;
-    type Future = CorsFuture<S::Future>;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
-        let allow_origin = self.policy.allow_origin(request.headers());
-        if request.method() == axum::http::Method::OPTIONS {
-            return CorsFuture::Preflight {
-                response: Some(self.policy.preflight(allow_origin)),
-            };
-        }
-        CorsFuture::Call {
-            inner: self.inner.call(request),
-            allow_origin,
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// The answer of [`Cors`].
-    #[project = CorsFutureProj]
-    pub enum CorsFuture<F> {
-        Preflight { response: Option<Response> },
-        Call { #[pin] inner: F, allow_origin: Option<HeaderValue> },
-    }
-}
-
-impl<F, E> Future for CorsFuture<F>
-where
-    F: Future<Output = Result<Response, E>>,
-{
-    type Output = Result<Response, E>;
-
-    fn poll(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        match self.project() {
-            CorsFutureProj::Preflight { response } => std::task::Poll::Ready(Ok(response
-                .take()
-                .expect("a CORS answer is not polled after it completed"))),
-            CorsFutureProj::Call {
-                inner,
-                allow_origin,
-            } => {
-                let mut response = std::task::ready!(inner.poll(cx))?;
-                add_cors_headers(response.headers_mut(), allow_origin.take());
-                std::task::Poll::Ready(Ok(response))
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use axum::http::StatusCode;
     use axum::response::IntoResponse;
-    use tower::{Layer, ServiceExt};
 
     async fn through_cors(request: axum::http::Request<axum::body::Body>) -> Response {
         let snapshot = contract::snapshot::Snapshot::from_json(
@@ -271,19 +159,16 @@ mod tests {
                             "allowedOrigins": ["https://shop.example"] }]}"#,
         )
         .expect("snapshot");
-        let layer = cors_layer(
+        let policy = CorsPolicy::new(
             Arc::new(arc_swap::ArcSwap::from_pointee(snapshot)),
             &[axum::http::Method::GET, axum::http::Method::HEAD],
             &[header::ACCEPT, contract::key::PUBLIC_KEY_HEADER],
         );
-        let inner = tower::service_fn(|_: axum::http::Request<axum::body::Body>| async {
-            Ok::<_, std::convert::Infallible>(StatusCode::IM_A_TEAPOT.into_response())
-        });
-        layer
-            .layer(inner)
-            .oneshot(request)
+        policy
+            .answer_later(request, |_| async {
+                StatusCode::IM_A_TEAPOT.into_response()
+            })
             .await
-            .expect("infallible")
     }
 
     fn request(method: &str, headers: &[(&str, &str)]) -> axum::http::Request<axum::body::Body> {

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use arc_swap::ArcSwap;
-use axum::Router;
 use axum::http::{Method, header};
 use contract::snapshot::Snapshot;
+use http_kit::cors::CorsPolicy;
 use http_kit::error::RouteError;
 use http_kit::ops::Readiness;
 use http_kit::reload::load_and_watch;
@@ -41,7 +41,7 @@ pub(crate) struct AppState {
 
 pub struct Application {
     http: Http,
-    router: Router,
+    router: routes::Api,
     sink: Arc<KafkaSink>,
     background: Vec<JoinHandle<()>>,
     drain: Duration,
@@ -125,10 +125,10 @@ impl Application {
     }
 }
 
-/// The whole HTTP surface: the analytics route behind CORS, the operational routes and the
-/// 404 fallback.
-pub(crate) fn router(state: AppState, readiness: Readiness) -> Router {
-    let cors = http_kit::cors::cors_layer(
+/// The whole HTTP surface: the analytics route with its CORS, the operational routes and
+/// the 404 fallback.
+pub(crate) fn router(state: AppState, readiness: Readiness) -> routes::Api {
+    let cors = CorsPolicy::new(
         state.snapshot.clone(),
         &[Method::POST],
         &[
@@ -137,11 +137,9 @@ pub(crate) fn router(state: AppState, readiness: Readiness) -> Router {
             contract::key::PUBLIC_KEY_HEADER,
         ],
     );
-    Router::new()
-        .merge(routes::analytics_router())
-        .layer(cors)
-        .layer(http_kit::cors::allow_layer(routes::ALLOW))
-        .with_state(Arc::new(state))
-        .merge(http_kit::ops::ops_router(readiness))
-        .fallback(|| async { RouteError::NotFound })
+    routes::Api {
+        state: Arc::new(state),
+        cors: Arc::new(cors),
+        rest: http_kit::ops::ops_router(readiness).fallback(|| async { RouteError::NotFound }),
+    }
 }

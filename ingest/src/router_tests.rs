@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use axum::Router;
+
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Request, StatusCode, request};
 use contract::event::EventMessage;
@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 use crate::app::{AppState, router};
-use crate::routes::ANALYTICS_PATH;
+use crate::routes::{ANALYTICS_PATH, Api};
 use crate::sink::SinkError;
 use crate::sink::memory::{MemorySink, Taken};
 
@@ -46,7 +46,7 @@ fn keys_snapshot() -> Snapshot {
 
 /// The router as the ingest builds it, over a memory sink and a snapshot in memory.
 struct Ingest {
-    router: Router,
+    router: Api,
     sink: Arc<MemorySink>,
     snapshot: Arc<ArcSwap<Snapshot>>,
 }
@@ -696,7 +696,7 @@ async fn a_key_restricted_to_some_origins_gets_403_from_others() {
     let reply = send("pk_strict", "https://evil.example").await;
     assert!(!reply.headers.contains_key("access-control-allow-origin"));
     assert_eq!(reply.error(), (StatusCode::FORBIDDEN, "origin_not_allowed"));
-    // The page-unload form names its key in the body, out of the CORS layer's sight.
+    // The page-unload form names its key in the body, out of the CORS policy's sight.
     let beacon = json!({ "pkey": "pk_strict", "events": [event("s", "impression")] });
     let reply = ingest
         .send(json_request(

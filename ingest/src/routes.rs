@@ -2,25 +2,32 @@
 //! event, publish the valid ones and answer once Kafka has acknowledged all of them.
 
 use std::borrow::Cow;
+use std::convert::Infallible;
 use std::io::Read;
 use std::ops::Range;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Instant;
 
 use axum::Json;
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::Request;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
 use contract::event::{ClientEvent, Envelope, EventMessage, Rejection};
 use contract::key::{PUBLIC_KEY_HEADER, PublicKey};
+use contract::snapshot::Snapshot;
+use futures::future::Either;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_kit::cors::CorsPolicy;
 use http_kit::error::RouteError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
+use tower::ServiceExt;
+use tower::util::Oneshot;
 
 use crate::app::AppState;
 use crate::error::{IngestError, Rejected};
@@ -29,22 +36,55 @@ use crate::sink::Message;
 pub(crate) const ANALYTICS_PATH: &str = "/api/v1/analytics";
 pub(crate) const ALLOW: &str = "POST, OPTIONS";
 
-pub(crate) fn analytics_router() -> Router<Arc<AppState>> {
-    Router::new().route(
-        ANALYTICS_PATH,
-        post(analytics).fallback(|| async {
-            (
-                [(header::ALLOW, "POST, OPTIONS")],
-                RouteError::MethodNotAllowed,
-            )
-        }),
-    )
+/// The ingest's whole HTTP service: the analytics route answered here directly, with its
+/// CORS and `Allow` headers, and everything else (operations endpoints, 404) by the router,
+/// as in the config-api: the router's matching, its boxed route and its layers' futures
+/// cost more than the route's own answer takes (BENCHMARKS.md, "The ingest, part by part").
+#[derive(Clone)]
+pub(crate) struct Api {
+    pub state: Arc<AppState>,
+    pub cors: Arc<CorsPolicy<Snapshot>>,
+    pub rest: Router,
+}
+
+impl tower::Service<Request> for Api {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Either<
+        Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>,
+        Oneshot<Router, Request>,
+    >;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        if request.uri().path() != ANALYTICS_PATH {
+            return Either::Right(self.rest.clone().oneshot(request));
+        }
+        let (state, cors) = (self.state.clone(), self.cors.clone());
+        Either::Left(Box::pin(async move {
+            let mut response = cors
+                .answer_later(request, |request| async move {
+                    match *request.method() {
+                        Method::POST => analytics(&state, request).await,
+                        _ => RouteError::MethodNotAllowed.into_response(),
+                    }
+                })
+                .await;
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+            Ok(response)
+        }))
+    }
 }
 
 /// Takes the whole request: the `HeaderMap` extractor would clone every header.
-async fn analytics(State(state): State<Arc<AppState>>, request: Request) -> Response {
+async fn analytics(state: &AppState, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    let result = handle(&state, &parts.headers, body).await;
+    let result = handle(state, &parts.headers, body).await;
     let response = match result {
         Ok(response) => response,
         Err(e) => e.into_response(),
