@@ -1,11 +1,12 @@
 //! Kafka names and client settings shared by the ingest, the consumer, the tools and the
 //! tests: the topics, the flags every Kafka client takes, and the producer settings.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Context;
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 
@@ -16,6 +17,12 @@ pub const DEAD_LETTER_TOPIC: &str = "analytics-events-dlq";
 /// The ingest's Kafka `client.id`, of its producer and its admin client; also that of the
 /// benchmark's reference producer, which stands for the ingest's.
 pub const INGEST_CLIENT_ID: &str = "ingest";
+/// Hours a topic keeps a record when nothing else is said (`KAFKA_RETENTION_HOURS`): a week.
+pub const DEFAULT_RETENTION_HOURS: u32 = 168;
+/// The longest `segment.ms` of a created topic. Kafka deletes whole segments, the newest
+/// record of a segment first past `retention.ms`: a record outlives its retention by up
+/// to the segment's span, so the span is kept short against a retention in days.
+pub const MAX_SEGMENT: Duration = Duration::from_secs(3600);
 
 /// The Kafka settings of every binary that talks to Kafka, flattened into its flags so
 /// that `--help` lists them all.
@@ -32,6 +39,40 @@ pub struct KafkaArgs {
     /// Partitions of the topics when this service has to create them at start.
     #[arg(long, env = "KAFKA_TOPIC_PARTITIONS", default_value_t = 3)]
     pub topic_partitions: i32,
+
+    /// Hours a record stays in the topics this service creates (their `retention.ms`;
+    /// `segment.ms` is at most an hour, `cleanup.policy=delete`). This is the horizon of an
+    /// erasure: `analytics-erase` removes a visitor from ClickHouse at once, but the raw
+    /// events stay in the events topic and the dead-letter topic until they age out, at
+    /// most this many hours (plus an hour) after they were written there. Topics that
+    /// already exist keep their own settings (a start logs a warning when they differ).
+    #[arg(
+        long = "kafka-retention-hours",
+        env = "KAFKA_RETENTION_HOURS",
+        default_value_t = DEFAULT_RETENTION_HOURS,
+        value_parser = clap::value_parser!(u32).range(1..=8_760_000)
+    )]
+    pub retention_hours: u32,
+
+    /// Replication factor of the topics this service creates: 1 for a development broker,
+    /// 3 on a production cluster (with `min.insync.replicas=2` set on the broker).
+    #[arg(
+        long = "kafka-replication-factor",
+        env = "KAFKA_REPLICATION_FACTOR",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(i32).range(1..=i64::from(i16::MAX))
+    )]
+    pub replication_factor: i32,
+
+    /// Create the missing topics at start (`true`), or leave the topics to whoever manages
+    /// them (`false`: a Strimzi `KafkaTopic`, an operator's tooling; deploy/k8s has them).
+    #[arg(
+        long = "kafka-create-topics",
+        env = "KAFKA_CREATE_TOPICS",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub create_topics: bool,
 
     /// librdkafka properties, `name=value` pairs separated by `;` or newlines (say,
     /// `security.protocol=SASL_SSL;sasl.mechanism=PLAIN;linger.ms=10`), over the service's
@@ -54,6 +95,9 @@ impl KafkaArgs {
             kafka_brokers: brokers.to_owned(),
             topic: EVENTS_TOPIC.to_owned(),
             topic_partitions: 3,
+            retention_hours: DEFAULT_RETENTION_HOURS,
+            replication_factor: 1,
+            create_topics: true,
             kafka_properties: None,
             kafka_debug: None,
         }
@@ -124,11 +168,88 @@ impl KafkaArgs {
         }
     }
 
-    /// Creates the `topics` that do not exist yet, with this many partitions, through a
-    /// client named `client_id`.
-    pub async fn ensure_topics(&self, client_id: &str, topics: &[&str]) -> anyhow::Result<()> {
-        ensure_topics(self.client_config(client_id), topics, self.topic_partitions).await
+    /// The settings of the topics this service creates.
+    pub fn topic_settings(&self) -> TopicSettings {
+        TopicSettings {
+            partitions: self.topic_partitions,
+            replication_factor: self.replication_factor,
+            retention: Duration::from_secs(u64::from(self.retention_hours) * 3600),
+        }
     }
+
+    /// Creates the `topics` that do not exist yet with [`KafkaArgs::topic_settings`],
+    /// through a client named `client_id`, unless topic creation is off
+    /// (`KAFKA_CREATE_TOPICS=false`); an existing topic is left as it is, with a warning
+    /// when its retention is not this service's.
+    pub async fn ensure_topics(
+        &self,
+        client_id: &str,
+        topics: &[&str],
+    ) -> anyhow::Result<Vec<(String, Ensured)>> {
+        if !self.create_topics {
+            tracing::info!(
+                ?topics,
+                "Topic creation is off (KAFKA_CREATE_TOPICS=false): topics managed elsewhere."
+            );
+            return Ok(topics
+                .iter()
+                .map(|t| ((*t).to_owned(), Ensured::NotManaged))
+                .collect());
+        }
+        create_topics(
+            self.client_config(client_id),
+            topics,
+            &self.topic_settings(),
+        )
+        .await
+    }
+}
+
+/// What the topics a service creates are made of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicSettings {
+    pub partitions: i32,
+    pub replication_factor: i32,
+    /// How long a record stays (`retention.ms`).
+    pub retention: Duration,
+}
+
+impl Default for TopicSettings {
+    /// Three partitions, one replica, [`DEFAULT_RETENTION_HOURS`].
+    fn default() -> Self {
+        Self {
+            partitions: 3,
+            replication_factor: 1,
+            retention: Duration::from_secs(u64::from(DEFAULT_RETENTION_HOURS) * 3600),
+        }
+    }
+}
+
+impl TopicSettings {
+    /// The topic configuration: `cleanup.policy=delete` said out loud (Kafka's default,
+    /// but Tansu 0.6 deletes old records only from the topics whose configuration names
+    /// it), `retention.ms`, and `segment.ms` at most [`MAX_SEGMENT`].
+    pub fn configs(&self) -> Vec<(&'static str, String)> {
+        let retention_ms = self.retention.as_millis();
+        let segment_ms = retention_ms.min(MAX_SEGMENT.as_millis()).max(1);
+        vec![
+            ("cleanup.policy", "delete".to_owned()),
+            ("retention.ms", retention_ms.to_string()),
+            ("segment.ms", segment_ms.to_string()),
+        ]
+    }
+}
+
+/// What [`create_topics`] found of a topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ensured {
+    /// It was missing: created with the settings.
+    Created,
+    /// It existed and was left as it is; its `retention.ms` as the broker describes it
+    /// (`None`: the broker names none for it).
+    Existed { retention_ms: Option<String> },
+    /// Topic creation is off: not looked at.
+    NotManaged,
 }
 
 /// A client configuration for `brokers` with the settings every client here shares, named
@@ -212,33 +333,122 @@ impl std::str::FromStr for Properties {
     }
 }
 
-/// Creates the topics that do not exist yet, through a client of `config`; an existing
-/// topic is left as it is.
+/// Creates the topics that do not exist yet, through a client of `config`, with
+/// `partitions` and the other [`TopicSettings`] at their defaults (for tools and tests);
+/// an existing topic is left as it is.
 pub async fn ensure_topics(
     config: ClientConfig,
     topics: &[&str],
     partitions: i32,
 ) -> anyhow::Result<()> {
+    let settings = TopicSettings {
+        partitions,
+        ..TopicSettings::default()
+    };
+    create_topics(config, topics, &settings).await.map(drop)
+}
+
+/// Creates the topics that do not exist yet, through a client of `config`, with
+/// `settings`. An existing topic is left as it is: its `retention.ms` is read back, and a
+/// warning logged when it is not the one of `settings` (the erasure horizon that the
+/// operators were told would not hold).
+pub async fn create_topics(
+    config: ClientConfig,
+    topics: &[&str],
+    settings: &TopicSettings,
+) -> anyhow::Result<Vec<(String, Ensured)>> {
     let admin: AdminClient<DefaultClientContext> = config
         .create()
         .context("cannot create Kafka admin client")?;
+    let configs = settings.configs();
     let new: Vec<NewTopic<'_>> = topics
         .iter()
-        .map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(1)))
+        .map(|t| {
+            let topic = NewTopic::new(
+                t,
+                settings.partitions,
+                TopicReplication::Fixed(settings.replication_factor),
+            );
+            configs
+                .iter()
+                .fold(topic, |topic, (name, value)| topic.set(name, value))
+        })
         .collect();
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let results = admin
         .create_topics(&new, &options)
         .await
         .context("cannot create Kafka topics")?;
+    let wanted = settings.retention.as_millis().to_string();
+    let mut ensured = Vec::with_capacity(results.len());
     for result in results {
         match result {
-            Ok(topic) => tracing::info!(%topic, partitions, "Topic created."),
-            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Ok(topic) => {
+                tracing::info!(%topic, partitions = settings.partitions,
+                    replication_factor = settings.replication_factor,
+                    retention_ms = %wanted, "Topic created.");
+                ensured.push((topic, Ensured::Created));
+            }
+            Err((topic, RDKafkaErrorCode::TopicAlreadyExists)) => {
+                let retention_ms = match describe_topic(&admin, &topic).await {
+                    Ok(mut configs) => {
+                        let found = configs.remove("retention.ms");
+                        if found.as_deref() != Some(wanted.as_str()) {
+                            let found = found.as_deref().unwrap_or("unset");
+                            tracing::warn!(%topic, retention_ms = found, wanted = %wanted,
+                                "The topic exists with another retention.ms: records stay as \
+                                 long as it says, not KAFKA_RETENTION_HOURS (alter the \
+                                 topic's configuration).");
+                        }
+                        found
+                    }
+                    Err(e) => {
+                        let error = format!("{e:#}");
+                        tracing::warn!(%topic, %error, "Topic configuration not read.");
+                        None
+                    }
+                };
+                ensured.push((topic, Ensured::Existed { retention_ms }));
+            }
             Err((topic, code)) => anyhow::bail!("cannot create topic {topic}: {code}"),
         }
     }
-    Ok(())
+    Ok(ensured)
+}
+
+/// The configuration of `topic` as the broker describes it, by name (Kafka lists its
+/// defaults too; Tansu only what was set).
+pub async fn topic_configs(
+    config: ClientConfig,
+    topic: &str,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    let admin: AdminClient<DefaultClientContext> = config
+        .create()
+        .context("cannot create Kafka admin client")?;
+    describe_topic(&admin, topic).await
+}
+
+async fn describe_topic(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+    let results = admin
+        .describe_configs([&ResourceSpecifier::Topic(topic)], &options)
+        .await
+        .with_context(|| format!("cannot describe topic {topic}"))?;
+    let mut configs = BTreeMap::new();
+    for result in results {
+        let resource =
+            result.map_err(|code| anyhow::anyhow!("cannot describe topic {topic}: {code}"))?;
+        configs.extend(
+            resource
+                .entries
+                .into_iter()
+                .filter_map(|e| Some((e.name, e.value?))),
+        );
+    }
+    Ok(configs)
 }
 
 #[cfg(test)]
@@ -289,19 +499,92 @@ mod tests {
         );
     }
 
+    #[derive(clap::Parser)]
+    struct Topics {
+        #[command(flatten)]
+        kafka: KafkaArgs,
+    }
+
+    fn topics(args: &[&str]) -> Result<KafkaArgs, clap::Error> {
+        use clap::Parser;
+        Topics::try_parse_from(["x"].iter().chain(args)).map(|t| t.kafka)
+    }
+
+    #[test]
+    fn topics_are_created_with_a_week_of_retention_in_hourly_segments_by_default() {
+        let args = topics(&[]).expect("parses");
+        assert!(args.create_topics);
+        assert_eq!(args.replication_factor, 1);
+        let settings = args.topic_settings();
+        assert_eq!(settings, TopicSettings::default());
+        assert_eq!(
+            settings.configs(),
+            [
+                ("cleanup.policy", "delete".to_owned()),
+                ("retention.ms", "604800000".to_owned()),
+                ("segment.ms", "3600000".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn retention_replication_and_creation_are_the_operators_choice() {
+        let args = topics(&[
+            "--kafka-retention-hours",
+            "2",
+            "--kafka-replication-factor",
+            "3",
+            "--kafka-create-topics",
+            "false",
+        ])
+        .expect("parses");
+        assert!(!args.create_topics);
+        let settings = args.topic_settings();
+        assert_eq!(settings.replication_factor, 3);
+        assert_eq!(
+            settings.configs()[1],
+            ("retention.ms", "7200000".to_owned())
+        );
+        // A retention shorter than an hour (the tests') is its own segment span.
+        let short = TopicSettings {
+            retention: Duration::from_secs(3),
+            ..TopicSettings::default()
+        };
+        assert_eq!(short.configs()[2], ("segment.ms", "3000".to_owned()));
+        for refused in [
+            &["--kafka-retention-hours", "0"][..],
+            &["--kafka-replication-factor", "0"],
+            &["--kafka-create-topics", "maybe"],
+        ] {
+            assert!(topics(refused).is_err(), "{refused:?} accepted");
+        }
+    }
+
+    #[test]
+    fn the_help_says_the_retention_is_the_erasure_horizon() {
+        use clap::CommandFactory;
+        let help = Topics::command().render_long_help().to_string();
+        for said in [
+            "KAFKA_RETENTION_HOURS",
+            "default: 168",
+            "horizon of an",
+            "erasure",
+            "KAFKA_REPLICATION_FACTOR",
+            "KAFKA_CREATE_TOPICS",
+        ] {
+            assert!(help.contains(said), "--help does not say {said:?}:\n{help}");
+        }
+    }
+
     #[test]
     fn the_flag_takes_properties_and_refuses_a_broken_entry() {
         use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            kafka: KafkaArgs,
-        }
-        let cli = Cli::try_parse_from(["x", "--kafka-properties", "linger.ms=7"]).expect("parses");
+        let cli =
+            Topics::try_parse_from(["x", "--kafka-properties", "linger.ms=7"]).expect("parses");
         let mut config = ClientConfig::new();
         cli.kafka.apply_properties(&mut config);
         assert_eq!(config.get("linger.ms"), Some("7"));
-        let error = Cli::try_parse_from(["x", "--kafka-properties", "sasl.password=hunter;2"])
+        let error = Topics::try_parse_from(["x", "--kafka-properties", "sasl.password=hunter;2"])
             .err()
             .expect("refused")
             .to_string();
