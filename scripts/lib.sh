@@ -170,6 +170,8 @@ start_clickhouse() {
   sed -e "s|@DIR@|$dir|g" -e "s|@HTTP_PORT@|$http_port|g" -e "s|@TCP_PORT@|$tcp_port|g" \
     "$REPO/deploy/clickhouse/config.xml" > "$dir/config.xml"
   cp "$REPO/deploy/clickhouse/users.xml" "$dir/users.xml"
+  # Left by releases whose analysts read through a user with every right (access_reader).
+  rm -f "$dir/users.d/access_reader.xml" "$dir/config.d/analytics-access.xml"
   if [ -n "$extra" ]; then
     mkdir -p "$dir/config.d"
     cp "$extra" "$dir/config.d/extra.xml"
@@ -217,40 +219,6 @@ clickhouse_service_user() {
   chown -R clickhouse:clickhouse "$dir/users.d" 2>/dev/null || true
 }
 
-# clickhouse_access_reader DIR TCP_PORT SECRET_FILE: what `analytics-access` needs on the
-# 18.x server of DIR (before start_clickhouse DIR): 18.x has no row filters, so an
-# analyst's tables are Distributed tables that read, through the cluster `analytics_access`
-# (this server itself, native port TCP_PORT), views that keep only the analyst's keys,
-# as the read-only user `access_reader` (every database: the analysts' one may have any
-# name), whose password is made once into SECRET_FILE and never leaves the server's files.
-# Also the analysts' profile: readonly=1 (no writes, settings, DDL or table functions) and
-# no local shortcut past the reader (prefer_localhost_replica=0).
-clickhouse_access_reader() {
-  local dir=$1 tcp_port=$2 secret=$3 hash
-  hash=$(secret_sha256 "$secret")
-  mkdir -p "$dir/users.d" "$dir/config.d"
-  printf '%s\n' '<?xml version="1.0"?>' \
-    "<!-- scripts/lib.sh clickhouse_access_reader: the password is in $secret -->" \
-    '<yandex><profiles>' \
-    '  <analytics_reader><readonly>2</readonly></analytics_reader>' \
-    '  <analytics_analyst><readonly>1</readonly><prefer_localhost_replica>0</prefer_localhost_replica></analytics_analyst>' \
-    '</profiles><users><access_reader>' \
-    "  <password_sha256_hex>$hash</password_sha256_hex>" \
-    '  <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>' \
-    '  <profile>analytics_reader</profile><quota>default</quota>' \
-    '</access_reader></users></yandex>' > "$dir/users.d/access_reader.xml.new"
-  mv "$dir/users.d/access_reader.xml.new" "$dir/users.d/access_reader.xml"
-  printf '%s\n' '<?xml version="1.0"?>' \
-    "<!-- scripts/lib.sh clickhouse_access_reader: the password is in $secret -->" \
-    '<yandex><remote_servers><analytics_access><shard><replica>' \
-    "  <host>127.0.0.1</host><port>$tcp_port</port>" \
-    "  <user>access_reader</user><password>$(cat "$secret")</password>" \
-    '</replica></shard></analytics_access></remote_servers></yandex>' > "$dir/config.d/analytics-access.xml.new"
-  (umask 077 && mv "$dir/config.d/analytics-access.xml.new" "$dir/config.d/analytics-access.xml")
-  chmod 600 "$dir/config.d/analytics-access.xml"
-  chown -R clickhouse:clickhouse "$dir/users.d" "$dir/config.d" 2>/dev/null || true
-}
-
 # clickhouse_user_ok PORT NAME SECRET_FILE: that user logs in (a running server reads a new
 # users.d file within seconds, not at once).
 clickhouse_user_ok() {
@@ -288,11 +256,8 @@ zookeeper_ok() {
 CLUSTER_SERVERS=4
 
 # start_clickhouse_cluster DIR ZOOKEEPER_PORT HTTP_BASE TCP_BASE INTERSERVER_BASE
-#   [READER_SECRET_FILE]: each server with the `access_reader` of analytics-access
-#   (clickhouse_access_reader; the password in DIR/access-reader-password by default).
 start_clickhouse_cluster() {
   local dir=$1 zk_port=$2 http_base=$3 tcp_base=$4 interserver_base=$5 n
-  local reader_secret=${6:-$dir/access-reader-password}
   start_zookeeper "$dir/zookeeper" "$zk_port"
   for n in $(seq 1 "$CLUSTER_SERVERS"); do
     mkdir -p "$dir/ch$n"
@@ -301,7 +266,6 @@ start_clickhouse_cluster() {
       -e "s|@TCP_PORT_1@|$tcp_base|; s|@TCP_PORT_2@|$((tcp_base + 1))|" \
       -e "s|@TCP_PORT_3@|$((tcp_base + 2))|; s|@TCP_PORT_4@|$((tcp_base + 3))|" \
       "$REPO/deploy/clickhouse/cluster.xml.in" > "$dir/ch$n.cluster.xml"
-    clickhouse_access_reader "$dir/ch$n" "$((tcp_base + n - 1))" "$reader_secret"
     start_clickhouse "$dir/ch$n" "$((http_base + n - 1))" "$((tcp_base + n - 1))" "$dir/ch$n.cluster.xml"
   done
 }

@@ -53,16 +53,26 @@ pub struct VariantRow {
     /// Milliseconds since the Unix epoch.
     pub loaded_at: i64,
     pub phase: u32,
+    /// The keys that list the experiment, sorted.
+    pub public_keys: Vec<String>,
 }
 
 /// The rows of every variant of every experiment of `snapshot`.
 pub fn rows(snapshot: &Snapshot, loaded_at: i64) -> Vec<VariantRow> {
     let seconds =
         |t: Option<time::OffsetDateTime>| t.map(|t| u32::try_from(t.unix_timestamp()).unwrap_or(0));
+    let mut keys_of: Vec<Vec<String>> = vec![Vec::new(); snapshot.experiments.len()];
+    for key in snapshot.keys() {
+        for &i in &key.experiments {
+            keys_of[i].push(key.public_key.as_str().to_owned());
+        }
+    }
+    keys_of.iter_mut().for_each(|keys| keys.sort_unstable());
     snapshot
         .experiments
         .iter()
-        .flat_map(|e| {
+        .zip(keys_of)
+        .flat_map(|(e, public_keys)| {
             e.variants.iter().map(move |v| VariantRow {
                 experiment_id: e.id.clone(),
                 variant_id: v.id.clone(),
@@ -80,6 +90,7 @@ pub fn rows(snapshot: &Snapshot, loaded_at: i64) -> Vec<VariantRow> {
                 parts: serde_json::to_string(&v.parts).unwrap_or_default(),
                 loaded_at,
                 phase: e.phase,
+                public_keys: public_keys.clone(),
             })
         })
         .collect()

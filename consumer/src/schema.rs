@@ -115,6 +115,9 @@ struct Layout {
     cluster: Option<String>,
     on_cluster: String,
     local: &'static str,
+    /// Every table whole on every server of the cluster (a copy: [`migrate_copy`]), the
+    /// sharded ones too: no `_local` part, no Distributed table.
+    whole: bool,
 }
 
 impl Layout {
@@ -123,6 +126,16 @@ impl Layout {
             on_cluster: cluster.map_or_else(String::new, |c| format!(" ON CLUSTER {c}")),
             cluster: cluster.map(str::to_owned),
             local: if cluster.is_some() { LOCAL_SUFFIX } else { "" },
+            whole: false,
+        }
+    }
+
+    /// The layout of a copy: as [`Layout::new`], every table kept whole.
+    fn whole(cluster: Option<&str>) -> Self {
+        Self {
+            local: "",
+            whole: true,
+            ..Self::new(cluster)
         }
     }
 
@@ -161,6 +174,17 @@ impl Step {
                 name,
                 engine,
                 create,
+                ..
+            } if layout.whole => Step::Whole {
+                name,
+                engine,
+                create,
+            }
+            .templates(layout),
+            Step::Sharded {
+                name,
+                engine,
+                create,
                 key,
             } => {
                 let local = create
@@ -189,6 +213,7 @@ impl Step {
                     .replace("{table}", &format!("{{db}}.{name}{{on_cluster}}"))
                     .replace("{engine}", &layout.engine(engine, name, "all")),
             )],
+            Step::Reshard { .. } if layout.whole => Vec::new(),
             Step::Reshard { name, key } => match &layout.cluster {
                 Some(cluster) => vec![
                     (
@@ -206,10 +231,11 @@ impl Step {
                 None => Vec::new(),
             },
             Step::Once(sql) => vec![(Target::Once, (*sql).to_owned())],
-            Step::EachServer(sql) if layout.cluster.is_some() => {
+            Step::EachServer(sql) if layout.cluster.is_some() && !layout.whole => {
                 vec![(Target::EachServer, (*sql).to_owned())]
             }
             Step::EachServer(_) => Vec::new(),
+            Step::EachShard(sql) if layout.whole => vec![(Target::Once, (*sql).to_owned())],
             Step::EachShard(sql) => vec![(Target::EachShard, (*sql).to_owned())],
         }
     }
@@ -229,11 +255,14 @@ pub struct Statement {
 /// would send them to a server of version `caps`, on one server (`cluster` `None`) or
 /// across the named cluster: for checking them against servers that cannot run here.
 pub fn statements(caps: ServerCaps, cluster: Option<&str>, database: &str) -> Vec<Statement> {
-    let layout = Layout::new(cluster);
+    statements_of(&Layout::new(cluster), caps, database)
+}
+
+fn statements_of(layout: &Layout, caps: ServerCaps, database: &str) -> Vec<Statement> {
     BOOTSTRAP
         .iter()
         .chain(MIGRATIONS.iter().flat_map(|m| m.steps))
-        .flat_map(|step| step.render(&layout, caps, database))
+        .flat_map(|step| step.render(layout, caps, database))
         .map(|(target, sql)| Statement {
             runs: match target {
                 Target::Once => "once",
@@ -258,12 +287,30 @@ pub fn visitors_rebuild(
     filter: &str,
 ) -> String {
     let layout = Layout::new(cluster);
-    let select = VISITORS_SELECT.replacen("\nGROUP BY", &format!("\nWHERE {filter}\nGROUP BY"), 1);
     caps.render(
-        &format!("INSERT INTO {{db}}.experiment_visitors{{local}} {select}"),
+        &format!(
+            "INSERT INTO {{db}}.experiment_visitors{{local}} {}",
+            visitors_where(filter)
+        ),
         database,
         &layout,
     )
+}
+
+/// Migration 7's select of `experiment_visitors` rows, from the events of `database` (a
+/// shard's own in a cluster) that `filter` keeps: what a copy's feed computes
+/// (`analytics-access`).
+pub fn visitors_select(
+    caps: ServerCaps,
+    cluster: Option<&str>,
+    database: &str,
+    filter: &str,
+) -> String {
+    caps.render(&visitors_where(filter), database, &Layout::new(cluster))
+}
+
+fn visitors_where(filter: &str) -> String {
+    VISITORS_SELECT.replacen("\nGROUP BY", &format!("\nWHERE {filter}\nGROUP BY"), 1)
 }
 
 /// The setting a statement that names a `LowCardinality` column needs on this server, if
@@ -303,10 +350,28 @@ pub async fn migrate_topology(
     database: &str,
     last: u32,
 ) -> anyhow::Result<()> {
+    let layout = Layout::new(topology.cluster.as_deref());
+    migrate_layout(topology, &layout, database, last).await
+}
+
+/// Creates `database` as a copy of the schema: every table and view of the migrations, each
+/// table whole on every server of a cluster (replicated across all of them) rather than
+/// sharded. It holds what something else writes into it (`analytics-access` on 18.x: an
+/// analyst's rows), and reads on any server without a Distributed table.
+pub async fn migrate_copy(topology: &Topology, database: &str) -> anyhow::Result<()> {
+    let layout = Layout::whole(topology.cluster.as_deref());
+    migrate_layout(topology, &layout, database, u32::MAX).await
+}
+
+async fn migrate_layout(
+    topology: &Topology,
+    layout: &Layout,
+    database: &str,
+    last: u32,
+) -> anyhow::Result<()> {
     if !is_sql_name(database) {
         anyhow::bail!("database name {database:?} must be letters, digits and _ only");
     }
-    let layout = Layout::new(topology.cluster.as_deref());
     // The database may not exist yet: talk to `default` until it does.
     let primary = first_answering(topology.servers()).await?;
     let server = primary.client.clone().with_database("default");
@@ -329,7 +394,7 @@ pub async fn migrate_topology(
         .context("cannot look for schema_migrations")?;
     if has_record == 0 {
         for step in BOOTSTRAP {
-            for (_, sql) in step.render(&layout, caps, database) {
+            for (_, sql) in step.render(layout, caps, database) {
                 run(&server, &sql)
                     .await
                     .context("cannot create the database and schema_migrations")?;
@@ -359,7 +424,7 @@ pub async fn migrate_topology(
             let statements = migration
                 .steps
                 .iter()
-                .flat_map(|s| s.render(&layout, caps, database));
+                .flat_map(|s| s.render(layout, caps, database));
             for (target, sql) in statements {
                 let servers: Vec<&Server> = match target {
                     Target::Once => vec![primary],
@@ -531,6 +596,39 @@ mod tests {
             statements(new, Some("analytics"), "analytics")
                 .iter()
                 .all(|s| s.settings.is_empty())
+        );
+    }
+
+    #[test]
+    fn a_copy_keeps_every_table_whole_on_every_server() {
+        let old = ServerCaps::parse("18.16.1").expect("parses");
+        let copy = statements_of(&Layout::whole(Some("analytics")), old, "analyst_a");
+        let sql: Vec<&str> = copy.iter().map(|s| s.sql.as_str()).collect();
+        assert!(
+            sql.iter()
+                .all(|s| !s.contains("Distributed") && !s.contains("_local"))
+        );
+        assert!(
+            copy.iter().all(|s| s.runs == "once"),
+            "no per-server or per-shard step"
+        );
+        assert!(sql.iter().any(|s| {
+            s.contains(
+            "analyst_a.events ON CLUSTER analytics (\n    event_id"
+        ) && s.contains(
+            "ReplicatedReplacingMergeTree('/clickhouse/tables/all/analyst_a/events', '{replica}')"
+        )
+        }));
+        assert!(sql.iter().any(|s| s.starts_with(
+            "CREATE MATERIALIZED VIEW IF NOT EXISTS analyst_a.experiment_visitors_mv ON CLUSTER \
+             analytics TO analyst_a.experiment_visitors AS"
+        )));
+        let single = statements_of(&Layout::whole(None), old, "analyst_a");
+        let plain = statements(old, None, "analyst_a");
+        assert_eq!(
+            single.iter().map(|s| &s.sql).collect::<Vec<_>>(),
+            plain.iter().map(|s| &s.sql).collect::<Vec<_>>(),
+            "on one server a copy is the schema itself"
         );
     }
 

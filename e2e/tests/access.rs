@@ -1,11 +1,15 @@
-//! `analytics-access` on a real 18.16 server of the test's own, set up as `scripts/up` sets
-//! it up (`clickhouse_access_reader` of `scripts/lib.sh`): a granted analyst reads exactly
-//! their keys' rows through every table and view with a `public_key`, by no path reads
-//! another key's, the analysts' database or the filtering views, and cannot write, change
-//! settings or call table functions; a revoked analyst is let in no more.
+//! `analytics-access` on real 18.16 servers, tried as a hostile analyst would: a granted
+//! analyst reads exactly their keys' rows (those stored before the grant and those inserted
+//! after) through every table and view with a `public_key`, and by no path reads anything
+//! else: not through subqueries in any position (which 18.x would once run with another
+//! user's rights), error messages, table functions, dictionaries, settings, another
+//! analyst's copy or the feeds. Their queries are capped in time, memory, concurrency,
+//! result size and per hour, and cannot hold up the operators or the consumer. Erasure
+//! reaches their copy; a revoked analyst is let in no more and their copy is gone.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 use tools::access::{AccessConfig, check, run};
@@ -15,6 +19,7 @@ async fn query(url: &str, user: &str, password: &str, sql: &str) -> Result<Strin
     let response = reqwest::Client::new()
         .post(url)
         .basic_auth(user, Some(password))
+        .timeout(Duration::from_secs(60))
         .body(sql.to_owned())
         .send()
         .await
@@ -44,17 +49,26 @@ async fn access_run(url: &str, users_dir: &Path, args: &[&str]) -> String {
     run(&config).await.expect("analytics-access runs")
 }
 
-/// `grant --user USER --password PASSWORD --key K...`.
-async fn grant(url: &str, users_dir: &Path, user: &str, password: &str, keys: &[&str]) {
+/// `grant --user USER --password PASSWORD --key K... EXTRA...`.
+async fn grant(
+    url: &str,
+    users_dir: &Path,
+    user: &str,
+    password: &str,
+    keys: &[&str],
+    extra: &[&str],
+) {
     let mut args = vec!["grant", "--user", user, "--password", password];
     for key in keys {
         args.extend(["--key", key]);
     }
+    args.extend(extra);
     access_run(url, users_dir, &args).await;
 }
 
-/// Visitors of two sites, pk_a and pk_b, exposed to two variants, some converting.
-async fn fill(url: &str) {
+/// Round `round` of visitors of two sites, pk_a (experiment exp_a) and pk_b (exp_b),
+/// exposed to two variants, some converting; visitor ids name their key.
+async fn fill(url: &str, round: usize) {
     let client = clickhouse::Client::default()
         .with_url(url)
         .with_database("analytics")
@@ -63,19 +77,19 @@ async fn fill(url: &str) {
         .insert::<consumer::EventRow>("events")
         .await
         .expect("insert");
-    for (key, visitors) in [("pk_a", 6), ("pk_b", 9)] {
+    for (key, experiment, visitors) in [("pk_a", "exp_a", 6), ("pk_b", "exp_b", 9)] {
         for v in 0..visitors {
             for name in ["impression", "conversion"].iter().take(1 + v % 2) {
                 let envelope = contract::event::Envelope::new(
-                    1_763_700_000_000 + v as i64 * 1000,
+                    1_763_700_000_000 + (round * 100 + v) as i64 * 1000,
                     key.into(),
                     String::new(),
                     None,
                 );
                 let variant = ["var_a", "var_b"][v % 2];
-                let body = serde_json::json!({ "eventName": name, "experimentId": "exp_1",
-                    "variantId": variant, "sessionId": format!("s{v}"),
-                    "visitorId": format!("{key}_v{v}") });
+                let body = serde_json::json!({ "eventName": name, "experimentId": experiment,
+                    "variantId": variant, "sessionId": format!("s{round}_{v}"),
+                    "visitorId": format!("{key}_v{round}_{v}") });
                 let message =
                     contract::event::EventMessage::from_client(&body, &envelope).expect("valid");
                 insert
@@ -88,25 +102,150 @@ async fn fill(url: &str) {
     insert.end().await.expect("inserted");
 }
 
+/// The definitions of both experiments at `version`, as the consumer writes them (the keys
+/// that list each), or, `listed` false, as rows written before the keys were recorded.
+fn definitions(version: &str, listed: bool) -> String {
+    let keys = |k: &str| {
+        if listed {
+            format!("['{k}']")
+        } else {
+            "[]".to_owned()
+        }
+    };
+    format!(
+        "INSERT INTO analytics.experiment_variants (experiment_id, variant_id, version, weight, \
+         is_control, status, parts, loaded_at, public_keys) VALUES \
+         ('exp_a', 'var_a', '{version}', 50, 1, 'live', '{{}}', 0, {a}), \
+         ('exp_a', 'var_b', '{version}', 50, 0, 'live', '{{}}', 0, {a}), \
+         ('exp_b', 'var_a', '{version}', 50, 1, 'live', '{{\"secret\":\"b\"}}', 0, {b}), \
+         ('exp_b', 'var_b', '{version}', 50, 0, 'live', '{{}}', 0, {b})",
+        a = keys("pk_a"),
+        b = keys("pk_b")
+    )
+}
+
+/// An order-free digest of every row of `from` (`FINAL` for a table of the MergeTree
+/// family: each row once, as the views read them).
+fn digest(from: &str) -> String {
+    format!("SELECT count(), sum(cityHash64(toString(tuple(*)))) FROM {from}")
+}
+
+/// Attacks by `user` that must each be refused, and whose refusals must not print
+/// anything of `other` (its visitors are named `{other}_v...`).
+async fn refused_all(url: &str, user: &str, password: &str, other: &str, attacks: &[String]) {
+    for sql in attacks {
+        let answer = query(url, user, password, sql).await;
+        match answer {
+            Err(text) => assert!(
+                !text.contains(&format!("{other}_v")) && !text.contains("'pk_b']"),
+                "{user}: {sql}: the refusal prints another key's data: {text}"
+            ),
+            Ok(rows) => panic!("{user} ran {sql}: {rows}"),
+        }
+    }
+}
+
+/// What a hostile analyst tries, reading from their own copy `own`: everything that
+/// reaches beyond it, in every position a subquery or a table can take.
+fn attacks(own: &str, other_user: &str) -> Vec<String> {
+    let secret = "SELECT public_key FROM analytics.events WHERE public_key = 'pk_b'";
+    let visitor = "SELECT any(visitor_id) FROM analytics.events WHERE public_key = 'pk_b'";
+    let mut sql = vec![
+        // Subqueries on a forbidden table, in every place, over the analyst's own tables
+        // and views.
+        format!("SELECT count() FROM {own}.events WHERE public_key IN ({secret})"),
+        format!("SELECT count() FROM {own}.events WHERE public_key GLOBAL IN ({secret})"),
+        format!("SELECT count() FROM {own}.events PREWHERE public_key IN ({secret})"),
+        format!("SELECT count() FROM {own}.events WHERE public_key NOT IN ({secret})"),
+        format!("SELECT count() FROM {own}.experiment_results WHERE public_key IN ({secret})"),
+        format!(
+            "SELECT count() FROM {own}.events HAVING count() > (SELECT count() FROM analytics.events)"
+        ),
+        format!("SELECT (SELECT count() FROM analytics.events) FROM {own}.events LIMIT 1"),
+        format!(
+            "SELECT count() FROM {own}.events ANY LEFT JOIN (SELECT visitor_id, public_key AS k FROM analytics.events) USING visitor_id"
+        ),
+        format!("SELECT count() FROM {own}.events ALL INNER JOIN analytics.events USING event_id"),
+        format!(
+            "SELECT count() FROM {own}.events GLOBAL ANY LEFT JOIN (SELECT visitor_id FROM analytics.events) USING visitor_id"
+        ),
+        format!("SELECT count() FROM (SELECT * FROM analytics.events) WHERE 1"),
+        format!("SELECT * FROM {own}.events UNION ALL SELECT * FROM analytics.events"),
+        format!("WITH ({visitor}) AS v SELECT v FROM {own}.events LIMIT 1"),
+        format!("SELECT arrayJoin((SELECT groupArray(visitor_id) FROM analytics.events))"),
+        format!(
+            "SELECT count() FROM {own}.events WHERE has((SELECT groupArray(public_key) FROM analytics.events), public_key)"
+        ),
+        // Error messages as a channel: a conversion that fails on the secret value.
+        format!("SELECT toUInt8(({visitor}))"),
+        format!("SELECT toUInt8(({visitor})) FROM {own}.events"),
+        format!("SELECT throwIf(1, ({visitor}))"),
+        format!("SELECT CAST(({visitor}) AS Date)"),
+        "SELECT toUInt8((SELECT any(name) FROM system.databases WHERE name = 'analytics'))"
+            .to_owned(),
+        // The access bookkeeping, the feeds, another analyst's copy.
+        "SELECT count() FROM analytics_access.grants".to_owned(),
+        format!(
+            "SELECT count() FROM {own}.events WHERE public_key IN (SELECT arrayJoin(keys) FROM analytics_access.grants)"
+        ),
+        format!("SELECT count() FROM analytics_access.{other_user}__events"),
+        format!("SELECT count() FROM analyst_{other_user}.events"),
+        format!(
+            "SELECT count() FROM {own}.events WHERE visitor_id IN (SELECT visitor_id FROM analyst_{other_user}.events)"
+        ),
+        "SELECT count() FROM analytics.experiment_results".to_owned(),
+        "SELECT count() FROM analytics.experiment_variants".to_owned(),
+        "SELECT count() FROM default.events".to_owned(),
+        // Table functions, dictionaries, other servers.
+        "SELECT count() FROM remote('127.0.0.1', analytics.events)".to_owned(),
+        "SELECT count() FROM remote('127.0.0.1', analytics.events, 'default', '')".to_owned(),
+        format!(
+            "SELECT count() FROM {own}.events WHERE public_key IN (SELECT public_key FROM remote('127.0.0.1', analytics.events, 'default', ''))"
+        ),
+        "SELECT count() FROM url('http://127.0.0.1:1/', TSV, 'x String')".to_owned(),
+        "SELECT * FROM file('/etc/passwd', TSV, 'x String')".to_owned(),
+        "SELECT count() FROM merge('analytics', '.*')".to_owned(),
+        "SELECT count() FROM numbers(10)".to_owned(),
+        "SELECT dictGetString('analytics', 'x', toUInt64(1))".to_owned(),
+        // Writes, schema changes, settings, other users' queries, the server itself.
+        format!("INSERT INTO {own}.events (public_key) VALUES ('pk_b')"),
+        format!("CREATE TABLE {own}.t (x UInt8) ENGINE = Memory"),
+        "CREATE TEMPORARY TABLE t (x UInt8)".to_owned(),
+        format!("DROP TABLE {own}.events"),
+        format!("ALTER TABLE {own}.events DELETE WHERE 1"),
+        format!("OPTIMIZE TABLE {own}.events FINAL"),
+        format!("RENAME TABLE {own}.events TO {own}.e2"),
+        format!("DETACH TABLE {own}.events"),
+        "CREATE DATABASE mine".to_owned(),
+        "SET readonly = 0".to_owned(),
+        "SET max_execution_time = 0".to_owned(),
+        "SELECT 1 SETTINGS max_memory_usage = 0".to_owned(),
+        "SYSTEM STOP MERGES".to_owned(),
+        "SYSTEM RELOAD CONFIG".to_owned(),
+        "SYSTEM SHUTDOWN".to_owned(),
+    ];
+    // Each again through the native format's favourite: a subquery in a view of theirs.
+    sql.push(format!(
+        "SELECT count() FROM {own}.experiment_results_over_time WHERE experiment_id IN \
+         (SELECT experiment_id FROM analytics.events)"
+    ));
+    sql
+}
+
 #[tokio::test]
-async fn an_analyst_reads_only_their_keys_rows_and_cannot_write() {
+async fn an_analyst_reads_only_their_keys_rows_by_every_path_within_caps() {
     let dir = tempfile::tempdir().expect("temporary folder");
     let root = dir.path().join("clickhouse");
     let (http, tcp) = (e2e::free_port(), e2e::free_port());
-    let root_s = root.display().to_string();
-    e2e::lib_sh(
-        "clickhouse_access_reader \"$1\" \"$2\" \"$3\"",
-        &[
-            &root_s,
-            &tcp.to_string(),
-            &dir.path().join("secrets/reader").display().to_string(),
-        ],
-    );
     let _server = e2e::ScriptedClickHouse::start(&root, http, tcp);
     let url = format!("http://127.0.0.1:{http}");
-    let admin = |sql: &'static str| {
+    let admin = |sql: String| {
         let url = url.clone();
-        async move { query(&url, "default", "", sql).await.expect(sql) }
+        async move {
+            query(&url, "default", "", &sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        }
     };
     let topology = consumer::topology::Topology::single(
         clickhouse::Client::default()
@@ -116,21 +255,27 @@ async fn an_analyst_reads_only_their_keys_rows_and_cannot_write() {
     consumer::schema::migrate_topology(&topology, "analytics", u32::MAX)
         .await
         .expect("migrated");
-    fill(&url).await;
+    fill(&url, 0).await;
+    admin(definitions("v1", false)).await;
+    admin(definitions("v2", true)).await;
     let users = root.join("users.d");
 
     // Refused before anything is sent: exit code 2 from the binary, nothing made.
     let bin = e2e::workspace_binary("analytics-access");
+    let grant_args = |password: &str, key: &str, extra: &[&str]| {
+        let mut args = vec!["grant", "--user", "alice", "--password"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>();
+        args.extend([password.to_owned(), "--key".to_owned(), key.to_owned()]);
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        args
+    };
     for bad in [
-        vec![
-            "grant",
-            "--user",
-            "alice",
-            "--password",
-            "short",
-            "--key",
-            "pk_a",
-        ],
+        grant_args("short", "pk_a", &[]),
+        grant_args("long enough!", "pk_a') OR 1 --", &[]),
+        grant_args("long enough!", "pk_a", &["--max-execution-secs", "0"]),
+        grant_args("long enough!", "pk_a", &["--max-memory-mib", "0"]),
         vec![
             "grant",
             "--user",
@@ -139,16 +284,10 @@ async fn an_analyst_reads_only_their_keys_rows_and_cannot_write() {
             "long enough!",
             "--key",
             "pk_a",
-        ],
-        vec![
-            "grant",
-            "--user",
-            "alice",
-            "--password",
-            "long enough!",
-            "--key",
-            "pk_a') OR 1 --",
-        ],
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect(),
     ] {
         let out = Command::new(&bin)
             .args(&bad)
@@ -159,158 +298,342 @@ async fn an_analyst_reads_only_their_keys_rows_and_cannot_write() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("refusing"));
     }
     assert_eq!(
-        admin("SELECT count() FROM system.databases WHERE name LIKE 'analyst%'").await,
+        admin("SELECT count() FROM system.databases WHERE name LIKE 'analyst%'".into()).await,
         "0"
     );
 
     let alice_pw = "alice's long password";
     let bob_pw = "bob's long password!";
-    grant(&url, &users, "alice", alice_pw, &["pk_a"]).await;
-    grant(&url, &users, "bob", bob_pw, &["pk_b"]).await;
+    let caps = [
+        "--max-execution-secs",
+        "3",
+        "--max-concurrent-queries",
+        "2",
+        "--max-result-rows",
+        "1000",
+        "--max-memory-mib",
+        "256",
+    ];
+    grant(&url, &users, "alice", alice_pw, &["pk_a"], &caps).await;
+    grant(&url, &users, "bob", bob_pw, &["pk_b"], &caps).await;
     assert_eq!(
         access_run(&url, &users, &["list"]).await,
         "alice\tpk_a\nbob\tpk_b\n"
     );
+    // Rows that arrive after the grant reach the copies too.
+    fill(&url, 1).await;
+    admin(definitions("v3", true)).await;
 
     // Every table and view with a public_key, as the analyst sees it and as the operator
-    // sees the key's rows: the same rows (an order-free digest of each whole row).
+    // sees the key's rows: the same rows.
     let tables = admin(
         "SELECT DISTINCT table FROM system.columns WHERE database = 'analytics' \
-         AND name = 'public_key' AND NOT startsWith(table, '.inner') ORDER BY table",
+         AND name = 'public_key' AND NOT startsWith(table, '.inner') ORDER BY table"
+            .into(),
     )
     .await;
     let tables: Vec<&str> = tables.lines().collect();
     for expected in [
         "events",
         "experiment_results",
+        "experiment_results_over_time",
         "experiment_visitors",
         "experiment_variant_counts",
     ] {
         assert!(tables.contains(&expected), "{expected} in {tables:?}");
     }
-    for (user, password, key, other) in [
-        ("alice", alice_pw, "pk_a", "pk_b"),
-        ("bob", bob_pw, "pk_b", "pk_a"),
+    for (user, password, key, other, other_user) in [
+        ("alice", alice_pw, "pk_a", "pk_b", "bob"),
+        ("bob", bob_pw, "pk_b", "pk_a", "alice"),
     ] {
         let mut rows_seen = 0;
         for table in &tables {
-            let digest = |from: String| {
-                format!("SELECT count(), sum(cityHash64(toString(tuple(*)))) FROM {from}")
+            let engine = admin(format!(
+                "SELECT engine FROM system.tables WHERE database = 'analytics' AND name = '{table}'"
+            ))
+            .await;
+            let final_ = if engine.contains("MergeTree") {
+                " FINAL"
+            } else {
+                ""
             };
             let theirs = query(
                 &url,
                 user,
                 password,
-                &digest(format!("analyst_{user}.{table}")),
+                &digest(&format!("analyst_{user}.{table}{final_}")),
             )
             .await
             .unwrap_or_else(|e| panic!("{user} reads {table}: {e}"));
-            let truth = query(
-                &url,
-                "default",
-                "",
-                &digest(format!("analytics.{table} WHERE public_key = '{key}'")),
-            )
-            .await
-            .expect("operator reads");
+            let truth = admin(digest(&format!(
+                "analytics.{table}{final_} WHERE public_key = '{key}'"
+            )))
+            .await;
             assert_eq!(theirs, truth, "{user}'s {table}");
             rows_seen += theirs
                 .split('\t')
                 .next()
                 .and_then(|n| n.parse::<u64>().ok())
                 .expect("a count");
-            let others = query(
+        }
+        assert!(rows_seen > 0, "{user} saw no rows at all");
+        // The definitions of their keys' experiments: listed, and those of before the
+        // keys were recorded whose events they have; never the other site's.
+        let experiment = if user == "alice" { "exp_a" } else { "exp_b" };
+        assert_eq!(
+            query(
                 &url,
                 user,
                 password,
-                &format!(
-                    "SELECT count() FROM analyst_{user}.{table} FINAL WHERE public_key = '{other}'"
-                ),
+                &digest(&format!("analyst_{user}.experiment_variants FINAL"))
             )
-            .await;
-            // FINAL is refused on a Distributed table over a view, or finds nothing.
-            assert!(
-                matches!(others.as_deref(), Ok("0") | Err(_)),
-                "{user} {table} FINAL: {others:?}"
-            );
-        }
-        assert!(rows_seen > 0, "{user} saw no rows at all");
+            .await
+            .as_deref(),
+            Ok(admin(digest(&format!(
+                "analytics.experiment_variants FINAL WHERE experiment_id = '{experiment}'"
+            )))
+            .await
+            .as_str()),
+            "{user}'s definitions"
+        );
+        refused_all(
+            &url,
+            user,
+            password,
+            other,
+            &attacks(&format!("analyst_{user}"), other_user),
+        )
+        .await;
+        // What the system tables show of the other databases: nothing.
         for sql in [
-            "SELECT count() FROM analytics.events".to_owned(),
-            "SELECT count() FROM analytics.experiment_results".to_owned(),
-            "SELECT count() FROM analytics_access.grants".to_owned(),
-            format!("SELECT count() FROM analytics_access.{user}__events"),
-            format!(
-                "SELECT count() FROM analyst_{}.events",
-                if user == "alice" { "bob" } else { "alice" }
-            ),
-            "SELECT count() FROM remote('127.0.0.1', analytics.events)".to_owned(),
-            "SELECT count() FROM url('http://127.0.0.1:1/', TSV, 'x String')".to_owned(),
-            "SELECT count() FROM merge('analytics', '.*')".to_owned(),
-            format!("INSERT INTO analyst_{user}.events (public_key) VALUES ('{other}')"),
-            format!("CREATE TABLE analyst_{user}.t (x UInt8) ENGINE = Memory"),
-            format!("DROP TABLE analyst_{user}.events"),
-            format!("ALTER TABLE analyst_{user}.events DELETE WHERE 1"),
-            "SET readonly = 0".to_owned(),
-            "CREATE DATABASE mine".to_owned(),
-        ] {
-            let refused = query(&url, user, password, &sql).await;
-            assert!(refused.is_err(), "{user} ran {sql}: {refused:?}");
-        }
-        // What the system tables show of the analysts' database: nothing.
-        for sql in [
-            "SELECT count() FROM system.tables WHERE database IN ('analytics', 'analytics_access')",
-            "SELECT count() FROM system.parts WHERE database IN ('analytics', 'analytics_access')",
-            "SELECT count() FROM system.columns WHERE database IN ('analytics', 'analytics_access')",
-            "SELECT count() FROM system.mutations",
+            "SELECT count() FROM system.tables WHERE database != 'system' AND database != "
+                .to_owned()
+                + &format!("'analyst_{user}'"),
+            "SELECT count() FROM system.parts WHERE database != ".to_owned()
+                + &format!("'analyst_{user}'"),
+            "SELECT count() FROM system.columns WHERE database NOT IN ('system', ".to_owned()
+                + &format!("'analyst_{user}')"),
+            "SELECT count() FROM system.mutations".to_owned(),
         ] {
             assert_eq!(
-                query(&url, user, password, sql).await.as_deref(),
+                query(&url, user, password, &sql).await.as_deref(),
                 Ok("0"),
                 "{user}: {sql}"
             );
         }
     }
-    assert_eq!(
+    // Another user's query cannot be killed.
+    let operator = {
+        let url = url.clone();
+        tokio::spawn(async move { query(&url, "default", "", "SELECT sleep(2)").await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let kill = query(
+        &url,
+        "alice",
+        alice_pw,
+        "KILL QUERY WHERE user = 'default' SYNC",
+    )
+    .await;
+    assert!(kill.is_err(), "{kill:?}");
+    assert!(
+        operator.await.expect("joined").is_ok(),
+        "the operator's query was killed"
+    );
+    assert!(
         query(&url, "alice", "wrong password!!", "SELECT 1")
             .await
-            .ok(),
-        None,
+            .is_err(),
         "a wrong password is let in"
     );
 
-    // A second key for alice; bob revoked: refused, his database and views gone.
-    grant(&url, &users, "alice", alice_pw, &["pk_a", "pk_b"]).await;
+    // The caps: time, result size, memory, settings that would lift them.
+    for (sql, expected) in [
+        ("SELECT count() FROM system.numbers", "Timeout exceeded"),
+        (
+            "SELECT number FROM system.numbers LIMIT 5000",
+            "Limit for result",
+        ),
+        (
+            "SELECT length(groupArray(number)) FROM (SELECT number FROM system.numbers LIMIT 200000000)",
+            "Memory limit",
+        ),
+    ] {
+        let started = Instant::now();
+        let answer = query(&url, "alice", alice_pw, sql).await;
+        assert!(
+            answer.as_ref().is_err_and(|e| e.contains(expected)),
+            "{sql}: {answer:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{sql} ran {:?}",
+            started.elapsed()
+        );
+    }
+    for params in [
+        "max_execution_time=0",
+        "readonly=0",
+        "max_memory_usage=0",
+        "max_concurrent_queries_for_user=0",
+    ] {
+        let answer = query(&format!("{url}/?{params}"), "alice", alice_pw, "SELECT 1").await;
+        assert!(answer.is_err(), "{params}: {answer:?}");
+    }
+
+    // 100 long queries at once from one analyst while the consumer inserts: the analyst gets
+    // their two, the others are refused at once, and the operators and the consumer go on.
+    let long = (0..100).map(|_| {
+        let url = url.clone();
+        tokio::spawn(async move {
+            query(
+                &url,
+                "alice",
+                alice_pw,
+                "SELECT count() FROM system.numbers",
+            )
+            .await
+        })
+    });
+    let long: Vec<_> = long.collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let operator = query(&url, "default", "", "SELECT 1").await;
+    fill(&url, 2).await;
+    let mut refused = 0;
+    for task in long {
+        let answer = task.await.expect("joined");
+        let text = answer.expect_err("every long query fails (timeout or refusal)");
+        if text.contains("Too many simultaneous queries") {
+            refused += 1;
+        } else {
+            assert!(text.contains("Timeout exceeded"), "{text}");
+        }
+    }
+    println!(
+        "100 concurrent analyst queries: {refused} refused at once, {} ran to the cap",
+        100 - refused
+    );
+    assert!(refused >= 98, "{refused} refused");
+    assert_eq!(
+        operator.as_deref(),
+        Ok("1"),
+        "the operator's query while the analyst floods"
+    );
+
+    // A client that goes: its query ends by the cap, not by itself.
+    let abandoned = reqwest::Client::new()
+        .post(&url)
+        .basic_auth("alice", Some(alice_pw))
+        .timeout(Duration::from_millis(500))
+        .body("SELECT count() FROM system.numbers")
+        .send()
+        .await;
+    assert!(abandoned.is_err(), "{abandoned:?}");
+    let gone = Instant::now();
+    let running = admin("SELECT count() FROM system.processes WHERE user = 'alice'".into()).await;
+    assert_eq!(running, "1", "the abandoned query runs");
+    loop {
+        let running =
+            admin("SELECT count() FROM system.processes WHERE user = 'alice'".into()).await;
+        if running == "0" {
+            break;
+        }
+        assert!(
+            gone.elapsed() < Duration::from_secs(8),
+            "an abandoned query still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!(
+        "an abandoned analyst query ended {:?} after its client left",
+        gone.elapsed()
+    );
+
+    // An hourly quota: the sixth query of the hour is refused.
+    let carol_pw = "carol's long password";
+    grant(
+        &url,
+        &users,
+        "carol",
+        carol_pw,
+        &["pk_a"],
+        &["--queries-per-hour", "5"],
+    )
+    .await;
+    let mut answers = Vec::new();
+    for _ in 0..8 {
+        answers.push(query(&url, "carol", carol_pw, "SELECT 1").await);
+    }
+    assert!(
+        answers
+            .iter()
+            .any(|a| a.as_ref().is_err_and(|e| e.contains("Quota"))),
+        "{answers:?}"
+    );
+
+    // Erasure reaches the copies: a pk_a visitor is gone from alice's and carol's.
+    let visitor = "pk_a_v0_0";
+    let erase = tools::erase::EraseConfig::parse_from([
+        "analytics-erase",
+        &format!("--clickhouse-url={url}"),
+        &format!("--visitor-id={visitor}"),
+    ]);
+    let subject = tools::erase::Subject::parse(&erase).expect("an id");
+    let erased = tools::erase::erase(&erase, &subject).await.expect("erased");
+    assert!(
+        erased
+            .rows
+            .iter()
+            .any(|(t, n)| t == "analyst_alice.events" && *n > 0),
+        "{erased:?}"
+    );
+    for copy in ["analyst_alice", "analyst_carol", "analytics"] {
+        for table in ["events", "experiment_visitors"] {
+            assert_eq!(
+                admin(format!(
+                    "SELECT count() FROM {copy}.{table} WHERE visitor_id = '{visitor}'"
+                ))
+                .await,
+                "0",
+                "{copy}.{table}"
+            );
+        }
+    }
+
+    // A second key for alice: her copy made anew, with both sites' rows.
+    grant(&url, &users, "alice", alice_pw, &["pk_a", "pk_b"], &[]).await;
     assert_eq!(
         query(
             &url,
             "alice",
             alice_pw,
-            "SELECT count() FROM analyst_alice.events"
+            &digest("analyst_alice.events FINAL")
         )
         .await,
-        query(&url, "default", "", "SELECT count() FROM analytics.events").await
+        Ok(admin(digest("analytics.events FINAL")).await)
     );
+    // Bob revoked: refused, his copy and feeds gone.
     access_run(&url, &users, &["revoke", "--user", "bob"]).await;
     assert!(
         query(&url, "bob", bob_pw, "SELECT 1").await.is_err(),
         "bob is still let in"
     );
     assert_eq!(
-        admin("SELECT count() FROM system.tables WHERE database = 'analyst_bob' OR (database = 'analytics_access' AND startsWith(name, 'bob__'))").await,
+        admin("SELECT count() FROM system.tables WHERE database = 'analyst_bob' OR (database = 'analytics_access' AND startsWith(name, 'bob__'))".into()).await,
         "0"
     );
     assert_eq!(
         access_run(&url, &users, &["list"]).await,
-        "alice\tpk_a,pk_b\n"
+        "alice\tpk_a,pk_b\ncarol\tpk_a\n"
     );
     // Revoking again changes nothing and succeeds.
     access_run(&url, &users, &["revoke", "--user", "bob"]).await;
 }
 
-/// The same on the test cluster (two shards of two replicas, `scripts/test` starts it with
-/// the reader): through any of the four servers, the analyst reads their key's rows of
-/// every shard, and nothing of the analysts' database.
+/// The same on the test cluster (two shards of two replicas, `scripts/test` starts it):
+/// through any of the four servers, the analyst reads their key's rows of every shard,
+/// stored before the grant and inserted after, from a copy of their own, and no subquery
+/// reaches beyond it on any server.
 #[tokio::test]
 async fn cluster_an_analyst_reads_only_their_keys_rows_from_every_server() {
     let url = std::env::var("TEST_CLICKHOUSE_CLUSTER_URL").unwrap_or_else(|_| {
@@ -346,16 +669,22 @@ async fn cluster_an_analyst_reads_only_their_keys_rows_from_every_server() {
     consumer::schema::migrate_topology(&topology, &database, u32::MAX)
         .await
         .expect("migrated");
-    for (key, n) in [("pk_a", 7), ("pk_b", 5)] {
-        let sql = format!(
-            "INSERT INTO {database}.events (event_id, received_at, public_key, session_id, \
-             visitor_id, event_name, experiment_id, variant_id) SELECT generateUUIDv4(), now(), \
-             '{key}', concat('s', toString(number)), concat('{key}_v', toString(number)), \
-             'impression', 'exp', 'a' FROM system.numbers LIMIT {n}"
-        );
+    let insert = |key: &'static str, n: u32, round: u32| {
+        let database = database.clone();
         let url = format!("{}/?insert_distributed_sync=1", servers[0]);
-        query(&url, "default", "", &sql).await.expect("inserted");
-    }
+        async move {
+            let sql = format!(
+                "INSERT INTO {database}.events (event_id, received_at, public_key, session_id, \
+                 visitor_id, event_name, experiment_id, variant_id) SELECT generateUUIDv4(), \
+                 now(), '{key}', concat('s', toString(number)), \
+                 concat('{key}_v{round}_', toString(number)), 'impression', 'exp', 'a' \
+                 FROM system.numbers LIMIT {n}"
+            );
+            query(&url, "default", "", &sql).await.expect("inserted");
+        }
+    };
+    insert("pk_a", 7, 0).await;
+    insert("pk_b", 5, 0).await;
     run(&config(&[
         "grant",
         "--user",
@@ -367,23 +696,49 @@ async fn cluster_an_analyst_reads_only_their_keys_rows_from_every_server() {
     ]))
     .await
     .expect("granted");
+    // After the grant, on both shards (the feeds run where the rows land).
+    insert("pk_a", 11, 1).await;
+    insert("pk_b", 13, 1).await;
+    let own = format!("analyst_{user}");
     for server in &servers {
-        let seen = query(
+        let sql =
+            format!("SELECT uniqExact(event_id), countIf(public_key != 'pk_a') FROM {own}.events");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let seen = query(server, &user, password, &sql).await;
+            if seen.as_deref() == Ok("18\t0") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "through {server}: {seen:?}");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let results = query(
             server,
             &user,
             password,
-            &format!("SELECT count(), countIf(public_key != 'pk_a') FROM analyst_{user}.events"),
+            &format!("SELECT sum(exposed) FROM {own}.experiment_variant_counts"),
         )
         .await;
-        assert_eq!(seen.as_deref(), Ok("7\t0"), "through {server}");
-        let other = query(
-            server,
-            &user,
-            password,
-            &format!("SELECT count() FROM {database}.events"),
-        )
-        .await;
-        assert!(other.is_err(), "{server}: {other:?}");
+        assert_eq!(results.as_deref(), Ok("18"), "results through {server}");
+        for sql in [
+            format!("SELECT count() FROM {database}.events"),
+            format!(
+                "SELECT count() FROM {own}.events WHERE public_key IN (SELECT public_key FROM {database}.events_local)"
+            ),
+            format!(
+                "SELECT count() FROM {own}.events WHERE public_key IN (SELECT public_key FROM {database}.events)"
+            ),
+            format!(
+                "SELECT toUInt8((SELECT any(visitor_id) FROM {database}.events_local WHERE public_key = 'pk_b'))"
+            ),
+            format!("SELECT count() FROM cluster('analytics', {database}.events_local)"),
+        ] {
+            let answer = query(server, &user, password, &sql).await;
+            assert!(
+                answer.as_ref().is_err_and(|e| !e.contains("pk_b_v")),
+                "{server}: {sql}: {answer:?}"
+            );
+        }
     }
     run(&config(&["revoke", "--user", &user]))
         .await
@@ -393,5 +748,13 @@ async fn cluster_an_analyst_reads_only_their_keys_rows_from_every_server() {
             query(server, &user, password, "SELECT 1").await.is_err(),
             "{server}"
         );
+        let left = query(
+            server,
+            "default",
+            "",
+            &format!("SELECT count() FROM system.databases WHERE name = '{own}'"),
+        )
+        .await;
+        assert_eq!(left.as_deref(), Ok("0"), "{server}");
     }
 }

@@ -147,6 +147,7 @@ fn access_statements_parse_on_modern_clickhouse() {
             "CREATE ROLE",
             "CREATE USER",
             "ALTER USER",
+            "CREATE QUOTA",
             "GRANT",
             "REVOKE",
             "CREATE ROW POLICY",
@@ -155,7 +156,17 @@ fn access_statements_parse_on_modern_clickhouse() {
         .iter()
         .any(|p| sql.starts_with(p))
     };
-    assert!(access.iter().filter(|s| parse_only(s)).count() >= 3 * tables.len() + 6);
+    assert!(access.iter().filter(|s| parse_only(s)).count() >= 3 * tables.len() + 7);
+    // The analyst's caps are their settings, fixed by readonly, with an hourly quota.
+    assert!(access.iter().any(|s| s.starts_with("ALTER USER alice")
+        && s.contains("max_execution_time = 60")
+        && s.contains("max_concurrent_queries_for_user = 4")
+        && s.contains("cancel_http_readonly_queries_on_client_close = 1")));
+    assert!(
+        access
+            .iter()
+            .any(|s| s.starts_with("CREATE QUOTA OR REPLACE alice"))
+    );
     statements.extend(access.iter().map(|sql| once(sql, parse_only(sql))));
     check("single", &statements);
 }

@@ -1,20 +1,25 @@
 //! The `analytics-access` command: read-only ClickHouse users for analysts, each seeing the
-//! rows of the public keys granted to them and nothing else.
+//! rows of the public keys granted to them and nothing else, within caps on time, memory,
+//! concurrency and result size.
 //!
 //! Two mechanisms, chosen per server by [`ServerCaps::has_sql_access`] as the migrations
 //! choose theirs:
-//! - **SQL access control** (modern servers): a user with `readonly = 1`, `SELECT` on each
-//!   table and view of the analysts' database that has a `public_key` column, and a row
-//!   policy on each that keeps the granted keys. Other users keep every row through a
-//!   permissive policy for all but the role `analytics_analyst`.
-//! - **18.x** has no grants and ignores users.xml row filters. The analyst gets a database
-//!   of their own, `analyst_NAME`, that only they may read (`allow_databases`), holding for
-//!   each such table a Distributed table that reads, through the cluster `analytics_access`
-//!   (the server itself, as the read-only user `access_reader`: `scripts/lib.sh`
-//!   `clickhouse_access_reader`), the view `analytics_access.NAME__TABLE`, which keeps the
-//!   rows of the keys in `analytics_access.grants`. The analyst's profile is
-//!   `readonly = 1`: no writes, DDL, settings or table functions. The user itself is a file
-//!   in the server's `users.d`, which the server reads within seconds.
+//! - **SQL access control** (modern servers): a user with `readonly = 1` and the caps as
+//!   its settings, an hourly quota, `SELECT` on each table and view of the analysts'
+//!   database that has a `public_key` column, and a row policy on each that keeps the
+//!   granted keys. Other users keep every row through a permissive policy for all but the
+//!   role `analytics_analyst`.
+//! - **18.x** has no grants and ignores users.xml row filters, and anything that reads on
+//!   the analyst's behalf with more rights (a Distributed table read as another user) runs
+//!   the analyst's subqueries with those rights. So the analyst reads plain tables and
+//!   views of their own and nothing else: a database `analyst_NAME` (`allow_databases`),
+//!   a copy of the analysts' schema ([`consumer::schema::migrate_copy`]: replicated whole
+//!   to every server of a cluster), filled with their keys' rows by materialized views on
+//!   each server (the feeds, in `analytics_access`, which no analyst reads) and, at grant,
+//!   with the rows already stored. Its views run with the analyst's own rights. The user,
+//!   their profile (`readonly = 1` and the caps) and their quota are a file in the
+//!   server's `users.d`, which the server reads within seconds. A grant makes the copy
+//!   anew; a revocation drops it.
 //!
 //! Either way, `analytics_access.grants` records every grant and revocation (`list` reads
 //! it), and the command waits until the server lets the analyst in (or, for a revocation,
@@ -26,7 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clickhouse::Client;
 use consumer::schema::ServerCaps;
-use consumer::topology::{Server, Topology};
+use consumer::topology::{LOCAL_SUFFIX, Server, Topology};
 use sha2::{Digest, Sha256};
 
 /// Grants, revokes and lists analysts' access.
@@ -81,6 +86,8 @@ pub enum AccessCommand {
         /// A public key whose rows they see (pk_...); repeat it for several sites.
         #[arg(long = "key", required = true)]
         keys: Vec<String>,
+        #[command(flatten)]
+        caps: Caps,
     },
     /// Removes the analyst's user and everything made for it.
     Revoke {
@@ -89,6 +96,73 @@ pub enum AccessCommand {
     },
     /// Prints every analyst and their keys.
     List,
+}
+
+/// What one analyst may take of the servers, so that no analyst can hold up the others,
+/// the consumer's inserts or the operators. Every cap is at least 1 (ClickHouse reads 0 as
+/// no limit).
+#[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
+pub struct Caps {
+    /// Longest run of one query, in seconds: then it fails. It also ends the query of a
+    /// client that has gone (on 18.x, which cannot tell over HTTP).
+    #[arg(long, default_value_t = 60)]
+    pub max_execution_secs: u64,
+    /// Most memory of one query, and of all the analyst's queries together, in MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub max_memory_mib: u64,
+    /// Most queries of the analyst running at once: more are refused at once.
+    #[arg(long, default_value_t = 4)]
+    pub max_concurrent_queries: u64,
+    /// Most rows in one answer (more fail the query); its bytes are capped at the memory.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub max_result_rows: u64,
+    /// Most queries per hour.
+    #[arg(long, default_value_t = 3600)]
+    pub queries_per_hour: u64,
+    /// Most seconds of execution per hour, all queries added.
+    #[arg(long, default_value_t = 1800)]
+    pub execution_secs_per_hour: u64,
+}
+
+impl Caps {
+    /// The analyst's settings: read-only (no writes, DDL, settings or table functions)
+    /// within the caps.
+    fn settings(&self) -> Vec<(&'static str, String)> {
+        let bytes = self.max_memory_mib * 1024 * 1024;
+        vec![
+            ("readonly", "1".to_owned()),
+            ("max_execution_time", self.max_execution_secs.to_string()),
+            ("timeout_overflow_mode", "throw".to_owned()),
+            ("max_memory_usage", bytes.to_string()),
+            ("max_memory_usage_for_user", bytes.to_string()),
+            (
+                "max_concurrent_queries_for_user",
+                self.max_concurrent_queries.to_string(),
+            ),
+            ("max_result_rows", self.max_result_rows.to_string()),
+            ("max_result_bytes", bytes.to_string()),
+            ("result_overflow_mode", "throw".to_owned()),
+        ]
+    }
+
+    fn check(&self) -> Result<(), Refused> {
+        let caps = [
+            ("--max-execution-secs", self.max_execution_secs),
+            ("--max-memory-mib", self.max_memory_mib),
+            ("--max-concurrent-queries", self.max_concurrent_queries),
+            ("--max-result-rows", self.max_result_rows),
+            ("--queries-per-hour", self.queries_per_hour),
+            ("--execution-secs-per-hour", self.execution_secs_per_hour),
+        ];
+        match caps.iter().find(|(_, v)| *v == 0 || *v > 1 << 40) {
+            Some((what, value)) => Err(Refused {
+                what,
+                value: value.to_string(),
+                reason: "a cap is from 1 to 2^40 (0 would mean no limit)",
+            }),
+            None => Ok(()),
+        }
+    }
 }
 
 /// A name, password or key the command refuses.
@@ -179,9 +253,11 @@ pub fn check(command: &AccessCommand) -> Result<(), Refused> {
             user,
             password,
             keys,
+            caps,
         } => {
             check_user(user)?;
             check_password(password)?;
+            caps.check()?;
             keys.iter().try_for_each(|key| check_key(key))
         }
         AccessCommand::Revoke { user } => check_user(user),
@@ -238,15 +314,32 @@ pub fn sql_grant(
     user: &str,
     password: &str,
     keys: &[String],
+    caps: &Caps,
 ) -> Vec<String> {
     let hash = sha256_hex(password);
+    // A client that has gone takes its query with it.
+    let mut settings = caps.settings();
+    settings.push((
+        "cancel_http_readonly_queries_on_client_close",
+        "1".to_owned(),
+    ));
+    let settings = settings
+        .iter()
+        .map(|(name, value)| format!("{name} = {value}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut sql = vec![
         format!("CREATE ROLE IF NOT EXISTS {ANALYST_ROLE}"),
         format!(
             "CREATE USER IF NOT EXISTS {user} IDENTIFIED WITH sha256_hash BY '{hash}' \
              SETTINGS readonly = 1"
         ),
-        format!("ALTER USER {user} IDENTIFIED WITH sha256_hash BY '{hash}'"),
+        format!("ALTER USER {user} IDENTIFIED WITH sha256_hash BY '{hash}' SETTINGS {settings}"),
+        format!(
+            "CREATE QUOTA OR REPLACE {user} FOR INTERVAL 1 hour MAX queries = {}, \
+             execution_time = {} TO {user}",
+            caps.queries_per_hour, caps.execution_secs_per_hour
+        ),
         format!("REVOKE ALL ON *.* FROM {user}"),
         format!("GRANT {ANALYST_ROLE} TO {user}"),
         format!("ALTER USER {user} DEFAULT ROLE {ANALYST_ROLE}"),
@@ -268,7 +361,10 @@ pub fn sql_grant(
 
 /// SQL access control: what a revocation sends to each server.
 pub fn sql_revoke(database: &str, tables: &[String], user: &str) -> Vec<String> {
-    let mut sql = vec![format!("DROP USER IF EXISTS {user}")];
+    let mut sql = vec![
+        format!("DROP USER IF EXISTS {user}"),
+        format!("DROP QUOTA IF EXISTS {user}"),
+    ];
     for table in tables {
         sql.push(format!(
             "DROP ROW POLICY IF EXISTS {user} ON {database}.{table}"
@@ -277,54 +373,130 @@ pub fn sql_revoke(database: &str, tables: &[String], user: &str) -> Vec<String> 
     sql
 }
 
-/// 18.x: the analyst's database, and for each table the view that keeps their keys'
-/// rows and the Distributed table that reads it as `access_reader`. Made again on each
-/// grant, so that a new column or table reaches the analyst. `GLOBAL IN`: in a cluster the
-/// keys are read once, on the server the analyst asked, not on each shard.
-fn legacy_grant(database: &str, tables: &[String], user: &str, existing: &[String]) -> Vec<String> {
-    let own = format!("analyst_{user}");
-    let mut sql = vec![format!("CREATE DATABASE IF NOT EXISTS {own}")];
-    for table in existing.iter().filter(|t| !tables.contains(t)) {
-        sql.push(format!("DROP TABLE IF EXISTS {own}.{table}"));
-        sql.push(format!("DROP TABLE IF EXISTS {ACCESS_DB}.{user}__{table}"));
-    }
-    for table in tables {
-        let view = format!("{user}__{table}");
-        sql.extend([
-            format!("DROP TABLE IF EXISTS {own}.{table}"),
-            format!("DROP TABLE IF EXISTS {ACCESS_DB}.{view}"),
+/// 18.x: the analyst's own database, a copy of the analysts' schema.
+fn copy_of(user: &str) -> String {
+    format!("{}{user}", crate::erase::COPY_PREFIX)
+}
+
+/// 18.x: the tables of the copy that a feed fills from the table of the same name in the
+/// analysts' database, and which of its rows: `{keys}` is the granted keys' list. `events`
+/// is read on each server from its own shard's part.
+const FED: &[(&str, &str)] = &[
+    ("events", "public_key IN ({keys})"),
+    // The experiments of the analyst's keys; the rows of an experiment written before the
+    // keys were recorded (none listed) go to whoever has its events, at grant.
+    ("experiment_variants", "hasAny(public_keys, [{keys}])"),
+    // The operators' tuning of the statistics: no site's data.
+    ("results_settings", "1"),
+];
+
+/// 18.x: a feed, the materialized view in `analytics_access` named `USER__TABLE` that
+/// copies rows into the analyst's copy as they are inserted.
+fn feed_name(user: &str, table: &str) -> String {
+    format!("{ACCESS_DB}.{user}__{table}")
+}
+
+/// 18.x: what makes the feeds on one server. `columns` gives each fed table's columns as
+/// the copy has them (a materialized view of 18.x fills its target by position). The
+/// aggregate `experiment_visitors` gets a feed of its own: 18.x does not run the copy's
+/// materialized views for rows that a feed writes.
+fn legacy_feeds(
+    caps: ServerCaps,
+    cluster: Option<&str>,
+    database: &str,
+    user: &str,
+    keys: &[String],
+    columns: &dyn Fn(&str) -> String,
+) -> Vec<String> {
+    let copy = copy_of(user);
+    let local = if cluster.is_some() { LOCAL_SUFFIX } else { "" };
+    let keys = key_list(keys);
+    let mut sql: Vec<String> = FED
+        .iter()
+        .map(|(table, filter)| {
+            let from = if *table == "events" {
+                format!("{table}{local}")
+            } else {
+                (*table).to_owned()
+            };
+            let cols = columns(table);
             format!(
-                "CREATE VIEW {ACCESS_DB}.{view} AS SELECT * FROM {database}.{table} \
-                 WHERE public_key GLOBAL IN (SELECT arrayJoin(keys) FROM {ACCESS_DB}.grants FINAL \
-                 WHERE user = '{user}' AND revoked = 0)"
-            ),
-            format!(
-                "CREATE TABLE {own}.{table} AS {ACCESS_DB}.{view} \
-                 ENGINE = Distributed({ACCESS_DB}, {ACCESS_DB}, {view})"
-            ),
-        ]);
-    }
+                "CREATE MATERIALIZED VIEW {} TO {copy}.{table} AS SELECT {cols} \
+                 FROM {database}.{from} WHERE {}",
+                feed_name(user, table),
+                filter.replace("{keys}", &keys)
+            )
+        })
+        .collect();
+    sql.push(format!(
+        "CREATE MATERIALIZED VIEW {} TO {copy}.experiment_visitors AS {}",
+        feed_name(user, "experiment_visitors"),
+        consumer::schema::visitors_select(
+            caps,
+            cluster,
+            database,
+            &format!("public_key IN ({keys})")
+        )
+    ));
     sql
 }
 
-fn legacy_revoke(user: &str, views: &[String]) -> Vec<String> {
-    let mut sql = vec![format!("DROP DATABASE IF EXISTS analyst_{user}")];
-    for view in views {
-        sql.push(format!("DROP TABLE IF EXISTS {ACCESS_DB}.{view}"));
-    }
-    sql
+/// 18.x: what fills the copy with the rows stored before its feeds, once (a cluster
+/// replicates the copy to every server). The copy's own materialized view builds its
+/// `experiment_visitors` from the events inserted. A row inserted between the feeds and
+/// this is copied twice, which the copy's tables absorb as the analysts' database absorbs
+/// a redelivery (`FINAL`, aggregates).
+fn legacy_backfill(
+    database: &str,
+    user: &str,
+    keys: &[String],
+    columns: &dyn Fn(&str) -> String,
+) -> Vec<String> {
+    let copy = copy_of(user);
+    let keys = key_list(keys);
+    FED.iter()
+        .map(|(table, filter)| {
+            let mut filter = filter.replace("{keys}", &keys);
+            if *table == "experiment_variants" {
+                filter = format!(
+                    "{filter} OR (empty(public_keys) AND experiment_id IN \
+                     (SELECT DISTINCT experiment_id FROM {database}.events \
+                     WHERE public_key IN ({keys})))"
+                );
+            }
+            let cols = columns(table);
+            format!(
+                "INSERT INTO {copy}.{table} ({cols}) SELECT {cols} FROM {database}.{table} \
+                 WHERE {filter}"
+            )
+        })
+        .collect()
 }
 
-/// 18.x: the analyst's users.d file.
-fn legacy_user_file(user: &str, password: &str) -> String {
+/// 18.x: the analyst's users.d file: the user, who may read their copy only, their
+/// profile (read-only, capped) and their hourly quota, all named after them.
+fn legacy_user_file(user: &str, password: &str, caps: &Caps) -> String {
+    let settings: String = caps
+        .settings()
+        .iter()
+        .map(|(name, value)| format!("<{name}>{value}</{name}>"))
+        .collect();
     format!(
-        "<?xml version=\"1.0\"?>\n<!-- analytics-access grant: do not edit -->\n\
-         <yandex><users><{user}>\n  <password_sha256_hex>{}</password_sha256_hex>\n  \
+        "<?xml version=\"1.0\"?>\n<!-- analytics-access grant: do not edit -->\n<yandex>\n\
+         <profiles><analyst_{user}>{settings}</analyst_{user}></profiles>\n\
+         <quotas><analyst_{user}><interval><duration>3600</duration>\
+         <queries>{}</queries><errors>0</errors><result_rows>0</result_rows>\
+         <read_rows>0</read_rows><execution_time>{}</execution_time>\
+         </interval></analyst_{user}></quotas>\n\
+         <users><{user}>\n  <password_sha256_hex>{}</password_sha256_hex>\n  \
          <networks><ip>::/0</ip></networks>\n  \
-         <profile>analytics_analyst</profile><quota>default</quota>\n  \
-         <allow_databases><database>analyst_{user}</database></allow_databases>\n\
+         <profile>analyst_{user}</profile><quota>analyst_{user}</quota>\n  \
+         <allow_databases><database>{}</database></allow_databases>\n\
          </{user}></users></yandex>\n",
-        sha256_hex(password)
+        caps.queries_per_hour,
+        caps.execution_secs_per_hour,
+        sha256_hex(password),
+        copy_of(user),
     )
 }
 
@@ -336,9 +508,21 @@ fn user_file(dir: &Path, user: &str) -> PathBuf {
 fn write_atomically(path: &Path, contents: &str) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let tmp = path.with_extension("xml.new");
+    let dir = path.parent().unwrap_or(Path::new("."));
+    if !dir.exists() {
+        // A server's first analyst: its users.d, owned as the server's folder is.
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot make {}", dir.display()))?;
+        let server = std::fs::metadata(dir.parent().unwrap_or(Path::new(".")))?;
+        std::os::unix::fs::chown(
+            dir,
+            Some(std::os::unix::fs::MetadataExt::uid(&server)),
+            Some(std::os::unix::fs::MetadataExt::gid(&server)),
+        )
+        .ok();
+    }
     std::fs::write(&tmp, contents).with_context(|| format!("cannot write {}", tmp.display()))?;
     // The server (its own user) must read it: give it the folder's owner.
-    let folder = std::fs::metadata(path.parent().unwrap_or(Path::new(".")))?;
+    let folder = std::fs::metadata(dir)?;
     std::os::unix::fs::chown(
         &tmp,
         Some(std::os::unix::fs::MetadataExt::uid(&folder)),
@@ -372,6 +556,89 @@ async fn record(server: &Server, user: &str, keys: &[String], revoked: bool) -> 
         u8::from(revoked)
     );
     run_all(server, &[sql]).await
+}
+
+/// The columns of `database.table` that an insert writes (not `MATERIALIZED` or `ALIAS`),
+/// in the table's order, as a list for SQL.
+async fn insert_columns(server: &Server, database: &str, table: &str) -> anyhow::Result<String> {
+    let names: Vec<String> = server
+        .client
+        .query(
+            "SELECT name FROM system.columns WHERE database = ? AND table = ? \
+             AND default_kind NOT IN ('MATERIALIZED', 'ALIAS')",
+        )
+        .bind(database)
+        .bind(table)
+        .fetch_all()
+        .await
+        .with_context(|| format!("cannot read the columns of {database}.{table}"))?;
+    anyhow::ensure!(
+        !names.is_empty(),
+        "{}: no table {database}.{table}",
+        server.url
+    );
+    Ok(names.join(", "))
+}
+
+/// 18.x: the analyst's feeds and copy gone from every server (and, from before the copies,
+/// the filtering views of the same names).
+async fn legacy_drop(topology: &Topology, user: &str) -> anyhow::Result<()> {
+    for server in topology.servers() {
+        let feeds: Vec<String> = server
+            .client
+            .query("SELECT name FROM system.tables WHERE database = ? AND startsWith(name, ?)")
+            .bind(ACCESS_DB)
+            .bind(format!("{user}__"))
+            .fetch_all()
+            .await?;
+        let mut sql: Vec<String> = feeds
+            .iter()
+            .map(|feed| format!("DROP TABLE IF EXISTS {ACCESS_DB}.{feed}"))
+            .collect();
+        sql.push(format!("DROP DATABASE IF EXISTS {}", copy_of(user)));
+        run_all(server, &sql).await?;
+    }
+    Ok(())
+}
+
+/// 18.x: the analyst's copy made anew, its feeds on every server, the rows already stored
+/// copied in.
+async fn legacy_grant(
+    topology: &Topology,
+    caps: ServerCaps,
+    database: &str,
+    user: &str,
+    keys: &[String],
+) -> anyhow::Result<()> {
+    let copy = copy_of(user);
+    legacy_drop(topology, user).await?;
+    consumer::schema::migrate_copy(topology, &copy)
+        .await
+        .with_context(|| format!("cannot make the copy {copy}"))?;
+    let primary = topology.servers().next().context("no server")?;
+    let mut columns = Vec::new();
+    for (table, _) in FED {
+        columns.push((*table, insert_columns(primary, &copy, table).await?));
+    }
+    let columns_of = |table: &str| {
+        columns
+            .iter()
+            .find(|(t, _)| *t == table)
+            .map(|(_, c)| c.clone())
+            .unwrap_or_default()
+    };
+    for server in topology.servers() {
+        let feeds = legacy_feeds(
+            caps,
+            topology.cluster.as_deref(),
+            database,
+            user,
+            keys,
+            &columns_of,
+        );
+        run_all(server, &feeds).await?;
+    }
+    run_all(primary, &legacy_backfill(database, user, keys, &columns_of)).await
 }
 
 /// Whether `user` logs in with `password` on `server` and reads `table` (or why not).
@@ -473,8 +740,9 @@ pub async fn run(config: &AccessConfig) -> anyhow::Result<String> {
             servers.len()
         );
     }
-    let mut done = Vec::new();
-    for (index, server) in servers.iter().enumerate() {
+    // The tables an analyst reads, as every server has them.
+    let mut tables = Vec::new();
+    for server in &servers {
         let columns: Vec<(String, String)> = server
             .client
             .query("SELECT table, name FROM system.columns WHERE database = ?")
@@ -482,63 +750,49 @@ pub async fn run(config: &AccessConfig) -> anyhow::Result<String> {
             .fetch_all()
             .await
             .with_context(|| format!("cannot read the tables of {database} on {}", server.url))?;
-        let tables = readable(&columns, topology.local());
+        let readable = readable(&columns, topology.local());
         anyhow::ensure!(
-            tables.iter().any(|t| t == "events"),
+            readable.iter().any(|t| t == "events"),
             "{}: {database} has no events table with public_key (has the consumer migrated it?)",
             server.url
         );
         run_all(server, &grants_table()).await?;
-        match &config.command {
-            AccessCommand::Grant {
-                user,
-                password,
-                keys,
-            } => {
+        tables.push(readable);
+    }
+    let mut done = Vec::new();
+    match &config.command {
+        AccessCommand::Grant {
+            user,
+            password,
+            keys,
+            caps: limits,
+        } => {
+            for server in &servers {
                 record(server, user, keys, false).await?;
-                if legacy {
-                    let reader: u64 = server
-                        .client
-                        .query("SELECT count() FROM system.clusters WHERE cluster = ?")
-                        .bind(ACCESS_DB)
-                        .fetch_one()
-                        .await?;
-                    anyhow::ensure!(
-                        reader > 0,
-                        "{}: no cluster {ACCESS_DB} in the server's configuration: it is made \
-                         with the user access_reader by scripts/lib.sh clickhouse_access_reader",
-                        server.url
-                    );
-                    let existing: Vec<String> = server
-                        .client
-                        .query("SELECT name FROM system.tables WHERE database = ?")
-                        .bind(format!("analyst_{user}"))
-                        .fetch_all()
-                        .await?;
-                    run_all(server, &legacy_grant(database, &tables, user, &existing)).await?;
+            }
+            if legacy {
+                legacy_grant(&topology, caps, database, user, keys).await?;
+            }
+            for ((index, server), tables) in servers.iter().enumerate().zip(&tables) {
+                let table = if legacy {
                     write_atomically(
                         &user_file(&config.users_dirs[index], user),
-                        &legacy_user_file(user, password),
+                        &legacy_user_file(user, password, limits),
                     )?;
-                    let own = format!("analyst_{user}.events");
-                    wait_for(server, user, password, &own, true, deadline).await?;
+                    format!("{}.events", copy_of(user))
                 } else {
-                    run_all(server, &sql_grant(database, &tables, user, password, keys)).await?;
-                    let events = format!("{database}.events");
-                    wait_for(server, user, password, &events, true, deadline).await?;
-                }
+                    let sql = sql_grant(database, tables, user, password, keys, limits);
+                    run_all(server, &sql).await?;
+                    format!("{database}.events")
+                };
+                wait_for(server, user, password, &table, true, deadline).await?;
                 done.push(format!("{}: {user} reads {}", server.url, keys.join(", ")));
             }
-            AccessCommand::Revoke { user } => {
+        }
+        AccessCommand::Revoke { user } => {
+            for ((index, server), tables) in servers.iter().enumerate().zip(&tables) {
                 record(server, user, &[], true).await?;
                 if legacy {
-                    let views: Vec<String> = server
-                        .client
-                        .query("SELECT name FROM system.tables WHERE database = ? AND startsWith(name, ?)")
-                        .bind(ACCESS_DB)
-                        .bind(format!("{user}__"))
-                        .fetch_all()
-                        .await?;
                     let file = user_file(&config.users_dirs[index], user);
                     match std::fs::remove_file(&file) {
                         Ok(()) => {}
@@ -548,15 +802,22 @@ pub async fn run(config: &AccessConfig) -> anyhow::Result<String> {
                                 .with_context(|| format!("cannot remove {}", file.display()));
                         }
                     }
-                    run_all(server, &legacy_revoke(user, &views)).await?;
-                    wait_gone(server, user, deadline).await?;
                 } else {
-                    run_all(server, &sql_revoke(database, &tables, user)).await?;
+                    run_all(server, &sql_revoke(database, tables, user)).await?;
                 }
+            }
+            if legacy {
+                // The data first: a connection that outlives the user finds nothing.
+                legacy_drop(&topology, user).await?;
+                for server in &servers {
+                    wait_gone(server, user, deadline).await?;
+                }
+            }
+            for server in &servers {
                 done.push(format!("{}: {user} has no access", server.url));
             }
-            AccessCommand::List => unreachable!("answered above"),
         }
+        AccessCommand::List => unreachable!("answered above"),
     }
     Ok(done.join("\n") + "\n")
 }
@@ -581,6 +842,16 @@ pub async fn list(server: &Server) -> anyhow::Result<Vec<Grant>> {
         .await?)
 }
 
+/// The caps a grant takes when none is given.
+pub fn default_caps() -> Caps {
+    #[derive(clap::Parser)]
+    struct Only {
+        #[command(flatten)]
+        caps: Caps,
+    }
+    <Only as clap::Parser>::parse_from(["caps"]).caps
+}
+
 /// What a grant sends to a modern server, for checking with chdb (tables of the schema).
 pub fn modern_statements(database: &str, tables: &[String]) -> Vec<String> {
     let keys = ["pk_a".to_owned(), "pk_b".to_owned()];
@@ -591,6 +862,7 @@ pub fn modern_statements(database: &str, tables: &[String]) -> Vec<String> {
         "alice",
         "a password of 12",
         &keys,
+        &default_caps(),
     ));
     sql.extend(sql_revoke(database, tables, "alice"));
     sql
@@ -660,10 +932,11 @@ mod tests {
             "alice",
             "a password of 12",
             &[],
+            &default_caps(),
         );
         assert!(sql.iter().all(|s| !s.contains("a password of 12")));
         assert!(sql.iter().any(|s| s.contains(&hash)));
-        let file = legacy_user_file("alice", "a password of 12");
+        let file = legacy_user_file("alice", "a password of 12", &default_caps());
         assert!(!file.contains("a password of 12") && file.contains(&hash));
     }
 }

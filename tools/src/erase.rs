@@ -218,7 +218,12 @@ impl Erased {
     }
 }
 
-/// Runs the erasure and waits for it.
+/// The prefix of the analysts' copies (`analytics-access` on 18.x): each holds rows of
+/// the analysts' database, erased with it.
+pub const COPY_PREFIX: &str = "analyst_";
+
+/// Runs the erasure and waits for it: in the analysts' database, then in every analyst's
+/// copy of it (a database kept whole on every server: one shard of them all).
 pub async fn erase(config: &EraseConfig, subject: &Subject) -> anyhow::Result<Erased> {
     let topology = Topology::from_args(&config.clickhouse)?;
     let database = &config.clickhouse.clickhouse_database;
@@ -229,6 +234,38 @@ pub async fn erase(config: &EraseConfig, subject: &Subject) -> anyhow::Result<Er
         "database name {database:?} must be letters, digits and _ only"
     );
     let deadline = Instant::now() + Duration::from_secs(config.wait_secs);
+    let mut erased = erase_in(&topology, database, subject, deadline).await?;
+    let first = first_answering(topology.servers()).await?;
+    let copies: Vec<String> = first
+        .client
+        .query("SELECT name FROM system.databases WHERE startsWith(name, ?) ORDER BY name")
+        .bind(COPY_PREFIX)
+        .fetch_all()
+        .await
+        .context("cannot list the analysts' copies")?;
+    let whole = Topology {
+        cluster: None,
+        shards: vec![topology.servers().cloned().collect()],
+    };
+    for copy in copies {
+        let found = erase_in(&whole, &copy, subject, deadline).await?;
+        erased.rows.extend(
+            found
+                .rows
+                .into_iter()
+                .map(|(table, n)| (format!("{copy}.{table}"), n)),
+        );
+    }
+    Ok(erased)
+}
+
+/// Erases `subject` from `database` laid out as `topology` says.
+async fn erase_in(
+    topology: &Topology,
+    database: &str,
+    subject: &Subject,
+    deadline: Instant,
+) -> anyhow::Result<Erased> {
     // Every replica must answer: a mutation is only known done where it can be seen.
     let firsts = {
         let mut firsts = Vec::new();

@@ -244,6 +244,17 @@ pub(super) const MIGRATIONS: &[Migration] = &[
             Step::Once(sql!("migrations/008_experiment_results_over_time.sql")),
         ],
     },
+    Migration {
+        version: 9,
+        description: "the public keys that list each experiment",
+        // Who may read an experiment's definitions: an analyst's copy of
+        // `experiment_variants` keeps the rows of their keys' experiments
+        // (`analytics-access` on 18.x). Rows written before it have none.
+        steps: &[Step::Once(
+            "ALTER TABLE {db}.experiment_variants{on_cluster} \
+             ADD COLUMN public_keys Array(String)",
+        )],
+    },
 ];
 
 /// What exists before the first migration: the database and the record of migrations.
