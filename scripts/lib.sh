@@ -286,23 +286,36 @@ stop_clickhouse_cluster() {
   stop_pidfile "$1/zookeeper/zookeeper.pid" zookeeper
 }
 
-# start_tansu DIR PORT STORAGE: a broker keeping its data in STORAGE, `memory` (nothing
-# survives a restart) or `sqlite` (a database file in DIR).
+# private_dir DIR: DIR made if missing, readable by its owner only (700), and every file
+# already in it too (600): broker files and service logs hold visitors' events and ids.
+# What is written there later gets its mode from the writer's umask (077 here).
+private_dir() {
+  mkdir -p "$1"
+  chmod 700 "$1"
+  find "$1" -type f -exec chmod go-rwx {} +
+}
+
+# start_tansu DIR PORT STORAGE [MAINTENANCE_INTERVAL]: a broker keeping its data in
+# STORAGE, `memory` (nothing survives a restart) or `sqlite` (a database file in DIR). DIR,
+# the database and the log are its owner's only (private_dir, umask 077). With SQLite,
+# Tansu deletes the records older than a topic's retention.ms every MAINTENANCE_INTERVAL
+# (Tansu's default: 10m; a humantime duration such as 2s); memory storage deletes nothing.
 start_tansu() {
-  local dir=$1 port=$2 storage=$3 engine
+  local dir=$1 port=$2 storage=$3 interval=${4:-} engine
   local pidfile="$dir/tansu.pid"
   if is_running "$pidfile"; then
     return 0
   fi
   port_free "$port" || die "port $port is taken by another program (Kafka broker)"
-  mkdir -p "$dir"
+  private_dir "$dir"
   case $storage in
     memory) engine=memory://tansu/ ;;
     sqlite) engine=sqlite://tansu.db ;; # relative to the broker's working folder
     *) die "unknown tansu storage $storage" ;;
   esac
+  [ -z "$interval" ] || engine="$engine?maintenance_interval=$interval"
   log "Starting tansu on 127.0.0.1:$port ($storage storage)"
-  (cd "$dir" && exec "$TANSU" broker --listener-url "tcp://127.0.0.1:$port" \
+  (umask 077 && cd "$dir" && exec "$TANSU" broker --listener-url "tcp://127.0.0.1:$port" \
     --advertised-listener-url "tcp://127.0.0.1:$port" \
     --storage-engine "$engine" >"$dir/tansu.log" 2>&1) &
   echo $! > "$pidfile"
