@@ -44,6 +44,15 @@ pub struct EraseConfig {
     #[arg(long, default_value_t = 600)]
     pub wait_secs: u64,
 
+    /// Hours the Kafka topics keep a record: the services' KAFKA_RETENTION_HOURS, which
+    /// the report gives as the time until the erased events are gone from Kafka too.
+    #[arg(
+        long,
+        env = "KAFKA_RETENTION_HOURS",
+        default_value_t = kafka_kit::client::DEFAULT_RETENTION_HOURS
+    )]
+    pub kafka_retention_hours: u32,
+
     #[command(flatten)]
     pub clickhouse: consumer::ClickHouseArgs,
 }
@@ -101,6 +110,13 @@ impl Subject {
             return refuse("it holds control characters");
         }
         Ok(subject(id.clone()))
+    }
+
+    fn noun(&self) -> &'static str {
+        match self {
+            Self::Visitor(_) => "visitor",
+            Self::Session(_) => "session",
+        }
     }
 
     fn column(&self) -> &'static str {
@@ -188,6 +204,8 @@ pub struct Erased {
     pub rows: Vec<(String, u64)>,
     /// The visitors of an erased session.
     pub rebuilt_visitors: Vec<String>,
+    /// The topics' retention (`KAFKA_RETENTION_HOURS`), said in the report.
+    pub kafka_retention_hours: Option<u32>,
 }
 
 impl Erased {
@@ -201,17 +219,28 @@ impl Erased {
             Subject::Visitor(id) => format!("visitor {id:?}"),
             Subject::Session(id) => format!("session {id:?}"),
         };
-        if self.total() == 0 {
-            return format!("Nothing stored for {what}: nothing erased.\n");
-        }
-        let mut out = format!("Erased {what}; rows each table held before:\n");
-        for (table, rows) in &self.rows {
-            out.push_str(&format!("  {table}: {rows}\n"));
-        }
-        if !self.rebuilt_visitors.is_empty() {
+        let mut out = if self.total() == 0 {
+            format!("Nothing stored for {what}: nothing erased.\n")
+        } else {
+            let mut out = format!("Erased {what}; rows each table held before:\n");
+            for (table, rows) in &self.rows {
+                out.push_str(&format!("  {table}: {rows}\n"));
+            }
+            if !self.rebuilt_visitors.is_empty() {
+                out.push_str(&format!(
+                    "Aggregate rows of its visitor(s) rebuilt from their other sessions: {}\n",
+                    self.rebuilt_visitors.join(", ")
+                ));
+            }
+            out
+        };
+        // Erasure reaches ClickHouse only: the raw events age out of Kafka (docs/privacy.md).
+        if let Some(hours) = self.kafka_retention_hours {
             out.push_str(&format!(
-                "Aggregate rows of its visitor(s) rebuilt from their other sessions: {}\n",
-                self.rebuilt_visitors.join(", ")
+                "Kafka still holds this {}'s raw events until they age out: at most \
+                 KAFKA_RETENTION_HOURS={hours} hours (plus up to an hour) after they were \
+                 sent (for a dead letter, after it was set aside).\n",
+                subject.noun()
             ));
         }
         out
@@ -256,6 +285,7 @@ pub async fn erase(config: &EraseConfig, subject: &Subject) -> anyhow::Result<Er
                 .map(|(table, n)| (format!("{copy}.{table}"), n)),
         );
     }
+    erased.kafka_retention_hours = Some(config.kafka_retention_hours);
     Ok(erased)
 }
 
