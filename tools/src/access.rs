@@ -325,7 +325,10 @@ pub fn sql_grant(
     ));
     let settings = settings
         .iter()
-        .map(|(name, value)| format!("{name} = {value}"))
+        .map(|(name, value)| match value.parse::<u64>() {
+            Ok(_) => format!("{name} = {value}"),
+            Err(_) => format!("{name} = '{value}'"),
+        })
         .collect::<Vec<_>>()
         .join(", ");
     let mut sql = vec![
