@@ -319,6 +319,7 @@ start_tansu() {
     --advertised-listener-url "tcp://127.0.0.1:$port" \
     --storage-engine "$engine" >"$dir/tansu.log" 2>&1) &
   echo $! > "$pidfile"
+  chmod 600 "$pidfile"
   wait_ready 30 "$pidfile" "$dir/tansu.log" "tansu on port $port" tcp_open "$port"
 }
 
