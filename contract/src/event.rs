@@ -266,6 +266,28 @@ impl Rejection {
     fn must(field: &'static str, rule: &str) -> Self {
         Self::new(field, format!("field {field} must {rule}"))
     }
+
+    /// An event whose text serde_json cannot read as a value: one that is no object, or an
+    /// object that the batch's reading let through (it checks only the JSON's shape) but
+    /// that holds what JSON text may spell and no program can hold: a string with a lone
+    /// UTF-16 surrogate escape (`"\ud800"`), or a number beyond a 64-bit float (`1e400`).
+    pub fn unreadable(json: &str, error: &serde_json::Error) -> Self {
+        if !json.trim_start().starts_with('{') {
+            return Self::new("event", "an event must be a JSON object");
+        }
+        // serde_json's own words, without the place it gives: a line and column of the
+        // event's text, not of the body, which would mislead the client.
+        let said = error.to_string();
+        let said = said.split(" at line ").next().unwrap_or_default();
+        let reason = if said.contains("surrogate") || said.contains("hex escape") {
+            "a string holds a lone UTF-16 surrogate escape (\\ud800 to \\udfff without its pair)"
+        } else if said == "number out of range" {
+            "a number is out of range (beyond a 64-bit float)"
+        } else {
+            said
+        };
+        Self::new("event", format!("an event is not valid JSON: {reason}"))
+    }
 }
 
 impl std::fmt::Display for Rejection {
@@ -389,7 +411,7 @@ impl<'a> EventMessage<Cow<'a, str>> {
         match serde_json::from_str::<Value>(json) {
             Ok(value) => EventMessage::from_value(&value, envelope)
                 .map(|m| m.map(|text| Cow::Owned(text.into_owned()))),
-            Err(_) => Err(Rejection::new("event", "an event must be a JSON object")),
+            Err(e) => Err(Rejection::unreadable(json, &e)),
         }
     }
 
@@ -735,7 +757,7 @@ mod tests {
     fn text_the_typed_reading_cannot_take_gets_the_value_answer() {
         let value = |json: &str| {
             serde_json::from_str::<Value>(json)
-                .map_err(|_| Rejection::new("event", "an event must be a JSON object"))
+                .map_err(|e| Rejection::unreadable(json, &e))
                 .and_then(|v| EventMessage::from_client(&v, &envelope()))
         };
         for json in [
@@ -756,6 +778,58 @@ mod tests {
             &envelope,
         );
         assert_eq!(typed.expect("valid").event_name, "click");
+    }
+
+    /// What a batch's reading lets through (it checks the JSON's shape only) but no value
+    /// can hold is named as such, not called "no object".
+    #[test]
+    fn an_event_json_cannot_hold_is_said_to_be_invalid_json() {
+        let envelope = envelope();
+        let refused = |json: &str| {
+            EventMessage::from_client_json(json, &envelope)
+                .map(|_| ())
+                .expect_err(json)
+        };
+        for json in [
+            r#"{"eventName":"\ud800","experimentId":"exp_1","sessionId":"s"}"#,
+            r#"{"eventName":"a\udc00b","experimentId":"exp_1","sessionId":"s"}"#,
+            r#"{"eventName":"a","experimentId":"exp_1","sessionId":"s","visitorId":"\ud800\u0041"}"#,
+        ] {
+            assert_eq!(
+                refused(json),
+                Rejection::new(
+                    "event",
+                    "an event is not valid JSON: a string holds a lone UTF-16 surrogate escape \
+                     (\\ud800 to \\udfff without its pair)"
+                ),
+                "{json}"
+            );
+        }
+        for json in [
+            r#"{"eventName":"a","experimentId":"exp_1","sessionId":"s","loadTime":1e400}"#,
+            r#"{"eventName":"a","experimentId":"exp_1","sessionId":"s","scrollDepth":-1e400}"#,
+        ] {
+            assert_eq!(
+                refused(json).message,
+                "an event is not valid JSON: a number is out of range (beyond a 64-bit float)",
+                "{json}"
+            );
+        }
+        for json in ["[1]", "7", "\"text\"", "  [[[[]]]]"] {
+            assert_eq!(
+                refused(json).message,
+                "an event must be a JSON object",
+                "{json}"
+            );
+        }
+        // Unknown fields are not read, so what they hold does not matter.
+        let ignored =
+            r#"{"eventName":"a","experimentId":"exp_1","sessionId":"s","x":["\ud800",1e400]}"#;
+        assert!(EventMessage::from_client_json(ignored, &envelope).is_ok());
+        // A surrogate pair is one character: read as such.
+        let pair = r#"{"eventName":"\ud83d\ude00","experimentId":"exp_1","sessionId":"s"}"#;
+        let message = EventMessage::from_client_json(pair, &envelope).expect("valid");
+        assert_eq!(message.event_name, "\u{1F600}");
     }
 
     #[test]
