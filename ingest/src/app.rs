@@ -18,6 +18,7 @@ use http_kit::reload::load_and_watch;
 use http_kit::serve::Http;
 use tokio::task::JoinHandle;
 
+use crate::budget::Budget;
 use crate::config::Config;
 use crate::limits::RateLimiter;
 use crate::routes;
@@ -37,6 +38,8 @@ pub(crate) struct AppState {
     pub default_max_events_per_second: Option<f64>,
     /// Bytes of the User-Agent stored (`INGEST_USER_AGENT_MAX_BYTES`).
     pub user_agent_max_bytes: usize,
+    /// Bytes of bodies worked on at once (`INGEST_MAX_BODY_BYTES_IN_FLIGHT`).
+    pub budget: Arc<Budget>,
 }
 
 pub struct Application {
@@ -86,6 +89,7 @@ impl Application {
             limiter: Arc::default(),
             default_max_events_per_second: config.default_max_events_per_second,
             user_agent_max_bytes: config.user_agent_max_bytes.into(),
+            budget: Arc::new(Budget::new(config.max_body_bytes_in_flight)),
             requests: http_kit::ops::RequestCounter::new(
                 "ingest_requests_total",
                 routes::ANALYTICS_PATH,

@@ -54,6 +54,15 @@ pub struct Config {
     #[arg(long, env = "INGEST_MAX_BODY_BYTES", default_value_t = 1_048_576)]
     pub max_body_bytes: usize,
 
+    /// Most bytes of request bodies worked on at once, from the end of their reading to
+    /// their answer (their events read, checked, encoded and awaiting Kafka). A request
+    /// takes at most a few times its body in memory besides it (docs/ingest-limits.md);
+    /// further requests wait, their body read, for their share. A body larger than this
+    /// waits for the whole of it.
+    #[arg(long, env = "INGEST_MAX_BODY_BYTES_IN_FLIGHT", default_value_t = 8 * 1_048_576,
+        value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_body_bytes_in_flight: u32,
+
     /// At shutdown, how long /readyz answers 503 while requests are still served, so that
     /// load balancers stop sending traffic first, in milliseconds.
     #[arg(long, env = "INGEST_SHUTDOWN_DRAIN_MS", default_value_t = 0)]

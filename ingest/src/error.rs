@@ -3,9 +3,9 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 use serde_json::Value;
 
+use crate::batch::Rejections;
 use crate::sink::SinkError;
 
 #[derive(Debug, thiserror::Error)]
@@ -16,9 +16,9 @@ pub enum IngestError {
     InvalidBody(&'static str),
     #[error("The X-public-key header and the pkey field name different keys.")]
     ConflictingPublicKeys,
-    /// Every event of the batch was refused; `rejected` says why, per event.
+    /// Every event of the batch was refused; the first ones are listed with why.
     #[error("No event of the batch is valid.")]
-    NoValidEvents { rejected: Vec<Rejected> },
+    NoValidEvents(Rejections),
     #[error("The gzip body could not be decoded.")]
     MalformedGzip,
     #[error("The request body could not be read.")]
@@ -53,7 +53,7 @@ impl IngestError {
             Self::MalformedJson(_) => (StatusCode::BAD_REQUEST, "malformed_json"),
             Self::InvalidBody(_) => (StatusCode::BAD_REQUEST, "invalid_body"),
             Self::ConflictingPublicKeys => (StatusCode::BAD_REQUEST, "conflicting_public_keys"),
-            Self::NoValidEvents { .. } => (StatusCode::BAD_REQUEST, "no_valid_events"),
+            Self::NoValidEvents(_) => (StatusCode::BAD_REQUEST, "no_valid_events"),
             Self::MalformedGzip => (StatusCode::BAD_REQUEST, "malformed_gzip"),
             Self::UnreadableBody => (StatusCode::BAD_REQUEST, "unreadable_body"),
             Self::MissingPublicKey => (StatusCode::UNAUTHORIZED, "missing_public_key"),
@@ -91,9 +91,7 @@ impl IngestError {
             Self::MalformedJson(json),
             Self::InvalidBody(""),
             Self::ConflictingPublicKeys,
-            Self::NoValidEvents {
-                rejected: Vec::new(),
-            },
+            Self::NoValidEvents(Rejections::default()),
             Self::MalformedGzip,
             Self::UnreadableBody,
             Self::MissingPublicKey,
@@ -117,7 +115,7 @@ impl IngestError {
                 Self::MalformedJson(_)
                 | Self::InvalidBody(_)
                 | Self::ConflictingPublicKeys
-                | Self::NoValidEvents { .. }
+                | Self::NoValidEvents(_)
                 | Self::MalformedGzip
                 | Self::UnreadableBody
                 | Self::MissingPublicKey
@@ -137,22 +135,18 @@ impl IngestError {
     }
 }
 
-/// An event refused by validation: its place in the batch and why.
-#[derive(Debug, Serialize)]
-pub struct Rejected {
-    pub index: usize,
-    pub error: String,
-}
-
 impl IntoResponse for IngestError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
         let retry_after = self.retry_after();
         let mut body = http_kit::error::body(code, &self.to_string());
-        // The refused events are listed as in a partly accepted batch.
-        if let Self::NoValidEvents { rejected } = self {
+        // The refused events are listed (and counted) as in a partly accepted batch.
+        if let Self::NoValidEvents(rejections) = self {
             body["accepted"] = 0.into();
-            body["rejected"] = serde_json::to_value(rejected).unwrap_or_default();
+            if let Some(count) = rejections.count_if_cut() {
+                body["rejectedCount"] = count.into();
+            }
+            body["rejected"] = serde_json::to_value(rejections.listed).unwrap_or_default();
         }
         http_kit::error::respond(status, body, retry_after)
     }

@@ -2,6 +2,9 @@
 //! 202 only once Kafka has acknowledged every accepted event.
 
 mod app;
+mod batch;
+mod body;
+mod budget;
 mod config;
 pub mod error;
 mod limits;

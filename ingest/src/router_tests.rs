@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 use crate::app::{AppState, router};
+use crate::budget::Budget;
 use crate::routes::{ANALYTICS_PATH, Api};
 use crate::sink::SinkError;
 use crate::sink::memory::{MemorySink, Taken};
@@ -69,6 +70,7 @@ impl Ingest {
             limiter: Arc::default(),
             default_max_events_per_second: None,
             user_agent_max_bytes: 1024,
+            budget: Arc::new(Budget::new(8 << 20)),
         };
         adjust(&mut state);
         let readiness = Readiness::default();
@@ -452,7 +454,10 @@ async fn malformed_bodies_get_400_with_what_is_wrong() {
     let cases = [
         ("{\"events\": [", "malformed_json"),
         ("", "malformed_json"),
-        (deep.as_str(), "malformed_json"),
+        // Nested deeper than a value may be read, but JSON: not an object.
+        (deep.as_str(), "invalid_body"),
+        ("[1, 2", "malformed_json"),
+        (r#"{"events": [{}], "\ud800": 1}"#, "malformed_json"),
         ("[1, 2]", "invalid_body"),
         ("{\"events\": {}}", "invalid_body"),
         ("{\"events\": []}", "invalid_body"),
@@ -828,4 +833,131 @@ async fn keys_follow_the_current_snapshot() {
         (StatusCode::UNAUTHORIZED, "unknown_public_key"),
         "a removed key is refused"
     );
+}
+
+/// `{"events":[...]}` of `events`, written out.
+fn events_body(events: &[&str]) -> Request<Body> {
+    keyed()
+        .header("content-type", "application/json")
+        .body(Body::from(format!(
+            r#"{{"events":[{}]}}"#,
+            events.join(",")
+        )))
+        .expect("a request")
+}
+
+#[tokio::test]
+async fn a_batch_of_many_refused_events_lists_the_first_hundred_and_counts_them_all() {
+    let ingest = Ingest::new();
+    let reply = ingest.send(events_body(&vec!["{}"; 200_000])).await;
+    assert_eq!(reply.error(), (StatusCode::BAD_REQUEST, "no_valid_events"));
+    let size = reply.body.to_string().len();
+    assert!(size < 16 * 1024, "an answer of {size} bytes");
+    assert_eq!(reply.body["rejectedCount"], 200_000);
+    let listed = reply.body["rejected"].as_array().expect("a rejected list");
+    assert_eq!(listed.len(), 100);
+    assert_eq!(
+        (&listed[0], &listed[99]["index"]),
+        (
+            &json!({ "index": 0, "error": "field experimentId is required" }),
+            &json!(99)
+        )
+    );
+
+    // A partly accepted batch: the same list and count.
+    let valid = event("s", "impression").to_string();
+    let mut events = vec!["7"; 150];
+    events.push(&valid);
+    let reply = ingest.send(events_body(&events)).await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED);
+    assert_eq!(reply.body["accepted"], 1);
+    assert_eq!(reply.body["rejectedCount"], 150);
+    assert_eq!(reply.body["rejected"].as_array().map(Vec::len), Some(100));
+    assert_eq!(ingest.published().len(), 1);
+
+    // A whole list has no count: the usual answer is as it was.
+    let mut events = vec!["7"; 100];
+    events.push(&valid);
+    let reply = ingest.send(events_body(&events)).await;
+    assert_eq!(reply.body["rejected"].as_array().map(Vec::len), Some(100));
+    assert_eq!(reply.body.get("rejectedCount"), None, "{}", reply.body);
+}
+
+#[tokio::test]
+async fn an_event_no_program_can_read_is_refused_as_invalid_json_not_as_no_object() {
+    let ingest = Ingest::new();
+    let reply = ingest
+        .send(events_body(&[
+            r#"{"eventName":"a","experimentId":"exp_1","sessionId":"s"}"#,
+            r#"{"eventName":"\ud800","experimentId":"exp_1","sessionId":"s"}"#,
+            r#"{"eventName":"a","experimentId":"exp_1","sessionId":"s","loadTime":1e400}"#,
+        ]))
+        .await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.body);
+    assert_eq!(
+        reply.body["rejected"],
+        json!([
+            { "index": 1, "error": "an event is not valid JSON: a string holds a lone UTF-16 \
+                surrogate escape (\\ud800 to \\udfff without its pair)" },
+            { "index": 2, "error": "an event is not valid JSON: a number is out of range \
+                (beyond a 64-bit float)" },
+        ])
+    );
+}
+
+/// A sink that holds every batch until it is opened, and counts the batches that reached it.
+struct GatedSink {
+    reached: std::sync::atomic::AtomicUsize,
+    open: tokio::sync::Semaphore,
+}
+
+impl Default for GatedSink {
+    fn default() -> Self {
+        Self {
+            reached: Default::default(),
+            open: tokio::sync::Semaphore::new(0),
+        }
+    }
+}
+
+impl crate::sink::EventSink for GatedSink {
+    fn publish<'a>(&'a self, _: &'a [crate::sink::Message<'a>]) -> crate::sink::Publishing<'a> {
+        Box::pin(async move {
+            self.reached
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _open = self.open.acquire().await;
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test]
+async fn bodies_beyond_the_budget_wait_until_those_before_them_are_answered() {
+    let sink = Arc::new(GatedSink::default());
+    let gated = sink.clone();
+    let ingest = Ingest::with(|state| {
+        state.sink = gated;
+        state.budget = Arc::new(Budget::new(1000));
+    });
+    let body = json!({ "events": [event("s", "impression")], "padding": "x".repeat(600) });
+    let reached = || sink.reached.load(std::sync::atomic::Ordering::SeqCst);
+    let opener = async {
+        while reached() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            reached(),
+            1,
+            "the second body waits for its share of the budget"
+        );
+        sink.open.add_permits(2);
+    };
+    let (first, second, ()) =
+        tokio::join!(ingest.post_json(&body), ingest.post_json(&body), opener);
+    assert_eq!(
+        (first.status, second.status),
+        (StatusCode::ACCEPTED, StatusCode::ACCEPTED)
+    );
+    assert_eq!(reached(), 2);
 }

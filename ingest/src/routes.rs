@@ -1,10 +1,10 @@
 //! `POST /api/v1/analytics`: read the body within its limit, find the key, validate each
-//! event, publish the valid ones and answer once Kafka has acknowledged all of them.
+//! event, publish the valid ones and answer once Kafka has acknowledged all of them. The
+//! body's reading is in `body`, its events' checking and encoding in `batch`.
 
 use std::borrow::Cow;
 use std::convert::Infallible;
 use std::io::Read;
-use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
@@ -16,22 +16,21 @@ use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use contract::event::{ClientEvent, Envelope, EventMessage, Rejection};
+use contract::event::{Envelope, EventMessage};
 use contract::key::{PUBLIC_KEY_HEADER, PublicKey};
 use contract::snapshot::Snapshot;
 use futures::future::Either;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use http_kit::cors::CorsPolicy;
 use http_kit::error::RouteError;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use serde_json::value::RawValue;
+use serde::Serialize;
 use tower::ServiceExt;
 use tower::util::Oneshot;
 
 use crate::app::AppState;
-use crate::error::{IngestError, Rejected};
-use crate::sink::Message;
+use crate::batch::{Batch, Rejected};
+use crate::body::{Event, Parsed};
+use crate::error::IngestError;
 
 pub(crate) const ANALYTICS_PATH: &str = "/api/v1/analytics";
 pub(crate) const ALLOW: &str = "POST, OPTIONS";
@@ -104,6 +103,8 @@ async fn handle(
         return Err(e);
     }
     let bytes = read_body(headers, body, state.max_body_bytes, deadline).await?;
+    // Held until the answer: what the body's events cost is in proportion to the body.
+    let _share = state.budget.take(bytes.len()).await;
     let parsed = Parsed::from_bytes(&bytes)?;
 
     let key = public_key(headers, parsed.pkey?)?;
@@ -128,30 +129,30 @@ async fn handle(
         parsed.sent_at?,
     )
     .keeping_user_agent(state.user_agent_max_bytes);
-    let read = events.read(&envelope);
-    let mut accepted = Vec::with_capacity(read.len());
-    let mut rejected = Vec::new();
-    for (index, event) in read.into_iter().enumerate() {
-        match event {
-            Ok(mut message) => {
-                // An event that does not say its phase belongs to the one live now.
-                message
-                    .phase
-                    .get_or_insert_with(|| snapshot.phase_of(entry, &message.experiment_id));
-                accepted.push(message);
-            }
-            Err(rejection) => {
-                metrics::counter!("ingest_events_rejected_total", "field" => rejection.field)
-                    .increment(1);
-                rejected.push(Rejected {
-                    index,
-                    error: rejection.message,
-                });
-            }
+    let mut batch = Batch::default();
+    let mut index = 0;
+    let mut encoded = Ok(());
+    events.for_each(|event| {
+        let checked = match event {
+            Event::Typed(event) => EventMessage::from_client_event(event, &envelope),
+            Event::Text(text) => EventMessage::from_client_json(text, &envelope),
+        };
+        let checked = checked.map(|mut message| {
+            // An event that does not say its phase belongs to the one live now.
+            message
+                .phase
+                .get_or_insert_with(|| snapshot.phase_of(entry, &message.experiment_id));
+            message
+        });
+        if encoded.is_ok() {
+            encoded = batch.add(index, checked);
         }
-    }
-    if accepted.is_empty() {
-        return Err(IngestError::NoValidEvents { rejected });
+        index += 1;
+    });
+    encoded?;
+    batch.rejections.record();
+    if batch.accepted() == 0 {
+        return Err(IngestError::NoValidEvents(batch.rejections));
     }
 
     let rate = entry
@@ -159,154 +160,37 @@ async fn handle(
         .or(state.default_max_events_per_second);
     if let Err(wait) = state
         .limiter
-        .admit(key.as_str(), rate, accepted.len(), Instant::now())
+        .admit(key.as_str(), rate, batch.accepted(), Instant::now())
     {
         metrics::counter!("ingest_rate_limited_requests_total").increment(1);
-        metrics::counter!("ingest_rate_limited_events_total").increment(accepted.len() as u64);
+        metrics::counter!("ingest_rate_limited_events_total").increment(batch.accepted() as u64);
         return Err(IngestError::RateLimited {
             rate: rate.unwrap_or_default(),
             retry_after: wait.as_secs_f64().ceil().max(1.0) as u32,
         });
     }
-    publish(state, &accepted).await?;
-    metrics::counter!("ingest_events_accepted_total").increment(accepted.len() as u64);
+    state
+        .sink
+        .publish(&batch.messages())
+        .await
+        .map_err(IngestError::KafkaUnavailable)?;
+    metrics::counter!("ingest_events_accepted_total").increment(batch.accepted() as u64);
     let answer = Answer {
-        accepted: accepted.len(),
-        rejected,
+        accepted: batch.accepted(),
+        rejected_count: batch.rejections.count_if_cut(),
+        rejected: batch.rejections.listed,
     };
     Ok((StatusCode::ACCEPTED, Json(answer)).into_response())
 }
 
-/// The 202's body.
+/// The 202's body: the refused events, the first of them listed and, when more were
+/// refused, all of them counted.
 #[derive(Serialize)]
 struct Answer {
     accepted: usize,
     rejected: Vec<Rejected>,
-}
-
-/// A body's key (the page-unload form's `pkey`), events (each still JSON text) and the
-/// client's clock when it sent them (`sentAt`). The problems are kept apart so that they
-/// are reported in order: the key first.
-struct Parsed<'a> {
-    pkey: Result<Option<Cow<'a, str>>, IngestError>,
-    events: Result<Events<'a>, IngestError>,
-    sent_at: Result<Option<f64>, IngestError>,
-}
-
-/// The events of a body.
-enum Events<'a> {
-    /// Each read into its typed fields in the body's one pass: the usual body.
-    Typed(Vec<ClientEvent<'a>>),
-    /// Each event's own JSON text, to be read alone, so that one bad event is refused
-    /// alone: borrowed from the body when it was read as the usual one.
-    Borrowed(Vec<&'a RawValue>),
-    Owned(Vec<Box<RawValue>>),
-}
-
-impl<'a> Events<'a> {
-    /// Each event checked against the contract, in the body's order.
-    fn read<'e>(self, envelope: &'e Envelope) -> Vec<Result<EventMessage<Cow<'e, str>>, Rejection>>
-    where
-        'a: 'e,
-    {
-        match self {
-            Self::Typed(events) => events
-                .into_iter()
-                .map(|event| EventMessage::from_client_event(event, envelope))
-                .collect(),
-            Self::Borrowed(events) => events
-                .into_iter()
-                .map(|event| EventMessage::from_client_json(event.get(), envelope))
-                .collect(),
-            Self::Owned(events) => events
-                .iter()
-                .map(|event| {
-                    EventMessage::from_client_json(event.get(), envelope)
-                        .map(|message| message.map(|text| Cow::Owned(text.into_owned())))
-                })
-                .collect(),
-        }
-    }
-}
-
-/// The usual body, read without building a tree of the whole document: its events read
-/// whole (`E`: [`ClientEvent`]) or kept as texts (`&RawValue`).
-#[derive(Deserialize)]
-struct Usual<'a, E> {
-    #[serde(borrow, default)]
-    pkey: Option<Cow<'a, str>>,
-    events: Vec<E>,
-    #[serde(default, rename = "sentAt")]
-    sent_at: Option<f64>,
-}
-
-impl<'a> Parsed<'a> {
-    fn from_bytes(bytes: &'a [u8]) -> Result<Self, IngestError> {
-        // serde would also fill a struct from an array, by position: objects only.
-        if bytes.trim_ascii_start().first() == Some(&b'{') {
-            if let Some(usual) = Self::usual(bytes, Events::Typed) {
-                return Ok(usual);
-            }
-            // An event of another shape: each is read alone.
-            if let Some(usual) = Self::usual(bytes, Events::Borrowed) {
-                return Ok(usual);
-            }
-        }
-        Self::from_value(bytes)
-    }
-
-    /// The usual body with its events read as `E`, if it is one.
-    fn usual<E: Deserialize<'a>>(
-        bytes: &'a [u8],
-        events: fn(Vec<E>) -> Events<'a>,
-    ) -> Option<Self> {
-        let usual = serde_json::from_slice::<Usual<'a, E>>(bytes).ok()?;
-        (!usual.events.is_empty()).then(|| Self {
-            pkey: Ok(usual.pkey),
-            events: Ok(events(usual.events)),
-            sent_at: Ok(usual.sent_at),
-        })
-    }
-
-    /// Any other body, with the answer that names what is wrong.
-    fn from_value(bytes: &[u8]) -> Result<Self, IngestError> {
-        let document: Value = serde_json::from_slice(bytes).map_err(IngestError::MalformedJson)?;
-        let Value::Object(mut document) = document else {
-            return Err(IngestError::InvalidBody("The body must be a JSON object."));
-        };
-        let pkey = match document.remove("pkey") {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(Cow::Owned(s))),
-            Some(_) => Err(IngestError::InvalidPublicKey(
-                "The field pkey must be a string.".into(),
-            )),
-        };
-        let events = match document.remove("events") {
-            Some(Value::Array(events)) if !events.is_empty() => events
-                .iter()
-                .map(serde_json::value::to_raw_value)
-                .collect::<Result<_, _>>()
-                .map(Events::Owned)
-                .map_err(|e| IngestError::Internal(e.to_string())),
-            Some(Value::Array(_)) => Err(IngestError::InvalidBody("The events array is empty.")),
-            Some(_) => Err(IngestError::InvalidBody(
-                "The field events must be an array.",
-            )),
-            None => Err(IngestError::InvalidBody("The field events is required.")),
-        };
-        let sent_at = match document.remove("sentAt") {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Number(n)) if n.as_f64().is_some_and(f64::is_finite) => Ok(n.as_f64()),
-            Some(_) => Err(IngestError::InvalidBody(
-                "The field sentAt must be a number: the client's clock in milliseconds since the Unix epoch.",
-            )),
-        };
-        Ok(Self {
-            pkey,
-            events,
-            sent_at,
-        })
-    }
+    #[serde(rename = "rejectedCount", skip_serializing_if = "Option::is_none")]
+    rejected_count: Option<usize>,
 }
 
 /// `application/json`, `text/plain` (what `sendBeacon` sends for a string) or none.
@@ -443,36 +327,6 @@ fn public_key(headers: &HeaderMap, pkey: Option<Cow<'_, str>>) -> Result<PublicK
     };
     PublicKey::parse(raw)
         .map_err(|e| IngestError::InvalidPublicKey(format!("The public key is malformed: {e}.")))
-}
-
-/// Hands the batch to the sink and waits for its answer. Any failure answers 503: the
-/// client retries, and `event_id` lets analysts count a retried event once.
-async fn publish(
-    state: &AppState,
-    messages: &[EventMessage<Cow<'_, str>>],
-) -> Result<(), IngestError> {
-    // The payloads, one after the other in one buffer.
-    let mut payloads = Vec::with_capacity(messages.len() * 512);
-    let mut ends: Vec<Range<usize>> = Vec::with_capacity(messages.len());
-    for message in messages {
-        let start = payloads.len();
-        serde_json::to_writer(&mut payloads, message)
-            .map_err(|e| IngestError::Internal(e.to_string()))?;
-        ends.push(start..payloads.len());
-    }
-    let batch: Vec<Message<'_>> = messages
-        .iter()
-        .zip(ends)
-        .map(|(message, payload)| Message {
-            key: message.kafka_key().as_bytes(),
-            payload: &payloads[payload],
-        })
-        .collect();
-    state
-        .sink
-        .publish(&batch)
-        .await
-        .map_err(IngestError::KafkaUnavailable)
 }
 
 #[cfg(test)]

@@ -1,0 +1,160 @@
+//! A body's events checked one at a time and turned into what Kafka gets: each accepted
+//! event encoded at once into one buffer (its key, then its payload), each refused one
+//! counted and, among the first [`LISTED_REJECTIONS`], listed with its reason. Nothing is
+//! kept per event beyond its message and two ranges, so a batch of refused events costs
+//! its count and no more, and the answer that lists them stays short.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use contract::event::{EventMessage, Rejection};
+use serde::Serialize;
+
+use crate::error::IngestError;
+use crate::sink::Message;
+
+/// Rejections an answer lists; beyond them it counts all of them (`rejectedCount`). A
+/// listed one takes about 80 bytes, so 100 keep an answer under 16 KB.
+pub const LISTED_REJECTIONS: usize = 100;
+
+/// An event refused by validation: its place in the batch and why.
+#[derive(Debug, Serialize)]
+pub struct Rejected {
+    pub index: usize,
+    pub error: String,
+}
+
+/// The refused events of a batch: the first [`LISTED_REJECTIONS`] listed, all counted,
+/// and counted by the field at fault (for `ingest_events_rejected_total`).
+#[derive(Debug, Default)]
+pub struct Rejections {
+    pub listed: Vec<Rejected>,
+    pub count: usize,
+    by_field: Vec<(&'static str, u64)>,
+}
+
+impl Rejections {
+    fn add(&mut self, index: usize, rejection: Rejection) {
+        self.count += 1;
+        match self
+            .by_field
+            .iter_mut()
+            .find(|(f, _)| *f == rejection.field)
+        {
+            Some((_, n)) => *n += 1,
+            None => self.by_field.push((rejection.field, 1)),
+        }
+        if self.listed.len() < LISTED_REJECTIONS {
+            self.listed.push(Rejected {
+                index,
+                error: rejection.message,
+            });
+        }
+    }
+
+    /// The count of all rejections when the list leaves some out (`rejectedCount`): a
+    /// list without it is whole, so the usual answer is as it always was.
+    pub fn count_if_cut(&self) -> Option<usize> {
+        (self.count > self.listed.len()).then_some(self.count)
+    }
+
+    /// Counts the rejections in `ingest_events_rejected_total`, by field.
+    pub fn record(&self) {
+        for &(field, n) in &self.by_field {
+            metrics::counter!("ingest_events_rejected_total", "field" => field).increment(n);
+        }
+    }
+}
+
+/// The accepted events of a batch encoded, one after the other, and the refused ones.
+#[derive(Default)]
+pub struct Batch {
+    /// Each message's key, then its payload.
+    bytes: Vec<u8>,
+    /// Where each message's key and payload are in `bytes`.
+    messages: Vec<(Range<usize>, Range<usize>)>,
+    pub rejections: Rejections,
+}
+
+impl Batch {
+    /// The event at `index` checked: encoded if valid, counted if not.
+    pub fn add<'e>(
+        &mut self,
+        index: usize,
+        event: Result<EventMessage<Cow<'e, str>>, Rejection>,
+    ) -> Result<(), IngestError> {
+        let message = match event {
+            Ok(message) => message,
+            Err(rejection) => {
+                self.rejections.add(index, rejection);
+                return Ok(());
+            }
+        };
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(message.kafka_key().as_bytes());
+        let key_end = self.bytes.len();
+        serde_json::to_writer(&mut self.bytes, &message)
+            .map_err(|e| IngestError::Internal(e.to_string()))?;
+        self.messages
+            .push((start..key_end, key_end..self.bytes.len()));
+        Ok(())
+    }
+
+    pub fn accepted(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// The messages as the sink takes them, borrowed from the batch.
+    pub fn messages(&self) -> Vec<Message<'_>> {
+        self.messages
+            .iter()
+            .map(|(key, payload)| Message {
+                key: &self.bytes[key.clone()],
+                payload: &self.bytes[payload.clone()],
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_whole_list_says_no_count() {
+        let mut batch = Batch::default();
+        for index in 0..LISTED_REJECTIONS {
+            let refused = Rejection {
+                field: "event",
+                message: "no".into(),
+            };
+            batch.add(index, Err(refused)).expect("counted");
+        }
+        assert_eq!(batch.rejections.count_if_cut(), None);
+    }
+
+    #[test]
+    fn rejections_are_all_counted_and_the_first_listed() {
+        let mut batch = Batch::default();
+        for index in 0..1000 {
+            let field = if index % 2 == 0 { "eventName" } else { "event" };
+            let refused = Rejection {
+                field,
+                message: format!("reason {index}"),
+            };
+            batch.add(index, Err(refused)).expect("counted");
+        }
+        let rejections = &batch.rejections;
+        assert_eq!(rejections.count, 1000);
+        assert_eq!(rejections.listed.len(), LISTED_REJECTIONS);
+        assert_eq!(rejections.listed[99].index, 99);
+        assert_eq!(rejections.listed[99].error, "reason 99");
+        assert_eq!(rejections.by_field, [("eventName", 500), ("event", 500)]);
+        assert_eq!(rejections.count_if_cut(), Some(1000));
+        assert_eq!(batch.accepted(), 0);
+        assert!(
+            batch.bytes.capacity() == 0,
+            "nothing kept for refused events"
+        );
+    }
+}
