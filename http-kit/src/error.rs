@@ -24,13 +24,20 @@ pub fn respond(status: StatusCode, body: Value, retry_after: Option<u32>) -> Res
     response
 }
 
-/// What any path of any service can answer.
+/// What any path of any service can answer: the last three before any service sees the
+/// request, from hyper (`crate::refusals`).
 #[derive(Debug, thiserror::Error)]
 pub enum RouteError {
     #[error("There is nothing at this path.")]
     NotFound,
     #[error("This method is not allowed on this path.")]
     MethodNotAllowed,
+    #[error("The request is not valid HTTP: its request line or a header is malformed.")]
+    MalformedRequest,
+    #[error("The request's URI is too long.")]
+    UriTooLong,
+    #[error("The request's headers are too large: too many of them, or too long.")]
+    HeadersTooLarge,
 }
 
 impl RouteError {
@@ -38,18 +45,34 @@ impl RouteError {
         match self {
             Self::NotFound => (StatusCode::NOT_FOUND, "not_found"),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            Self::MalformedRequest => (StatusCode::BAD_REQUEST, "malformed_request"),
+            Self::UriTooLong => (StatusCode::URI_TOO_LONG, "uri_too_long"),
+            Self::HeadersTooLarge => (
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "request_headers_too_large",
+            ),
         }
+    }
+
+    /// The error body of this answer.
+    pub fn body(&self) -> Value {
+        body(self.status_and_code().1, &self.to_string())
     }
 
     /// One of each variant: what the README's error table is checked against.
     pub fn examples() -> Vec<Self> {
-        vec![Self::NotFound, Self::MethodNotAllowed]
+        vec![
+            Self::NotFound,
+            Self::MethodNotAllowed,
+            Self::MalformedRequest,
+            Self::UriTooLong,
+            Self::HeadersTooLarge,
+        ]
     }
 }
 
 impl IntoResponse for RouteError {
     fn into_response(self) -> Response {
-        let (status, code) = self.status_and_code();
-        respond(status, body(code, &self.to_string()), None)
+        respond(self.status_and_code().0, self.body(), None)
     }
 }

@@ -7,6 +7,7 @@
 pub mod cors;
 pub mod error;
 pub mod ops;
+mod refusals;
 pub mod reload;
 pub mod serve;
 pub mod telemetry;

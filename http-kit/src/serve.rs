@@ -20,6 +20,8 @@ use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
+use crate::refusals::WithErrorBodies;
+
 /// Bounds of the HTTP server, each a flag and an environment variable.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeArgs {
@@ -221,7 +223,7 @@ impl<S: HttpService> Connection<S> {
         });
         let connection = self
             .builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service);
+            .serve_connection_with_upgrades(TokioIo::new(WithErrorBodies::new(stream)), service);
         let mut connection = std::pin::pin!(connection);
         let mut deadline = Instant::now() + self.idle;
         loop {
