@@ -38,7 +38,7 @@ pub(crate) struct AppState {
     pub default_max_events_per_second: Option<f64>,
     /// Bytes of the User-Agent stored (`INGEST_USER_AGENT_MAX_BYTES`).
     pub user_agent_max_bytes: usize,
-    /// Bytes of bodies worked on at once (`INGEST_MAX_BODY_BYTES_IN_FLIGHT`).
+    /// The memory of the requests worked on at once (`INGEST_MAX_BYTES_IN_FLIGHT`).
     pub budget: Arc<Budget>,
 }
 
@@ -89,7 +89,7 @@ impl Application {
             limiter: Arc::default(),
             default_max_events_per_second: config.default_max_events_per_second,
             user_agent_max_bytes: config.user_agent_max_bytes.into(),
-            budget: Arc::new(Budget::new(config.max_body_bytes_in_flight)),
+            budget: Arc::new(Budget::new(config.max_bytes_in_flight)),
             requests: http_kit::ops::RequestCounter::new(
                 "ingest_requests_total",
                 routes::ANALYTICS_PATH,

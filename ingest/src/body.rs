@@ -16,7 +16,8 @@ use crate::error::IngestError;
 
 /// Most bytes of typed events per byte of body in the one-pass reading: a typed event
 /// takes about 450 bytes whatever its text, an empty one (`{},`) 3 bytes of body. The
-/// usual events (100 bytes and more of JSON each) stay within it.
+/// usual events (100 bytes and more of JSON each) stay within it. Counted in the request's
+/// cost (`budget::cost`).
 const TYPED_BYTES_PER_BODY_BYTE: usize = 4;
 /// Events any body may have typed at once, whatever its size (about 110 KB).
 const TYPED_EVENTS_ALWAYS: usize = 256;

@@ -54,14 +54,14 @@ pub struct Config {
     #[arg(long, env = "INGEST_MAX_BODY_BYTES", default_value_t = 1_048_576)]
     pub max_body_bytes: usize,
 
-    /// Most bytes of request bodies worked on at once, from the end of their reading to
-    /// their answer (their events read, checked, encoded and awaiting Kafka). A request
-    /// takes at most a few times its body in memory besides it (docs/ingest-limits.md);
-    /// further requests wait, their body read, for their share. A body larger than this
-    /// waits for the whole of it.
-    #[arg(long, env = "INGEST_MAX_BODY_BYTES_IN_FLIGHT", default_value_t = 8 * 1_048_576,
+    /// Most bytes the requests worked on at once may take, from the end of their body's
+    /// reading to their answer: each counts its body and the most its events could become
+    /// (their reading, and Kafka messages with the User-Agent in each). Further requests
+    /// wait, their body read, for room; a request that counts more than this runs alone.
+    /// The process's peak memory follows from it: docs/ingest-limits.md.
+    #[arg(long, env = "INGEST_MAX_BYTES_IN_FLIGHT", default_value_t = 16 * 1_048_576,
         value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_body_bytes_in_flight: u32,
+    pub max_bytes_in_flight: u32,
 
     /// At shutdown, how long /readyz answers 503 while requests are still served, so that
     /// load balancers stop sending traffic first, in milliseconds.

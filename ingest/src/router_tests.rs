@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 use crate::app::{AppState, router};
-use crate::budget::Budget;
+use crate::budget::{Budget, cost};
 use crate::routes::{ANALYTICS_PATH, Api};
 use crate::sink::SinkError;
 use crate::sink::memory::{MemorySink, Taken};
@@ -933,13 +933,14 @@ impl crate::sink::EventSink for GatedSink {
 
 #[tokio::test]
 async fn bodies_beyond_the_budget_wait_until_those_before_them_are_answered() {
+    let body = json!({ "events": [event("s", "impression")], "padding": "x".repeat(600) });
     let sink = Arc::new(GatedSink::default());
     let gated = sink.clone();
     let ingest = Ingest::with(|state| {
         state.sink = gated;
-        state.budget = Arc::new(Budget::new(1000));
+        // Room for one such request and a half.
+        state.budget = Arc::new(Budget::new(cost(body.to_string().len(), 0) as u32 * 3 / 2));
     });
-    let body = json!({ "events": [event("s", "impression")], "padding": "x".repeat(600) });
     let reached = || sink.reached.load(std::sync::atomic::Ordering::SeqCst);
     let opener = async {
         while reached() == 0 {

@@ -30,6 +30,7 @@ use tower::util::Oneshot;
 use crate::app::AppState;
 use crate::batch::{Batch, Rejected};
 use crate::body::{Event, Parsed};
+use crate::budget;
 use crate::error::IngestError;
 
 pub(crate) const ANALYTICS_PATH: &str = "/api/v1/analytics";
@@ -103,8 +104,14 @@ async fn handle(
         return Err(e);
     }
     let bytes = read_body(headers, body, state.max_body_bytes, deadline).await?;
-    // Held until the answer: what the body's events cost is in proportion to the body.
-    let _share = state.budget.take(bytes.len()).await;
+    let user_agent_bytes = headers
+        .get(header::USER_AGENT)
+        .map_or(0, |ua| ua.len().min(state.user_agent_max_bytes));
+    // Held until the answer: the memory of the requests worked on at once is bounded.
+    let _share = state
+        .budget
+        .take(budget::cost(bytes.len(), user_agent_bytes))
+        .await;
     let parsed = Parsed::from_bytes(&bytes)?;
 
     let key = public_key(headers, parsed.pkey?)?;
