@@ -279,7 +279,7 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                     .fetch_all()
                     .await
                     .ok()?;
-                (v.len() == 8).then_some(v)
+                (v.len() == 9).then_some(v)
             },
         )
         .await;
