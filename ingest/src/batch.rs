@@ -66,13 +66,21 @@ impl Rejections {
     }
 }
 
-/// The accepted events of a batch encoded, one after the other, and the refused ones.
+/// Bytes of the first buffer of a batch's messages; each next one is twice the last, up to
+/// [`LAST_CHUNK_BYTES`]. Messages are never moved to make room: one buffer grown by doubling
+/// would hold 48 MB for a moment to keep a 22 MB batch.
+const FIRST_CHUNK_BYTES: usize = 16 * 1024;
+const LAST_CHUNK_BYTES: usize = 1 << 20;
+/// Room a buffer must have left to take the next message (a longer message grows it).
+const ROOM_BYTES: usize = 16 * 1024;
+
+/// The accepted events of a batch encoded one after the other (each its key, then its
+/// payload) in a few buffers, and the refused ones.
 #[derive(Default)]
 pub struct Batch {
-    /// Each message's key, then its payload.
-    bytes: Vec<u8>,
-    /// Where each message's key and payload are in `bytes`.
-    messages: Vec<(Range<usize>, Range<usize>)>,
+    chunks: Vec<Vec<u8>>,
+    /// Where each message is: its buffer, its key and its payload there.
+    messages: Vec<(usize, Range<usize>, Range<usize>)>,
     pub rejections: Rejections,
 }
 
@@ -90,14 +98,28 @@ impl Batch {
                 return Ok(());
             }
         };
-        let start = self.bytes.len();
-        self.bytes.extend_from_slice(message.kafka_key().as_bytes());
-        let key_end = self.bytes.len();
-        serde_json::to_writer(&mut self.bytes, &message)
+        let (at, chunk) = self.chunk_with_room();
+        let start = chunk.len();
+        chunk.extend_from_slice(message.kafka_key().as_bytes());
+        let key_end = chunk.len();
+        serde_json::to_writer(&mut *chunk, &message)
             .map_err(|e| IngestError::Internal(e.to_string()))?;
-        self.messages
-            .push((start..key_end, key_end..self.bytes.len()));
+        let end = chunk.len();
+        self.messages.push((at, start..key_end, key_end..end));
         Ok(())
+    }
+
+    /// The last buffer, or a new one if it has not [`ROOM_BYTES`] left.
+    fn chunk_with_room(&mut self) -> (usize, &mut Vec<u8>) {
+        let room = self.chunks.last().map(|c| c.capacity() - c.len());
+        if room.is_none_or(|room| room < ROOM_BYTES) {
+            let size = self.chunks.last().map_or(FIRST_CHUNK_BYTES, |c| {
+                (c.capacity() * 2).min(LAST_CHUNK_BYTES)
+            });
+            self.chunks.push(Vec::with_capacity(size));
+        }
+        let at = self.chunks.len() - 1;
+        (at, &mut self.chunks[at])
     }
 
     pub fn accepted(&self) -> usize {
@@ -108,9 +130,9 @@ impl Batch {
     pub fn messages(&self) -> Vec<Message<'_>> {
         self.messages
             .iter()
-            .map(|(key, payload)| Message {
-                key: &self.bytes[key.clone()],
-                payload: &self.bytes[payload.clone()],
+            .map(|(at, key, payload)| Message {
+                key: &self.chunks[*at][key.clone()],
+                payload: &self.chunks[*at][payload.clone()],
             })
             .collect()
     }
@@ -119,6 +141,34 @@ impl Batch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_fill_buffers_that_are_never_moved() {
+        let envelope = contract::event::Envelope::new(1, "pk_a".into(), "ua".repeat(500), None);
+        let mut batch = Batch::default();
+        let n = 20_000;
+        for index in 0..n {
+            let json =
+                format!(r#"{{"eventName":"e{index}","experimentId":"exp_1","sessionId":"s"}}"#);
+            let event = EventMessage::from_client_json(&json, &envelope)
+                .map(|m| m.map(|text| Cow::Owned(text.into_owned())));
+            batch.add(index, event).expect("encoded");
+        }
+        let messages = batch.messages();
+        assert_eq!(messages.len(), n);
+        for (index, message) in messages.iter().enumerate().step_by(997) {
+            let decoded: EventMessage = serde_json::from_slice(message.payload).expect("JSON");
+            assert_eq!(decoded.event_name, format!("e{index}"));
+            assert_eq!(message.key, b"s");
+        }
+        let used: usize = batch.chunks.iter().map(Vec::len).sum();
+        let held: usize = batch.chunks.iter().map(Vec::capacity).sum();
+        assert!(used > 20 << 20, "{used}");
+        // No buffer grew (none moved), and the room left is at most one buffer's.
+        let sizes: Vec<usize> = batch.chunks.iter().map(Vec::capacity).collect();
+        assert!(sizes.iter().all(|&c| c <= LAST_CHUNK_BYTES), "{sizes:?}");
+        assert!(held - used < LAST_CHUNK_BYTES, "{held} held for {used}");
+    }
 
     #[test]
     fn a_whole_list_says_no_count() {
@@ -152,9 +202,6 @@ mod tests {
         assert_eq!(rejections.by_field, [("eventName", 500), ("event", 500)]);
         assert_eq!(rejections.count_if_cut(), Some(1000));
         assert_eq!(batch.accepted(), 0);
-        assert!(
-            batch.bytes.capacity() == 0,
-            "nothing kept for refused events"
-        );
+        assert!(batch.chunks.is_empty(), "nothing kept for refused events");
     }
 }

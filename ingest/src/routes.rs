@@ -16,11 +16,12 @@ use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bytes::BytesMut;
 use contract::event::{Envelope, EventMessage};
 use contract::key::{PUBLIC_KEY_HEADER, PublicKey};
 use contract::snapshot::Snapshot;
 use futures::future::Either;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use http_kit::cors::CorsPolicy;
 use http_kit::error::RouteError;
 use serde::Serialize;
@@ -232,15 +233,16 @@ async fn read_body(
         discard_unread(headers, body, deadline).await;
         return Err(IngestError::PayloadTooLarge(limit));
     }
-    let read = tokio::time::timeout_at(deadline, Limited::new(&mut body, limit).collect()).await;
+    let declared = declared_length(headers).map_or(0, |length| length as usize);
+    let read = tokio::time::timeout_at(deadline, collect(&mut body, limit, declared)).await;
     let bytes = match read {
         Err(_) => return Err(IngestError::RequestTimeout),
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.is::<LengthLimitError>() => {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(Unread::TooLarge)) => {
             discard(body, deadline).await;
             return Err(IngestError::PayloadTooLarge(limit));
         }
-        Ok(Err(_)) => return Err(IngestError::UnreadableBody),
+        Ok(Err(Unread::Broken)) => return Err(IngestError::UnreadableBody),
     };
     let encoding = headers
         .get(header::CONTENT_ENCODING)
@@ -260,6 +262,39 @@ async fn read_body(
         }
         Some(_) => Err(IngestError::UnsupportedContentEncoding),
     }
+}
+
+/// Why a body was not read whole.
+enum Unread {
+    TooLarge,
+    Broken,
+}
+
+/// The body's bytes, at most `limit` of them, in one buffer of the `declared` length: a
+/// body of one chunk as it came, a larger one copied chunk by chunk as it arrives, so that
+/// it is never held twice (its chunks, and hyper's buffers behind them, then their copy).
+async fn collect(body: &mut Body, limit: usize, declared: usize) -> Result<Bytes, Unread> {
+    let mut first: Option<Bytes> = None;
+    let mut joined = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(|_| Unread::Broken)?.into_data() else {
+            continue; // trailers
+        };
+        let read = first.as_ref().map_or(joined.len(), Bytes::len);
+        if read + data.len() > limit {
+            return Err(Unread::TooLarge);
+        }
+        match first.take() {
+            None if joined.is_empty() => first = Some(data),
+            None => joined.extend_from_slice(&data),
+            Some(first) => {
+                joined.reserve(declared.min(limit).max(first.len() + data.len()));
+                joined.extend_from_slice(&first);
+                joined.extend_from_slice(&data);
+            }
+        }
+    }
+    Ok(first.unwrap_or_else(|| joined.freeze()))
 }
 
 /// Most bytes of a refused body read and thrown away (beyond what was read before it was
