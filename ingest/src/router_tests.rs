@@ -875,6 +875,13 @@ async fn a_batch_of_many_refused_events_lists_the_first_hundred_and_counts_them_
     assert_eq!(reply.body["rejected"].as_array().map(Vec::len), Some(100));
     assert_eq!(ingest.published().len(), 1);
 
+    // The longest reasons, listed 100 times, still make a short answer.
+    let unreadable = r#"{"eventName":"\ud800","experimentId":"exp_1","sessionId":"s"}"#;
+    let reply = ingest.send(events_body(&vec![unreadable; 1000])).await;
+    assert_eq!(reply.body["rejectedCount"], 1000);
+    let size = reply.body.to_string().len();
+    assert!(size < 16 * 1024, "an answer of {size} bytes");
+
     // A whole list has no count: the usual answer is as it was.
     let mut events = vec!["7"; 100];
     events.push(&valid);
