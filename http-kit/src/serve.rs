@@ -4,7 +4,8 @@
 //! timeout (hyper's own header timeout covers a request head that arrives too slowly,
 //! once it has begun); at most `max_connections` are open at once, further ones wait in
 //! the listen backlog until one closes. Request bodies are bounded by whoever reads them
-//! (the ingest). At shutdown the listener closes and requests in flight finish.
+//! (the ingest). hyper's own answers to requests it cannot read get the JSON error body
+//! (`refusals`). At shutdown the listener closes and requests in flight finish.
 
 use std::net::SocketAddr;
 use std::time::Duration;
