@@ -15,7 +15,13 @@ interface Core {
 
 const MAX_ERRORS = 5;
 const w = window as unknown as { SplitTesting?: Core };
-const rule = document.currentScript?.getAttribute("data-conversion-url");
+const source = document.currentScript?.getAttribute("data-conversion-url");
+let rule: RegExp | undefined;
+try {
+  if (source) rule = new RegExp(source);
+} catch {
+  // an invalid rule: no URL conversions, the rest works
+}
 const started = performance.now();
 let scrolled = 0;
 let active = false;
@@ -79,7 +85,7 @@ addEventListener("error", (e) => {
 /** The URL rule: one conversion per matching path (once the visitor's assignments are known). */
 function checkUrl(): void {
   const path = location.pathname;
-  if (rule && path !== converted && new RegExp(rule).test(path) && send("conversion", { conversion: true, clickTarget: "url" }))
+  if (rule && path !== converted && rule.test(path) && send("conversion", { conversion: true, clickTarget: "url" }))
     converted = path;
 }
 checkUrl(); // the core may have applied a cached answer before this script loaded

@@ -175,6 +175,19 @@ export function sender<E>(
 
   /** Sends full batches, or (`all`) everything; events queued meanwhile are included. */
   async function drain(all: boolean): Promise<void> {
+    try {
+      await batches(all);
+    } catch (e) {
+      // An event the service cannot take (its JSON throws): the batch is dropped, the rest
+      // goes on, and nothing rejects into the page.
+      log("send failed, dropped", [e, flying]);
+      self.queue = self.queue.filter((x) => !flying.includes(x));
+      flying = [];
+      arm();
+    }
+  }
+
+  async function batches(all: boolean): Promise<void> {
     let attempt = 0;
     while (!self.held && self.queue.length >= (all ? 1 : BATCH_SIZE)) {
       const batch = (flying = self.queue.slice(0, BATCH_SIZE));

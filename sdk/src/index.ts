@@ -289,7 +289,7 @@ async function start(opts: Options): Promise<void> {
             rejected: await r.json().then((b) => b.rejected, () => undefined),
           }),
         ),
-      beacon: (body) => navigator.sendBeacon(base + "/api/v1/analytics", body),
+      beacon: (body) => guard(() => navigator.sendBeacon(base + "/api/v1/analytics", body), false),
       wait: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
       keep: (events) => save("split_kept", JSON.stringify(events)),
     },
@@ -311,11 +311,13 @@ async function start(opts: Options): Promise<void> {
   const route = () => guard(() => location.pathname !== path && view(false));
   for (const m of ["pushState", "replaceState"] as const) {
     const original = history[m];
-    history[m] = function (this: History, ...args: Parameters<History["pushState"]>) {
-      const result = original.apply(this, args);
-      route();
-      return result;
-    };
+    guard(() => {
+      history[m] = function (this: History, ...args: Parameters<History["pushState"]>) {
+        const result = original.apply(this, args);
+        route();
+        return result;
+      };
+    }); // a read-only history: route changes by popstate only
   }
   addEventListener("popstate", route);
   new MutationObserver((r) => guard(() => observe(r))).observe(document.documentElement, {
@@ -384,6 +386,11 @@ export function track(eventName: string, experimentId: string, fields?: Fields):
       timestamp: Date.now(),
     };
     if (testMode) event.test = true;
+    try {
+      JSON.stringify(event);
+    } catch (e) {
+      return log("track: refused, a field cannot be serialized", e);
+    }
     if (experiments || off) send(event);
     else if (held.length < MAX_HELD) held.push(event);
     else log("held: full, dropped", event);

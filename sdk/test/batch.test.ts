@@ -296,3 +296,27 @@ test("beacon bodies split under the limit, in order, within the budget", () => {
   const { rest: tooLarge } = beaconBodies("pk_x", [ev(1, "x".repeat(70000)), ev(2)], BUDGET);
   assert.deepEqual(tooLarge.map((e) => e.eventId), ["id-1"]);
 });
+
+test("an event whose JSON throws at send time: its batch is dropped, later ones go, nothing rejects", async () => {
+  const escaped: unknown[] = [];
+  const note = (e: unknown) => escaped.push(e);
+  process.on("unhandledRejection", note);
+  try {
+    const b = browser();
+    const lines: string[] = [];
+    const s = sender<object>("pk_x", b.transport, (m) => lines.push(m));
+    s.add({ eventId: "bad", toJSON: () => { throw new TypeError("no JSON"); } });
+    for (let i = 0; i < 4; i++) s.add(ev(i)); // the fifth event sends the batch
+    await tick();
+    for (let i = 4; i < 9; i++) s.add(ev(i));
+    await tick();
+    await s.flush();
+    await tick();
+    assert.deepEqual(b.posts.flatMap((p) => ids(p.body)), ["id-4", "id-5", "id-6", "id-7", "id-8"]);
+    assert.deepEqual(s.queue, []);
+    assert.ok(lines.includes("send failed, dropped"), lines.join());
+  } finally {
+    process.off("unhandledRejection", note);
+  }
+  assert.deepEqual(escaped, []);
+});

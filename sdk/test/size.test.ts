@@ -5,11 +5,12 @@ import { gzipSync } from "node:zlib";
 
 const gzipped = (file: string) => gzipSync(readFileSync(file), { level: 9 }).length;
 
-// The budgets of issues 11 and 29: the script every page loads stays at most 4 KB
-// gzipped, the opt-in auto-capture at most 2 KB.
-test("split.min.js is at most 4 KB gzipped", () => {
+// The budgets of issues 11, 29 and 42: the script every page loads stays at most 5 KB
+// gzipped (4 KB before issue 42's consent, identity and robustness), the opt-in
+// auto-capture at most 2 KB.
+test("split.min.js is at most 5 KB gzipped", () => {
   const bytes = gzipped("dist/split.min.js");
-  assert.ok(bytes <= 4096, `${bytes} bytes gzipped`);
+  assert.ok(bytes <= 5120, `${bytes} bytes gzipped`);
 });
 
 test("split-autotrack.min.js is at most 2 KB gzipped", () => {
