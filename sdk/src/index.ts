@@ -18,7 +18,11 @@ export interface Options {
   experimentIds?: string[];
   /** Logs each batch and every problem to the console. */
   debug?: boolean;
-  /** `granted` (default): stores ids, sends events; `pending`: ids in memory, events queued; `denied`: nothing. */
+  /**
+   * `granted` (default): stores ids, sends events. `pending`: reads stored ids and
+   * assignments but writes nothing, events queued; a decision remembered from an earlier
+   * page (`setConsent`) applies instead. `denied`: nothing stored or sent.
+   */
   consent?: Consent;
 }
 
@@ -64,6 +68,8 @@ let shown: Record<string, Assignment> = {};
 /** Events tracked before the answer: they get their variant once it is known. */
 let held: Event[] = [];
 let path = "";
+/** The visitor id this page made up (none was stored): a stored one found later wins. */
+let random: string | undefined;
 const memory: Record<string, string> = {};
 const originals = new Map<Element, string | null>();
 let hider: HTMLStyleElement | undefined;
@@ -82,10 +88,12 @@ function guard<T>(body: () => T, fallback?: T): T {
   }
 }
 
-// Storage: localStorage with consent when the browser allows it, else this page's memory.
+// Storage: localStorage when the browser allows it, and this page's memory. Granted: both
+// written, storage read first. Pending: storage read (under this page's changes), never
+// written. Denied: memory only.
 function load(key: string): string | null {
-  const stored = consent === "granted" ? guard(() => localStorage.getItem(key), null) : null;
-  return stored ?? memory[key] ?? null;
+  const stored = consent !== "denied" ? guard(() => localStorage.getItem(key), null) : null;
+  return (consent === "granted" ? stored ?? memory[key] : memory[key] ?? stored) ?? null;
 }
 
 function save(key: string, value: string): void {
@@ -114,7 +122,7 @@ function uuid(): string {
 /** A random id per browser, kept in localStorage: the unit of assignment. */
 function visitorId(): string {
   let id = load("split_vid");
-  if (!id) save("split_vid", (id = uuid()));
+  if (!id) save("split_vid", (id = random = uuid()));
   return id;
 }
 
@@ -256,7 +264,9 @@ async function start(opts: Options): Promise<void> {
   options = { ...opts, baseUrl: String(opts.baseUrl).replace(/\/+$/, "") };
   const base = options.baseUrl;
   const pkey = options.publicKey;
-  consent = opts.consent || "granted";
+  // A pending page takes the decision an earlier page remembered.
+  const remembered = guard(() => localStorage.getItem("split_consent"), null) as Consent | null;
+  consent = opts.consent === "pending" ? remembered || "pending" : opts.consent || "granted";
   testMode = guard(() => localStorage.getItem("service_test") === "true", false);
   const query = new URLSearchParams(location.search);
   for (const name of UTM) {
@@ -302,8 +312,9 @@ async function start(opts: Options): Promise<void> {
   document.addEventListener("visibilitychange", () => document.visibilityState === "hidden" && unload());
   if (consent === "denied") return setConsent("denied");
   // Events the last page view could not send within the browser's budget.
+  // Pending: read, left stored (removed once granted) so that no decision loses them.
   const kept = loadJson<Event[]>("split_kept");
-  guard(() => localStorage.removeItem("split_kept"));
+  if (consent === "granted") guard(() => localStorage.removeItem("split_kept"));
   kept?.forEach((e) => sender?.add(e));
 
   // SPA: a route change is a new view.
@@ -425,28 +436,39 @@ export function assignments(): Assignment[] {
 }
 
 /**
- * Consent. `granted`: ids stored, events sent (what waited too). `pending`: ids in memory,
- * events queued, nothing sent. `denied`: nothing stored or sent, queued events dropped,
- * the page's original text back for the rest of this page load.
+ * Consent, remembered (`split_consent` in localStorage) for later pages that init as
+ * `pending`. `granted`: ids stored (what is stored already is kept, never replaced),
+ * events sent (what waited too). `pending`: stored ids read, nothing written, events
+ * queued, nothing sent. `denied`: everything of the SDK's removed from storage but the
+ * decision, nothing stored or sent, queued events dropped, the page's original text back
+ * for the rest of this page load.
  */
 export function setConsent(state: Consent): void {
   guard(() => {
     consent = state;
-    if (!sender) return;
     if (state === "granted") {
-      for (const key of KEYS) if (memory[key]) save(key, memory[key]);
-      sender.held = false;
-      sender.flush();
-      return;
+      const stored = guard(() => localStorage.getItem("split_vid"));
+      // Another page stored a visitor while this one waited: it stays the visitor.
+      if (random && stored && stored !== random) for (const key of KEYS) delete memory[key];
+      else for (const key of KEYS) if (memory[key]) save(key, memory[key]);
+      random = undefined;
+      if (sender) {
+        guard(() => localStorage.removeItem("split_kept")); // queued now: kept again at unload
+        sender.held = false;
+        sender.flush();
+      }
+    } else if (sender) {
+      sender.held = true;
+      if (state === "denied") {
+        off = true;
+        sender.queue = held = [];
+        shown = {};
+        originals.forEach((text, el) => (el.textContent = text));
+        reveal();
+      }
     }
-    sender.held = true;
-    if (state === "denied") {
-      off = true;
-      sender.queue = held = [];
-      shown = {};
+    if (state === "denied")
       guard(() => Object.keys(localStorage).forEach((k) => k.startsWith("split_") && localStorage.removeItem(k)));
-      originals.forEach((text, el) => (el.textContent = text));
-      reveal();
-    }
+    if (state !== "pending") guard(() => localStorage.setItem("split_consent", state));
   });
 }

@@ -93,7 +93,7 @@ test("consent pending: ids in memory, events queued; granted: stored and sent", 
   const stored = () => page.evaluate(() => Object.keys(localStorage).filter((k) => k.startsWith("split_")));
   assert.deepEqual(await stored(), [], "nothing stored while pending");
   await page.evaluate(() => Split.setConsent("granted"));
-  assert.deepEqual((await stored()).sort(), ["split_seen", "split_session", "split_vid"]);
+  assert.deepEqual((await stored()).sort(), ["split_consent", "split_seen", "split_session", "split_vid"]);
   const session = await sessionOf(page);
   const rows = await rowsWhen("the queued events", `SELECT event_name FROM events FINAL WHERE session_id = '${session}'`, (r) => r.length === 2, 20);
   assert.deepEqual(rows.map((r) => r.event_name).sort(), ["click", "impression"]);
@@ -110,7 +110,7 @@ test("consent denied: original text, nothing stored or sent; withdrawn later: or
     Split.track("click", "exp_sdk_hero", { clickTarget: "#denied" });
     await Split.flush();
   });
-  assert.deepEqual(await page.evaluate(() => Object.keys(localStorage)), []);
+  assert.deepEqual(await page.evaluate(() => Object.keys(localStorage)), ["split_consent"], "the decision only");
 
   // A visitor who granted, then withdraws: the queue is dropped, the page shows the original.
   const second = await open(ctx, "/landing");
@@ -119,7 +119,7 @@ test("consent denied: original text, nothing stored or sent; withdrawn later: or
     Split.setConsent("denied");
   });
   assert.equal(await second.locator("h1").textContent(), "Original headline");
-  assert.deepEqual(await second.evaluate(() => Object.keys(localStorage).filter((k) => k.startsWith("split_"))), []);
+  assert.deepEqual(await second.evaluate(() => Object.keys(localStorage).filter((k) => k.startsWith("split_"))), ["split_consent"]);
   await second.goto(origin + "/landing?after"); // unload: nothing goes
   await second.evaluate(() => window.splitReady);
   // The next page (consent granted again) sends its impression: once it is stored, the
