@@ -2,9 +2,9 @@
 // taken by something else (the Split.js layout library); always at window.SplitTesting
 // too. Calls queued by the two-line snippet before the script loaded are replayed.
 
-import { assignments, convert, flush, init, refresh, setConsent, track, variant } from "./index";
+import { assignments, convert, flush, identify, init, refresh, setConsent, track, variant } from "./index";
 
-const api = { init, variant, track, convert, flush, refresh, assignments, setConsent };
+const api = { init, variant, track, convert, flush, refresh, assignments, setConsent, identify };
 type Queued = { q?: [keyof typeof api, unknown[]][] };
 const w = window as unknown as Record<string, (Queued & Record<string, unknown>) | undefined>;
 const ours = (x: (Queued & Record<string, unknown>) | undefined) => !x || Array.isArray(x.q) || x._split;

@@ -24,6 +24,18 @@ export interface Options {
    * page (`setConsent`) applies instead. `denied`: nothing stored or sent.
    */
   consent?: Consent;
+  /**
+   * The site's own id of the visitor (a first-party server cookie, a login): assignment
+   * and events use it instead of a random one. A different id than before is a new
+   * visitor (fresh assignments and session).
+   */
+  visitorId?: string;
+  /**
+   * Also keeps the visitor id in a first-party cookie `split_vid` on this domain
+   * (`example.com`: shared by `www.` and `shop.`), with consent. A `split_vid` cookie is
+   * read whether or not this is set (a site's server may set it).
+   */
+  cookieDomain?: string;
 }
 
 /** What a visitor got in one experiment. */
@@ -70,6 +82,8 @@ let held: Event[] = [];
 let path = "";
 /** The visitor id this page made up (none was stored): a stored one found later wins. */
 let random: string | undefined;
+/** The site's visitor id (`visitorId`, `identify`). */
+let siteId: string | undefined;
 const memory: Record<string, string> = {};
 const originals = new Map<Element, string | null>();
 let hider: HTMLStyleElement | undefined;
@@ -119,11 +133,39 @@ function uuid(): string {
   );
 }
 
-/** A random id per browser, kept in localStorage: the unit of assignment. */
+/** The `split_vid` cookie (set by the SDK on `cookieDomain`, or by the site's server). */
+function cookieId(): string | undefined {
+  return guard(() => {
+    const m = consent !== "denied" && /(?:^|; )split_vid=([^;]+)/.exec(document.cookie);
+    return m ? decodeURIComponent(m[1]) : undefined;
+  });
+}
+
+/**
+ * The unit of assignment: the site's id (`visitorId`, `identify`), else the `split_vid`
+ * cookie, else the stored one, else a new random one. Another id than the stored one is
+ * a new visitor: their assignments and session start afresh.
+ */
 function visitorId(): string {
-  let id = load("split_vid");
-  if (!id) save("split_vid", (id = random = uuid()));
+  const was = load("split_vid");
+  const id = siteId || cookieId() || was || (random = uuid());
+  if (id !== was) {
+    if (was) for (const key of ["split_seen", "split_session"]) save(key, "");
+    save("split_vid", id);
+  }
   return id;
+}
+
+/** With consent and `cookieDomain`: the visitor id in a cookie there too (400 days). */
+function persist(): void {
+  const domain = options?.cookieDomain;
+  if (domain && consent === "granted")
+    guard(
+      () =>
+        (document.cookie = `split_vid=${encodeURIComponent(visitorId())};domain=${domain};path=/;max-age=34560000;samesite=lax${
+          location.protocol === "https:" ? ";secure" : ""
+        }`),
+    );
 }
 
 interface Session {
@@ -311,6 +353,8 @@ async function start(opts: Options): Promise<void> {
   addEventListener("pagehide", unload);
   document.addEventListener("visibilitychange", () => document.visibilityState === "hidden" && unload());
   if (consent === "denied") return setConsent("denied");
+  if (opts.visitorId) siteId = String(opts.visitorId);
+  persist();
   // Events the last page view could not send within the browser's budget.
   // Pending: read, left stored (removed once granted) so that no decision loses them.
   const kept = loadJson<Event[]>("split_kept");
@@ -436,6 +480,22 @@ export function assignments(): Assignment[] {
 }
 
 /**
+ * The site's own id of the visitor from now on (after a login, say); assignment and events
+ * use it. A different id than before is a new visitor: fresh assignments and session,
+ * impressions counted afresh on this view.
+ */
+export function identify(id: string): void {
+  guard(() => {
+    if (!id || typeof id !== "string") return log("identify: bad id");
+    const was = load("split_vid");
+    siteId = id;
+    visitorId();
+    persist();
+    if (was !== id && experiments) view(true);
+  });
+}
+
+/**
  * Consent, remembered (`split_consent` in localStorage) for later pages that init as
  * `pending`. `granted`: ids stored (what is stored already is kept, never replaced),
  * events sent (what waited too). `pending`: stored ids read, nothing written, events
@@ -450,8 +510,9 @@ export function setConsent(state: Consent): void {
       const stored = guard(() => localStorage.getItem("split_vid"));
       // Another page stored a visitor while this one waited: it stays the visitor.
       if (random && stored && stored !== random) for (const key of KEYS) delete memory[key];
-      else for (const key of KEYS) if (memory[key]) save(key, memory[key]);
+      else for (const key of KEYS) if (key in memory) save(key, memory[key]);
       random = undefined;
+      persist();
       if (sender) {
         guard(() => localStorage.removeItem("split_kept")); // queued now: kept again at unload
         sender.held = false;
@@ -467,8 +528,11 @@ export function setConsent(state: Consent): void {
         reveal();
       }
     }
-    if (state === "denied")
+    if (state === "denied") {
       guard(() => Object.keys(localStorage).forEach((k) => k.startsWith("split_") && localStorage.removeItem(k)));
+      for (const domain of ["", ";domain=" + options?.cookieDomain])
+        guard(() => (document.cookie = "split_vid=;path=/;max-age=0" + domain));
+    }
     if (state !== "pending") guard(() => localStorage.setItem("split_consent", state));
   });
 }
