@@ -4,6 +4,7 @@
 // hostile page (read-only history.pushState, no sendBeacon) and a bad data-conversion-url.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import vm from "node:vm";
 import { Browser, INIT, page, settle } from "./page";
 
 /** Runs `body`, failing on any unhandled rejection or uncaught exception meanwhile. */
@@ -92,5 +93,25 @@ test("the auto-capture with an invalid data-conversion-url loads, and still send
     const names = p.events().map((e) => e.eventName);
     assert.ok(names.includes("scroll_depth") && names.includes("dwell_time"), names.join());
     assert.deepEqual(p.errors, []);
+  });
+});
+
+test("bad options and a frozen JSON: init never throws or rejects; the page keeps working", async () => {
+  await noEscapes(async () => {
+    for (const bad of [null, undefined, {}, { ...INIT, experimentIds: "exp_a" }, { ...INIT, consent: 42 }]) {
+      const p = page(new Browser(), { setup: (w) => vm.runInContext("Object.freeze(JSON)", w) });
+      await assert.doesNotReject(async () => p.Split.init(bad));
+      assert.doesNotThrow(() => {
+        p.Split.track("click", "exp_a");
+        p.Split.variant("exp_a");
+        p.leave();
+      });
+      assert.deepEqual(p.errors, []);
+    }
+    const ok = page(new Browser(), { setup: (w) => vm.runInContext("Object.freeze(JSON)", w) });
+    await ok.Split.init(INIT);
+    assert.ok(ok.Split.variant("exp_a"));
+    await ok.Split.flush();
+    assert.deepEqual(ok.events().map((e) => e.eventName), ["impression"]);
   });
 });
