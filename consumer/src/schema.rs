@@ -12,8 +12,16 @@ use crate::topology::{LOCAL_SUFFIX, Server, Topology, first_answering, is_sql_na
 mod migrations;
 
 use migrations::{
-    BOOTSTRAP, MIGRATIONS, RESULTS_STATISTICS, SESSIONS_SELECT, Step, VISITORS_SELECT,
+    BOOTSTRAP, MIGRATIONS, RESULTS_STATISTICS, RESULTS_STATISTICS_10, SESSIONS_SELECT, Step,
+    VISITORS_SELECT,
 };
+
+/// The minimum-data guard of the results views and of `experiment-results`: fewest exposed
+/// visitors in each arm.
+pub const MIN_VISITORS: u64 = 50;
+/// The guard's fewest conversions, and fewest non-conversions, of an arm and the control
+/// together (pooled, so a variant that converts nobody is still seen).
+pub const MIN_CONVERSIONS: u64 = 5;
 
 /// What the connected server supports, read from `SELECT version()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,24 +88,35 @@ impl ServerCaps {
         } else {
             "toStartOfHour(toDateTime(intDiv(first_exposure, 1000), 'UTC'))"
         };
-        let statistics = |counts: &str, by: &str, time_columns: &str| {
-            RESULTS_STATISTICS
+        let statistics = |template: &str, counts: &str, by: &str, time_columns: &str| {
+            template
                 .replace("{counts}", counts)
                 .replace("{by}", by)
                 .replace("{time_columns}", time_columns)
+                .replace("{min_visitors}", &MIN_VISITORS.to_string())
+                .replace("{min_conversions}", &MIN_CONVERSIONS.to_string())
+        };
+        let by_hour = |template| {
+            statistics(
+                template,
+                "experiment_variant_counts_over_time",
+                ", hour",
+                "toDate(hour) AS day, hour, ",
+            )
         };
         statement
             .replace(
                 "{results_statistics}",
-                &statistics("experiment_variant_counts", "", ""),
+                &statistics(RESULTS_STATISTICS, "experiment_variant_counts", "", ""),
+            )
+            .replace("{results_statistics_by_hour}", &by_hour(RESULTS_STATISTICS))
+            .replace(
+                "{results_statistics_10}",
+                &statistics(RESULTS_STATISTICS_10, "experiment_variant_counts", "", ""),
             )
             .replace(
-                "{results_statistics_by_hour}",
-                &statistics(
-                    "experiment_variant_counts_over_time",
-                    ", hour",
-                    "toDate(hour) AS day, hour, ",
-                ),
+                "{results_statistics_10_by_hour}",
+                &by_hour(RESULTS_STATISTICS_10),
             )
             .replace("{sessions_select}", SESSIONS_SELECT)
             .replace("{visitors_select}", VISITORS_SELECT)

@@ -198,16 +198,32 @@ fn check_row(
         (Some(0.0), None, None, None)
     } else {
         let p0 = rate(control);
-        let se = (p * (1.0 - p) / row.exposed as f64 + p0 * (1.0 - p0) / control.0 as f64).sqrt();
-        let normal = Normal::standard();
-        let z = normal.inverse_cdf(0.975);
         let diff = p - p0;
-        (
-            Some(diff),
-            Some(diff - z * se),
-            Some(diff + z * se),
-            Some(2.0 * normal.sf((diff / se).abs())),
-        )
+        let (n1, x1, n0, x0) = (row.exposed, row.converted, control.0, control.1);
+        // Both arms with variance, and the minimum-data guard.
+        let testable = 0 < x1
+            && x1 < n1
+            && 0 < x0
+            && x0 < n0
+            && n1.min(n0) >= consumer::schema::MIN_VISITORS
+            && x1 + x0 >= consumer::schema::MIN_CONVERSIONS
+            && (n1 + n0) - (x1 + x0) >= consumer::schema::MIN_CONVERSIONS;
+        if testable {
+            let se = (p * (1.0 - p) / n1 as f64 + p0 * (1.0 - p0) / n0 as f64).sqrt();
+            // The test under its null: one pooled rate.
+            let pooled = (x1 + x0) as f64 / (n1 + n0) as f64;
+            let se_null = (pooled * (1.0 - pooled) * (1.0 / n1 as f64 + 1.0 / n0 as f64)).sqrt();
+            let normal = Normal::standard();
+            let z = normal.inverse_cdf(0.975);
+            (
+                Some(diff),
+                Some(diff - z * se),
+                Some(diff + z * se),
+                Some(2.0 * normal.sf((diff / se_null).abs())),
+            )
+        } else {
+            (Some(diff), None, None, None)
+        }
     };
     close(&what("diff"), row.diff, diff);
     close(&what("ci_low"), row.ci_low, low);

@@ -133,8 +133,8 @@ impl Database {
             .query(&format!(
                 "SELECT experiment_id, phase, variant_id, is_control, exposed, converted, \
                  conversion_rate, diff, ci_low, ci_high, p_value, srm_p_value, \
-                 always_valid_p_value, always_valid_ci_low, always_valid_ci_high \
-                 FROM experiment_results WHERE public_key = '{KEY}' {filter} \
+                 always_valid_p_value, always_valid_ci_low, always_valid_ci_high, \
+                 no_test_reason FROM experiment_results WHERE public_key = '{KEY}' {filter} \
                  ORDER BY experiment_id, phase, variant_id"
             ))
             .fetch_all()
@@ -177,6 +177,7 @@ struct ResultRow {
     always_valid_p_value: Option<f64>,
     always_valid_ci_low: Option<f64>,
     always_valid_ci_high: Option<f64>,
+    no_test_reason: String,
 }
 
 struct Event {
@@ -228,52 +229,64 @@ fn band(n: u64, p: f64) -> (u64, u64) {
     (lo, hi)
 }
 
-/// 500 A/A experiments of 1,000 visitors (1 + Poisson(1.5) sessions each, base rates 5%
-/// to 20%), 50/50 by the SDK's hash of the visitor, arriving in 20 chunks with a look at
-/// the view after each.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_a_experiments_keep_their_error_rates_under_20_looks() {
-    const EXPERIMENTS: usize = 500;
-    const VISITORS: usize = 1_000;
-    const LOOKS: usize = 20;
-    let started = Instant::now();
-    let server = PrivateClickHouse::start().await;
-    let mut db = Database::new(&server).await;
-    let ids: Vec<String> = (0..EXPERIMENTS).map(|i| format!("exp_aa_{i:04}")).collect();
+/// What A/A experiments showed over their looks.
+struct Looked {
+    /// Per experiment, the smallest fixed-horizon and always-valid p-values seen.
+    min_fixed: Vec<f64>,
+    min_always: Vec<f64>,
+    /// The treatment rows at the last look.
+    last: Vec<ResultRow>,
+    sessions_total: u64,
+}
+
+/// `ids.len()` A/A experiments of `visitors` visitors (1 + Poisson(1.5) sessions each, each
+/// experiment's base rate drawn from `rates`), split by the SDK's hash of the visitor with
+/// `control_share` to the control, arriving in `looks` chunks with a look at the view after
+/// each.
+async fn a_a_looks(
+    db: &mut Database,
+    ids: &[String],
+    visitors: usize,
+    looks: usize,
+    control_share: f64,
+    rates: std::ops::Range<f64>,
+    seed: u64,
+) -> Looked {
     let definitions: Vec<_> = ids
         .iter()
         .map(|id| Definition {
             experiment: id.clone(),
             phase: 1,
             variants: vec![
-                ("var_a".to_owned(), 50.0, true),
-                ("var_b".to_owned(), 50.0, false),
+                ("var_a".to_owned(), 100.0 * control_share, true),
+                ("var_b".to_owned(), 100.0 * (1.0 - control_share), false),
             ],
         })
         .collect();
     db.define(&definitions).await;
-
-    let mut rng = Rng::new(20_261_123);
-    let rates: Vec<f64> = (0..EXPERIMENTS)
-        .map(|_| 0.05 + 0.15 * rng.uniform())
+    let mut rng = Rng::new(seed);
+    let rates: Vec<f64> = ids
+        .iter()
+        .map(|_| rates.start + (rates.end - rates.start) * rng.uniform())
         .collect();
-    // Per experiment: the smallest p-value seen over the looks, fixed and always-valid.
-    let mut min_fixed = vec![1.0_f64; EXPERIMENTS];
-    let mut min_always = vec![1.0_f64; EXPERIMENTS];
-    let mut last: Vec<ResultRow> = Vec::new();
-    let mut sessions_total = 0_u64;
-    for look in 0..LOOKS {
+    let mut looked = Looked {
+        min_fixed: vec![1.0; ids.len()],
+        min_always: vec![1.0; ids.len()],
+        last: Vec::new(),
+        sessions_total: 0,
+    };
+    for look in 0..looks {
         let mut events = Vec::new();
         for (e, id) in ids.iter().enumerate() {
-            for v in (look * VISITORS / LOOKS)..((look + 1) * VISITORS / LOOKS) {
+            for v in (look * visitors / looks)..((look + 1) * visitors / looks) {
                 let visitor = format!("{id}-v{v}");
-                let variant = if bucket(id, &visitor) < 0.5 {
+                let variant = if bucket(id, &visitor) < control_share {
                     "var_a"
                 } else {
                     "var_b"
                 };
                 let sessions = 1 + rng.poisson(1.5);
-                sessions_total += sessions;
+                looked.sessions_total += sessions;
                 let converts = rng.bernoulli(rates[e]);
                 visitor_events(
                     &mut rng,
@@ -290,19 +303,44 @@ async fn a_a_experiments_keep_their_error_rates_under_20_looks() {
             }
         }
         db.events(&events).await;
-        let rows = db.results("AND is_control = 0").await;
-        assert_eq!(rows.len(), EXPERIMENTS, "one treatment row per experiment");
+        let filter = format!(
+            "AND is_control = 0 AND startsWith(experiment_id, '{}')",
+            ids[0].trim_end_matches(char::is_numeric)
+        );
+        let rows = db.results(&filter).await;
+        assert_eq!(rows.len(), ids.len(), "one treatment row per experiment");
         for (e, row) in rows.iter().enumerate() {
             assert_eq!(row.experiment_id, ids[e]);
             if let Some(p) = row.p_value {
-                min_fixed[e] = min_fixed[e].min(p);
+                looked.min_fixed[e] = looked.min_fixed[e].min(p);
             }
             if let Some(p) = row.always_valid_p_value {
-                min_always[e] = min_always[e].min(p);
+                looked.min_always[e] = looked.min_always[e].min(p);
             }
         }
-        last = rows;
+        looked.last = rows;
     }
+    looked
+}
+
+/// 500 A/A experiments of 1,000 visitors (1 + Poisson(1.5) sessions each, base rates 5%
+/// to 20%), 50/50 by the SDK's hash of the visitor, arriving in 20 chunks with a look at
+/// the view after each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_a_experiments_keep_their_error_rates_under_20_looks() {
+    const EXPERIMENTS: usize = 500;
+    const VISITORS: usize = 1_000;
+    const LOOKS: usize = 20;
+    let started = Instant::now();
+    let server = PrivateClickHouse::start().await;
+    let mut db = Database::new(&server).await;
+    let ids: Vec<String> = (0..EXPERIMENTS).map(|i| format!("exp_aa_{i:04}")).collect();
+    let Looked {
+        min_fixed,
+        min_always,
+        last,
+        sessions_total,
+    } = a_a_looks(&mut db, &ids, VISITORS, LOOKS, 0.5, 0.05..0.20, 20_261_123).await;
 
     // Every visitor counted once, however many sessions.
     let all = db.results("").await;
@@ -380,6 +418,52 @@ async fn a_a_experiments_keep_their_error_rates_under_20_looks() {
         "the same events by session: z-test p < 0.05 {session_fp}, SRM p < 0.001 {session_srm}"
     );
     assert!(session_srm > srm_hi, "by session: {session_srm} SRM alarms");
+}
+
+/// A/A on a 10/90 ramp with rare conversions (1% to 2%): 300 experiments of 3,000 visitors,
+/// 20 looks. The small arm often converts nobody or a handful; without the refusal of
+/// zero-variance arms and the minimum-data guard the always-valid p went below 0.05 at
+/// some look in 61 of 200 such experiments. Neither p may go beyond its error rate: the
+/// fixed-horizon one at the last look, the always-valid one at any look.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_a_on_a_ramped_split_with_rare_conversions_keeps_its_error_rates() {
+    const EXPERIMENTS: usize = 300;
+    let started = Instant::now();
+    let server = PrivateClickHouse::start().await;
+    let mut db = Database::new(&server).await;
+    let ids: Vec<String> = (0..EXPERIMENTS)
+        .map(|i| format!("exp_ramp_{i:04}"))
+        .collect();
+    let looked = a_a_looks(&mut db, &ids, 3_000, 20, 0.9, 0.01..0.02, 20_261_126).await;
+    let n = EXPERIMENTS as u64;
+    let (fp_lo, fp_hi) = band(n, 0.05);
+    let false_positives = looked
+        .last
+        .iter()
+        .filter(|r| r.p_value.is_some_and(|p| p < 0.05))
+        .count() as u64;
+    let tested = looked.last.iter().filter(|r| r.p_value.is_some()).count();
+    let always_valid_ever = looked.min_always.iter().filter(|p| **p < 0.05).count() as u64;
+    let fixed_ever = looked.min_fixed.iter().filter(|p| **p < 0.05).count() as u64;
+    eprintln!(
+        "A/A at 10/90, base rate 1-2%, {EXPERIMENTS} experiments of 3,000 visitors, 20 looks: \
+         tested at the end {tested}; fixed-horizon p < 0.05 at the end {false_positives} \
+         (at most {fp_hi}); always-valid p < 0.05 at some look {always_valid_ever} (at most \
+         {fp_hi}); fixed-horizon p < 0.05 at some look {fixed_ever}; {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        tested * 10 > EXPERIMENTS * 9,
+        "most are tested at the end: {tested}"
+    );
+    assert!(
+        false_positives <= fp_hi,
+        "false positives {false_positives} above {fp_hi} (band from {fp_lo})"
+    );
+    assert!(
+        always_valid_ever <= fp_hi,
+        "the always-valid p went below 0.05 in {always_valid_ever} of {n} ramped A/A experiments"
+    );
 }
 
 /// Issue 28's weight change: 50/50 in phase 1 at a 10% base rate, 10/90 in phase 2 at 20%,
@@ -544,6 +628,22 @@ fn edge_cases() -> Vec<(&'static str, Case)> {
                 })
                 .collect(),
         ),
+        // A 10/90 ramp whose small arm converts nobody: no variance there, no statistic
+        // (the unpooled test called it worse at p = 0.026; Fisher's p is 0.63).
+        (
+            "exp_ramp_zero",
+            vec![("a", 90.0, true, 972, 13), ("b", 10.0, false, 108, 0)],
+        ),
+        // Below the minimum-data guard: 40 visitors in an arm.
+        (
+            "exp_guard",
+            vec![("a", 50.0, true, 40, 6), ("b", 50.0, false, 60, 4)],
+        ),
+        // A ramp with variance in both arms and enough data: tested.
+        (
+            "exp_ramp",
+            vec![("a", 90.0, true, 972, 13), ("b", 10.0, false, 108, 3)],
+        ),
         (
             "exp_no_control_exposure",
             vec![("a", 50.0, true, 0, 0), ("b", 50.0, false, 30, 3)],
@@ -696,7 +796,16 @@ async fn check_command(
                 assert_eq!(c.lift, s::lift(arm, control_arm).into(), "{what}");
                 p_values.push((c.p_value.value().copied().expect("p"), c.p_adjusted.clone()));
                 let r = row(&v.variant_id);
-                let always = c.always_valid.value().expect("always-valid");
+                let Some(always) = c.always_valid.value() else {
+                    // The view refused (an arm without variance): the command says why.
+                    assert_eq!(r.always_valid_p_value, None, "{what}");
+                    assert_eq!(
+                        c.always_valid.reason(),
+                        Some(format!("none in the view: {}", r.no_test_reason).as_str()),
+                        "{what}"
+                    );
+                    continue;
+                };
                 assert_eq!(
                     (Some(always.p_value), Some(always.low), Some(always.high)),
                     (
@@ -749,7 +858,14 @@ fn check_edge_rows(cases: &[(&'static str, Case)], rows: &[ResultRow], tuning: f
                 assert_eq!((row.ci_low, row.ci_high, row.p_value), (None, None, None));
                 assert_eq!(row.always_valid_p_value, None);
             } else if *n0 > 0 {
-                pairs.push(json!({ "variant": [n, x], "control": [n0, x0], "tuning": tuning }));
+                let minimums = [
+                    consumer::schema::MIN_VISITORS,
+                    consumer::schema::MIN_CONVERSIONS,
+                ];
+                pairs.push(
+                    json!({ "variant": [n, x], "control": [n0, x0], "tuning": tuning,
+                    "minimums": minimums }),
+                );
                 compared.push(row);
             } else {
                 let nulls = (row.diff, row.ci_low, row.p_value, row.always_valid_ci_low);
@@ -776,6 +892,13 @@ fn check_edge_rows(cases: &[(&'static str, Case)], rows: &[ResultRow], tuning: f
             &format!("{what}: diff"),
             row.diff.expect("diff"),
             &want["diff"],
+        );
+        // A row without statistics says why; one with them says nothing.
+        assert_eq!(
+            row.no_test_reason.is_empty(),
+            want["testable"].as_bool().expect("testable"),
+            "{what}: {:?}",
+            row.no_test_reason
         );
         let optional = |name: &str, got: Option<f64>, want: &Value| match (got, want.is_null()) {
             (Some(g), false) => assert_close(&format!("{what}: {name}"), g, want),

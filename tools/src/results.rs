@@ -32,12 +32,12 @@ pub struct ResultsConfig {
     pub html: Option<std::path::PathBuf>,
 
     /// Fewest exposed visitors in each arm (the variant and the control) for statistics.
-    #[arg(long, alias = "min-sessions", default_value_t = 50)]
+    #[arg(long, alias = "min-sessions", default_value_t = consumer::schema::MIN_VISITORS)]
     pub min_visitors: u64,
 
     /// Fewest conversions, and fewest non-conversions, of a variant and the control
     /// together for statistics (pooled, so a variant that converts nobody is reported).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = consumer::schema::MIN_CONVERSIONS)]
     pub min_conversions: u64,
 
     /// Adjustment of the p-values across the treatment variants of an experiment and
@@ -71,6 +71,8 @@ struct ResultRow {
     always_valid_p_value: Option<f64>,
     always_valid_ci_low: Option<f64>,
     always_valid_ci_high: Option<f64>,
+    /// Why the view gives no statistic ('' where it gives them).
+    no_test_reason: String,
 }
 
 /// Time on page of one variant's exposed visitors that reported it (each one's longest).
@@ -217,7 +219,8 @@ pub async fn report(
         .query(
             "SELECT public_key, phase, variant_id, is_control, exposed, converted, \
              conversion_rate, srm_p_value, always_valid_p_value, always_valid_ci_low, \
-             always_valid_ci_high FROM experiment_results WHERE experiment_id = ? \
+             always_valid_ci_high, no_test_reason FROM experiment_results \
+             WHERE experiment_id = ? \
              ORDER BY public_key, phase, variant_id = '__multiple__', is_control DESC, \
              variant_id",
         )
@@ -350,7 +353,8 @@ fn comparison(row: &ResultRow, variant: Arm, control: Arm, minimums: Minimums) -
         {
             Shown::Value(AlwaysValid { p_value, low, high })
         }
-        _ => Shown::missing("none in the view (no variance in either arm)"),
+        _ if row.no_test_reason.is_empty() => Shown::missing("none in the view"),
+        _ => Shown::missing(&format!("none in the view: {}", row.no_test_reason)),
     };
     Comparison {
         enough_data: true,

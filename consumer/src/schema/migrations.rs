@@ -29,6 +29,10 @@ pub(super) const VISITORS_SELECT: &str = sql!("migrations/007_visitors_select.sq
 /// the columns that come of it.
 pub(super) const RESULTS_STATISTICS: &str = sql!("migrations/007_results_statistics.sql");
 
+/// [`RESULTS_STATISTICS`] as [`MIGRATIONS`] 10 has it: no statistic where an arm has no
+/// variance or below the minimum-data guard, with the reason in `no_test_reason`.
+pub(super) const RESULTS_STATISTICS_10: &str = sql!("migrations/010_results_statistics.sql");
+
 /// The sharding key of the tables of migrations 1 and 4 as they were created; migration 7
 /// shards `events` by visitor ([`SHARDING_KEY`](crate::topology::SHARDING_KEY)).
 const BY_SESSION: &str = "sipHash64(session_id)";
@@ -254,6 +258,19 @@ pub(super) const MIGRATIONS: &[Migration] = &[
             "ALTER TABLE {db}.experiment_variants{on_cluster} \
              ADD COLUMN public_keys Array(String)",
         )],
+    },
+    Migration {
+        version: 10,
+        description: "results refused where an arm has no variance or below the guard",
+        // An arm with no conversion (or all converted) adds nothing to the unpooled
+        // standard error: 0 of 108 against 13 of 972 read as significant, and A/A tests on
+        // ramped splits with rare conversions went "significant" far beyond 5%.
+        steps: &[
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_results{on_cluster}"),
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_results_over_time{on_cluster}"),
+            Step::Once(sql!("migrations/010_experiment_results.sql")),
+            Step::Once(sql!("migrations/010_experiment_results_over_time.sql")),
+        ],
     },
 ];
 

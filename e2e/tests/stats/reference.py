@@ -28,6 +28,7 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import (
     confint_proportions_2indep,
     proportion_confint,
+    proportions_ztest,
     test_proportions_2indep,
 )
 
@@ -73,21 +74,34 @@ def pair(case):
                 "p_value": float(test.pvalue),
             }
     out["lift"] = lift
-    # The view's fixed horizon: the unpooled z-test of p1 - p0 (statsmodels' wald).
+    # The view's fixed horizon: the unpooled z-test of p1 - p0 (statsmodels' wald), given
+    # only where both arms have variance (gbstats refuses otherwise) and the counts pass
+    # the minimum-data guard (case["minimums"]: visitors per arm, conversions and
+    # non-conversions together).
     p1, p0 = x1 / n1, x0 / n0
     se = math.sqrt(p1 * (1 - p1) / n1 + p0 * (1 - p0) / n0)
+    min_visitors, min_conversions = case.get("minimums", [0, 0])
+    testable = (
+        0 < x1 < n1
+        and 0 < x0 < n0
+        and min(n1, n0) >= min_visitors
+        and x1 + x0 >= min_conversions
+        and (n1 + n0) - (x1 + x0) >= min_conversions
+    )
+    out["testable"] = testable
     z_test = None
-    if se > 0:
+    if se > 0 and testable:
         low, high = confint_proportions_2indep(
             x1, n1, x0, n0, method="wald", compare="diff", alpha=ALPHA
         )
-        test = test_proportions_2indep(x1, n1, x0, n0, method="wald", compare="diff")
-        z_test = {"ci": interval(low, high), "p_value": float(test.pvalue)}
+        # The test under its null: one pooled rate (statsmodels' proportions_ztest).
+        _, p_pooled = proportions_ztest([x1, x0], [n1, n0])
+        z_test = {"ci": interval(low, high), "p_value": float(p_pooled)}
     out["z_test"] = z_test
     # The view's always-valid interval: gbstats' sequential two-sided test, absolute
     # difference; its p-value from the mixture likelihood ratio, computed here.
     always_valid = None
-    if se > 0:
+    if se > 0 and testable:
         tuning = float(case.get("tuning", 5000))
         config = SequentialConfig(
             difference_type="absolute", sequential_tuning_parameter=tuning, alpha=ALPHA
