@@ -354,7 +354,7 @@ fn comparison(row: &ResultRow, variant: Arm, control: Arm, minimums: Minimums) -
             Shown::Value(AlwaysValid { p_value, low, high })
         }
         _ if row.no_test_reason.is_empty() => Shown::missing("none in the view"),
-        _ => Shown::missing(&format!("none in the view: {}", row.no_test_reason)),
+        _ => Shown::missing(format!("none in the view: {}", row.no_test_reason)),
     };
     Comparison {
         enough_data: true,
