@@ -478,8 +478,26 @@ async fn results_over_time_equal_a_count_made_hour_by_hour_from_the_events() {
                 let (n, c) = count(variant);
                 let p = c / n;
                 let se = (p * (1.0 - p) / n + p0 * (1.0 - p0) / n0).sqrt();
-                let testable =
-                    variant != "var_x" && variant != "__multiple__" && n0 > 0.0 && se > 0.0;
+                let c0 = p0 * n0;
+                // Both arms with variance and the minimum-data guard (migration 10).
+                let (min_n, min_c) = (
+                    consumer::schema::MIN_VISITORS as f64,
+                    consumer::schema::MIN_CONVERSIONS as f64,
+                );
+                let testable = variant != "var_x"
+                    && variant != "__multiple__"
+                    && n0 > 0.0
+                    && se > 0.0
+                    && c > 0.0
+                    && c < n
+                    && c0 > 0.0
+                    && c0 < n0
+                    && n.min(n0) >= min_n
+                    && c + c0 >= min_c
+                    && (n + n0) - (c + c0) >= min_c;
+                // The fixed-horizon test under its null: one pooled rate.
+                let pooled = (c + c0) / (n + n0);
+                let se_null = (pooled * (1.0 - pooled) * (1.0 / n + 1.0 / n0)).sqrt();
                 let alpha: f64 = 0.05;
                 let rho2 = (-2.0 * alpha.ln() + (-2.0 * alpha.ln() + 1.0).ln()) / 5000.0;
                 let x = (n + n0) * rho2;
@@ -496,7 +514,7 @@ async fn results_over_time_equal_a_count_made_hour_by_hour_from_the_events() {
                         testable.then_some(p - p0 - z95 * se),
                         testable.then_some(p - p0 + z95 * se),
                         testable.then_some(statrs::function::erf::erfc(
-                            (p - p0).abs() / se / 2f64.sqrt(),
+                            (p - p0).abs() / se_null / 2f64.sqrt(),
                         )),
                         Some(srm),
                         testable.then_some(p - p0 - half),
