@@ -548,7 +548,7 @@ async fn the_poll_interval_reaches_the_kafka_client() {
     e2e::drop_database(&names.database).await;
 }
 
-/// The stall of issue 13: a consumer SIGKILLed and restarted at once, faster than the
+/// The dead-leader stall: a consumer SIGKILLed and restarted at once, faster than the
 /// session timeout, with the settings of `scripts/up` (45 s session, SQLite Tansu). Tansu
 /// gives the new member an empty assignment and never rebalances again; the consumer must
 /// notice and rejoin by itself, and every event must land once.

@@ -7,7 +7,7 @@
 //!   at 0.05 and the SRM alarm rate at 0.001 (at the last look) inside their binomial 99.9%
 //!   bands, and the always-valid p-value below 0.05 at some look in no more than 5% of
 //!   experiments (within the band), where the fixed-horizon p does so far more often;
-//! - the weight change of issue 28 (50/50 then 10/90 while the base rate doubles, no true
+//! - a weight change between phases (50/50 then 10/90 while the base rate doubles, no true
 //!   effect) shows no effect per phase, where pooling the phases shows one;
 //! - edge-case counts whose every view column equals the independent reference
 //!   (statsmodels, scipy, GrowthBook's gbstats) to 1e-9, for the default and a set tuning.
@@ -383,7 +383,7 @@ async fn a_a_experiments_keep_their_error_rates_under_20_looks() {
         "fixed-horizon p < 0.05 at some look in only {fixed_ever} of {n}"
     );
 
-    // The same events counted by session, as the views before issue 28 did: the sessions
+    // The same events counted by session, as the views once did: the sessions
     // of a visitor share their variant, so the SRM test alarms far more often than 0.1%.
     // (This is what the bands above would catch if the views counted sessions again.)
     let sessions: Vec<(String, String, u64, u64)> = db
@@ -466,7 +466,7 @@ async fn a_a_on_a_ramped_split_with_rare_conversions_keeps_its_error_rates() {
     );
 }
 
-/// Issue 28's weight change: 50/50 in phase 1 at a 10% base rate, 10/90 in phase 2 at 20%,
+/// A weight change between phases: 50/50 in phase 1 at a 10% base rate, 10/90 in phase 2 at 20%,
 /// no true effect. Pooled, var_b looks 4.8 points better; per phase, nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_weight_change_shows_no_effect_per_phase() {

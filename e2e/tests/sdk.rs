@@ -91,7 +91,7 @@ async fn the_sdk_follows_views_consent_qa_and_autotrack_in_a_real_browser() {
     browser_run(&["test/browser/views.mjs", "test/browser/autotrack.mjs"]).await;
 }
 
-/// Issue 42: the consent-manager flow over 6 views, and a field that cannot be serialized.
+/// The consent-manager flow over 6 views, and a field that cannot be serialized.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_keeps_one_visitor_through_consent_and_refuses_bad_fields_in_a_real_browser() {
     browser_run(&["test/browser/consent.mjs"]).await;

@@ -1,4 +1,4 @@
-// Consent (issue 42, item 1), on the built script over several page views of one browser:
+// Consent, on the built script over several page views of one browser:
 // pending reads what is stored and writes nothing; granting keeps what is stored; the
 // decision is remembered for the next page's init; denied keeps memory only; events held
 // for the next page (split_kept) are not deleted unread.

@@ -1,4 +1,4 @@
-// Identity (issue 42, item 3), on the built script: the site's own visitor id
+// Identity, on the built script: the site's own visitor id
 // (`init({visitorId})`, `identify`), and the `split_vid` cookie on `cookieDomain` that
 // subdomains share (or that the site's server sets).
 import { test } from "node:test";

@@ -1,4 +1,4 @@
-// Ids (issue 42, item 6): the event and visitor ids of the built script are RFC 9562 v4
+// Ids: the event and visitor ids of the built script are RFC 9562 v4
 // UUIDs with 122 random bits: over many ids, every hex digit but the version's (always 4)
 // and the variant's (8, 9, a or b) takes all 16 values, evenly.
 import { test } from "node:test";

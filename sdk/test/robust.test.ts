@@ -1,4 +1,4 @@
-// Never throw, never lose (issue 42, item 2), on the built script in a fake page: a field
+// Never throw, never lose, on the built script in a fake page: a field
 // that cannot be serialized is refused at `track` with a debug line while the other events
 // go; no rejection or exception reaches the page; init and the auto-capture survive a
 // hostile page (read-only history.pushState, no sendBeacon) and a bad data-conversion-url.

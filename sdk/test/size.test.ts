@@ -6,7 +6,7 @@ import { gzipSync } from "node:zlib";
 const gzipped = (file: string) => gzipSync(readFileSync(file), { level: 9 }).length;
 
 // The budgets of issues 11, 29 and 42: the script every page loads stays at most 5 KB
-// gzipped (4 KB before issue 42's consent, identity and robustness), the opt-in
+// gzipped (4 KB before consent, identity and robustness), the opt-in
 // auto-capture at most 2 KB.
 test("split.min.js is at most 5 KB gzipped", () => {
   const bytes = gzipped("dist/split.min.js");

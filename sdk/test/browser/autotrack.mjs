@@ -1,4 +1,4 @@
-// The opt-in auto-capture (split-autotrack.min.js, issue 29 item 9) in real Chromium
+// The opt-in auto-capture (split-autotrack.min.js) in real Chromium
 // through the real pipeline: goal clicks, conversions (attribute and URL rule), the
 // page's measures at unload, bounces and rate-limited errors, each checked in ClickHouse.
 import { test } from "node:test";

@@ -1,4 +1,4 @@
-// Issue 42 in real Chromium through the real pipeline: the consent-manager flow over 6
+// Consent and robustness in real Chromium through the real pipeline: the consent-manager flow over 6
 // views of one browser (one visitor, one variant, every view's events in ClickHouse), and
 // a field that cannot be serialized (refused; the events around it arrive; nothing reaches
 // the page).

@@ -1,5 +1,5 @@
 // The core in real headless Chromium against the real pipeline (see kit.mjs): the answer,
-// the parts without flicker or late swap (issue 29, item 1), batches, beacons, retries,
+// the parts without flicker or late swap, batches, beacons, retries,
 // test mode, blocked storage, and every field of every event in ClickHouse.
 import { test } from "node:test";
 import assert from "node:assert/strict";

@@ -1,4 +1,4 @@
-// Fresh answers (issue 29, item 3) and the visitor and phase on events (item 4), in real
+// Fresh answers and the visitor and phase on events, in real
 // Chromium through the real pipeline: the test changes its own experiment,
 // exp_sdk_phase, in the snapshot file that the config-api reloads, and a returning
 // visitor (the same storage, a new browser context: no HTTP cache) whose cached answer has

@@ -1,4 +1,4 @@
-// The lossless sender in real Chromium through the real pipeline (issue 29, item 2):
+// The lossless sender in real Chromium through the real pipeline:
 // nothing stranded by a send at five, a large body sent without keepalive, unload bodies
 // within the browser's 64 KiB and the rest sent by the next page view, 408 retried.
 import { test } from "node:test";
