@@ -1,11 +1,11 @@
-//! The README's error table is the services' error enums: every status and code they can
-//! answer is in it, and it lists nothing else.
+//! The error table of docs/api.md is the services' error enums: every status and code they
+//! can answer is in it, and it lists nothing else.
 
 use std::collections::BTreeSet;
 
 fn readme_errors() -> BTreeSet<(u16, String)> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
-    let readme = std::fs::read_to_string(path).expect("README.md");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/api.md");
+    let readme = std::fs::read_to_string(path).expect("docs/api.md");
     let section = readme
         .split("### Errors")
         .nth(1)
