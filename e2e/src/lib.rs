@@ -38,8 +38,8 @@ pub use kafka::{
 pub use private_broker::PrivateBroker;
 pub use private_clickhouse::PrivateClickHouse;
 pub use process::{
-    ChildProcess, Paused, ScriptedClickHouse, free_port, lib_sh, resume, send_signal,
-    workspace_binary,
+    ChildProcess, Paused, ScriptedClickHouse, compose_cluster_config, free_port, lib_sh, resume,
+    send_signal, workspace_binary,
 };
 pub use services::{
     Running, STOP_TIMEOUT, consumer_config, ingest_config, metric, metrics_text, start_config_api,

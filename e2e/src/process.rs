@@ -132,3 +132,31 @@ impl Drop for ScriptedClickHouse {
             .status();
     }
 }
+
+/// What `docker-compose config` prints for the single-server file merged with the cluster
+/// override, with the passwords compose requires set to test values; panics unless it
+/// succeeds.
+pub fn compose_cluster_config() -> Vec<u8> {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let output = std::process::Command::new("docker-compose")
+        .arg("--project-directory")
+        .arg(&repo)
+        .args([
+            "-f",
+            "docker-compose.yml",
+            "-f",
+            "docker-compose.cluster.yml",
+            "config",
+        ])
+        .current_dir(&repo)
+        .env("CLICKHOUSE_PASSWORD", "compose-check")
+        .env("CLICKHOUSE_OPERATOR_PASSWORD", "compose-operator")
+        .output()
+        .expect("docker-compose runs");
+    assert!(
+        output.status.success(),
+        "docker-compose config: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}

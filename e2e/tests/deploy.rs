@@ -65,27 +65,8 @@ fn compose_services_are_healthchecked_pinned_and_configured_with_real_settings()
 /// rules, four ClickHouse servers, and every configuration file it mounts exists.
 #[test]
 fn compose_cluster_override_merges_into_a_checked_cluster() {
-    let output = std::process::Command::new("docker-compose")
-        .arg("--project-directory")
-        .arg(repo())
-        .args([
-            "-f",
-            "docker-compose.yml",
-            "-f",
-            "docker-compose.cluster.yml",
-            "config",
-        ])
-        .current_dir(repo())
-        .env("CLICKHOUSE_PASSWORD", "compose-check")
-        .env("CLICKHOUSE_OPERATOR_PASSWORD", "compose-operator")
-        .output()
-        .expect("docker-compose runs");
-    assert!(
-        output.status.success(),
-        "docker-compose config: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let merged: Value = serde_yaml::from_slice(&output.stdout).expect("merged YAML");
+    let merged: Value =
+        serde_yaml::from_slice(&e2e::compose_cluster_config()).expect("merged YAML");
     check_compose_services(&merged);
     let services = merged["services"].as_mapping().expect("services");
     let servers = services

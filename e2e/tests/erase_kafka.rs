@@ -602,27 +602,8 @@ fn str_of<'a>(v: &'a Value, what: &str) -> &'a str {
 /// no-default-user.xml removes it whatever the environment says).
 #[test]
 fn compose_clickhouse_has_no_password_on_a_command_line_and_no_default_user() {
-    let output = Command::new("docker-compose")
-        .arg("--project-directory")
-        .arg(repo())
-        .args([
-            "-f",
-            "docker-compose.yml",
-            "-f",
-            "docker-compose.cluster.yml",
-            "config",
-        ])
-        .current_dir(repo())
-        .env("CLICKHOUSE_PASSWORD", "compose-check")
-        .env("CLICKHOUSE_OPERATOR_PASSWORD", "compose-operator")
-        .output()
-        .expect("docker-compose runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let merged: Value = serde_yaml::from_slice(&output.stdout).expect("YAML");
+    let merged: Value =
+        serde_yaml::from_slice(&e2e::compose_cluster_config()).expect("merged YAML");
     let mut single: Value = serde_yaml::from_str(&read("docker-compose.yml")).expect("YAML");
     single.apply_merge().expect("merge keys");
     let mut servers = 0;
