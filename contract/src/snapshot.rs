@@ -17,6 +17,10 @@ use crate::key::PublicKey;
 
 /// Tolerance on the sum of a experiment's variant weights.
 const WEIGHT_SUM_TOLERANCE: f64 = 1e-6;
+/// The longest conversion window: a year and a day.
+pub const MAX_CONVERSION_WINDOW_HOURS: f64 = 8_808.0;
+/// The largest always-valid tuning N*, far beyond any experiment's visitors.
+pub const MAX_SEQUENTIAL_TUNING: f64 = 1e12;
 
 /// Life-cycle status of an experiment. Only `live` ones pass the live gate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -50,6 +54,12 @@ pub struct Experiment {
     pub start_at: Option<OffsetDateTime>,
     pub end_at: Option<OffsetDateTime>,
     pub variants: Vec<Variant>,
+    /// Hours after a visitor's first exposure in which their conversion counts; `None`:
+    /// until the phase ends. Read by the results views, never served to browsers.
+    pub conversion_window_hours: Option<f64>,
+    /// The always-valid test's tuning N* for this experiment; `None`: the deployment's
+    /// default when the phase starts. Never served to browsers.
+    pub sequential_tuning: Option<f64>,
 }
 
 impl Experiment {
@@ -111,7 +121,9 @@ impl Snapshot {
 
     /// Why `next` may not follow this snapshot: an experiment whose variants, their order
     /// or their weights changed while its phase stayed (visitors assigned under both
-    /// weights would be pooled), or whose phase went back. Empty: it may.
+    /// weights would be pooled), or whose phase went back, or rose under the same
+    /// `version` (the stored definitions are kept per version: the earlier phase's would be
+    /// overwritten). Empty: it may.
     pub fn phase_problems(&self, next: &Snapshot) -> Vec<String> {
         let arms = |e: &Experiment| -> Vec<(String, f64)> {
             e.variants
@@ -128,6 +140,12 @@ impl Snapshot {
                 problems.push(format!(
                     "{}: phase went back from {} to {}",
                     new.id, old.phase, new.phase
+                ));
+            } else if new.phase > old.phase && next.version == self.version {
+                problems.push(format!(
+                    "{}: phase raised from {} to {} under the same version {:?}; a new phase \
+                     needs a new \"version\"",
+                    new.id, old.phase, new.phase, next.version
                 ));
             } else if new.phase == old.phase && arms(old) != arms(new) {
                 problems.push(format!(
@@ -190,6 +208,8 @@ struct RawExperiment {
     start_at: Option<String>,
     end_at: Option<String>,
     variants: Vec<Variant>,
+    conversion_window_hours: Option<serde_json::Number>,
+    sequential_tuning: Option<serde_json::Number>,
 }
 
 #[derive(Deserialize)]
@@ -313,6 +333,23 @@ impl RawSnapshot {
                     }
                 },
             };
+            let mut positive = |field: &str, n: &Option<serde_json::Number>, max: f64| {
+                let value = n.as_ref()?.as_f64().filter(|v| *v > 0.0 && *v <= max);
+                if value.is_none() {
+                    problems.push(format!(
+                        "{place}: {field} must be a number above 0 and at most {max}, not {}",
+                        n.as_ref().map_or_else(String::new, ToString::to_string)
+                    ));
+                }
+                value
+            };
+            let conversion_window_hours = positive(
+                "conversionWindowHours",
+                &e.conversion_window_hours,
+                MAX_CONVERSION_WINDOW_HOURS,
+            );
+            let sequential_tuning =
+                positive("sequentialTuning", &e.sequential_tuning, MAX_SEQUENTIAL_TUNING);
             experiments.push(Arc::new(Experiment {
                 id: e.id,
                 phase,
@@ -320,6 +357,8 @@ impl RawSnapshot {
                 start_at,
                 end_at,
                 variants: e.variants,
+                conversion_window_hours,
+                sequential_tuning,
             }));
         }
 
@@ -483,7 +522,16 @@ mod tests {
                 .len(),
             1
         );
+        // A new phase under the same version would overwrite the stored definitions of
+        // the earlier one; under a new version it may follow.
         let second = of(Some(2), [10, 90], ["var_a", "var_b"]);
+        assert_eq!(
+            first.phase_problems(&second),
+            ["exp_a: phase raised from 1 to 2 under the same version \"7\"; a new phase \
+              needs a new \"version\""]
+        );
+        let mut second = second;
+        second.version = "8".into();
         assert!(first.phase_problems(&second).is_empty());
         assert_eq!(
             second.phase_problems(&first),
@@ -495,6 +543,35 @@ mod tests {
                 "variants":[{{"id":"var_a","weight":100,"control":true,"parts":{{}}}}]}}],"keys":[]}}"#
             );
             assert!(Snapshot::from_json(text.as_bytes()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn conversion_window_and_tuning_are_positive_numbers() {
+        let of = |field: &str, value: serde_json::Value| {
+            let mut e = serde_json::json!({ "id": "exp_a", "status": "live",
+                "variants": [variant("var_a", 100.0, true)] });
+            e[field] = value;
+            Snapshot::from_json(&doc(serde_json::json!([e]), serde_json::json!([])))
+        };
+        let s = of("conversionWindowHours", 72.into()).expect("valid");
+        assert_eq!(s.experiments[0].conversion_window_hours, Some(72.0));
+        assert_eq!(s.experiments[0].sequential_tuning, None);
+        let s = of("sequentialTuning", 2500.5.into()).expect("valid");
+        assert_eq!(s.experiments[0].sequential_tuning, Some(2500.5));
+        assert_eq!(s.experiments[0].conversion_window_hours, None);
+        for field in ["conversionWindowHours", "sequentialTuning"] {
+            for bad in [serde_json::json!(0), serde_json::json!(-1), serde_json::json!(1e13)] {
+                let err = of(field, bad.clone()).expect_err("invalid");
+                assert!(
+                    err.problems[0].starts_with(&format!(
+                        "experiments[0] (exp_a): {field} must be a number above 0"
+                    )),
+                    "{field} {bad}: {:?}",
+                    err.problems
+                );
+            }
+            assert!(of(field, "24".into()).is_err(), "{field} as a string");
         }
     }
 
@@ -516,6 +593,8 @@ mod tests {
             start_at: Some(start),
             end_at: Some(end),
             variants: vec![],
+            conversion_window_hours: None,
+            sequential_tuning: None,
         };
         assert!(!e.is_live(start - time::Duration::nanoseconds(1)));
         assert!(e.is_live(start));
