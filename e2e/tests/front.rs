@@ -4,6 +4,10 @@
 //! close the socket with the rest of the body unread, so the kernel reset the connection
 //! while nginx was still writing the body ("writev() failed (32: Broken pipe) while
 //! sending request to upstream"): a race, hence the repeated requests.
+//!
+//! While a service behind it is down or restarting, the front answers like the services
+//! do when they cannot serve: a JSON 503 with a code and `Retry-After`, never nginx's own
+//! 502 HTML page; the services' own answers still pass through untouched.
 
 use std::collections::BTreeMap;
 
@@ -156,4 +160,140 @@ async fn an_oversized_body_always_gets_the_json_413_through_the_front_and_direct
     drop(front);
     config_api.stop().await.expect("clean stop");
     ingest.stop().await.expect("clean stop");
+}
+
+/// What the front answered: status, `Retry-After`, the mirrored origin, and the body.
+struct Answer {
+    status: u16,
+    retry_after: Option<String>,
+    allow_origin: Option<String>,
+    content_type: String,
+    body: String,
+}
+
+async fn answer(request: reqwest::RequestBuilder) -> Answer {
+    let response = request.send().await.expect("the front answers");
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let retry_after = header("retry-after");
+    let allow_origin = header("access-control-allow-origin");
+    let content_type = header("content-type").unwrap_or_default();
+    let status = response.status().as_u16();
+    let body = response.text().await.expect("a body");
+    Answer {
+        status,
+        retry_after,
+        allow_origin,
+        content_type,
+        body,
+    }
+}
+
+/// Both API paths through `front`, as a browser on `ORIGIN` sends them.
+async fn both_paths(client: &reqwest::Client, front: &e2e::Front) -> [(&'static str, Answer); 2] {
+    let analytics = client
+        .post(format!("{}/api/v1/analytics", front.url()))
+        .header("X-public-key", KEY)
+        .header("Origin", ORIGIN)
+        .header("Content-Type", "application/json")
+        .body(r#"{"events":[{"eventName":"impression","experimentId":"exp_1","sessionId":"s"}]}"#);
+    let experiments = client
+        .get(format!("{}/api/v1/experiments", front.url()))
+        .header("X-public-key", KEY)
+        .header("Origin", ORIGIN);
+    [
+        ("analytics", answer(analytics).await),
+        ("experiments", answer(experiments).await),
+    ]
+}
+
+const ORIGIN: &str = "https://shop.example";
+
+/// The front's answer when the service behind a path does not answer.
+fn assert_unavailable(path: &str, answer: &Answer) {
+    assert_eq!(answer.status, 503, "{path}: {}", answer.body);
+    assert!(
+        answer.content_type.starts_with("application/json"),
+        "{path}: {}",
+        answer.content_type
+    );
+    let body: serde_json::Value = serde_json::from_str(&answer.body)
+        .unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {}", answer.body));
+    assert_eq!(
+        body["error"]["code"], "service_unavailable",
+        "{path}: {body}"
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{path}: {body}"
+    );
+    let seconds: u32 = answer
+        .retry_after
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{path}: Retry-After {:?}", answer.retry_after));
+    assert!(seconds >= 1, "{path}: Retry-After {seconds}");
+    // A page's script can read it: the origin mirrored, as the services do.
+    assert_eq!(answer.allow_origin.as_deref(), Some(ORIGIN), "{path}");
+}
+
+/// Nothing listens behind the front (a service that is down, or between its stop and its
+/// start): both paths get the JSON 503 with `Retry-After`.
+#[tokio::test]
+async fn with_nothing_behind_it_the_front_answers_the_json_503_with_retry_after() {
+    let dead = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let front = e2e::Front::start(dead(e2e::free_port()), dead(e2e::free_port())).await;
+    let client = reqwest::Client::new();
+    for (path, answer) in both_paths(&client, &front).await {
+        assert_unavailable(path, &answer);
+    }
+}
+
+/// Services that answer, then stop: first their own answers pass through as they are (a
+/// 401 is the ingest's, not the front's), then, once stopped, the front's JSON 503. The
+/// front keeps connections to the services open (`keepalive`): those die with the service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_stops_behind_the_front_gives_the_json_503_not_nginx_s_502() {
+    let file = e2e::one_experiment_snapshot(KEY);
+    let topic = e2e::unique("front-stop-");
+    let ingest = e2e::start_ingest(e2e::ingest_config(&file.path, &topic, &[])).await;
+    let config_api = e2e::start_config_api(&file.path).await;
+    let front = e2e::Front::start(ingest.addr, config_api.addr).await;
+    let client = reqwest::Client::new();
+
+    let [(_, accepted), (_, served)] = both_paths(&client, &front).await;
+    assert_eq!(accepted.status, 202, "{}", accepted.body);
+    assert_eq!(served.status, 200, "{}", served.body);
+    // A service's error passes through untouched: no key is the ingest's own 401.
+    let unauthorized = answer(
+        client
+            .post(format!("{}/api/v1/analytics", front.url()))
+            .header("Content-Type", "application/json")
+            .body(r#"{"events":[]}"#),
+    )
+    .await;
+    assert_eq!(unauthorized.status, 401, "{}", unauthorized.body);
+    let body: serde_json::Value = serde_json::from_str(&unauthorized.body).expect("JSON");
+    assert_eq!(body["error"]["code"], "missing_public_key", "{body}");
+    assert_eq!(unauthorized.retry_after, None);
+
+    ingest.stop().await.expect("clean stop");
+    config_api.stop().await.expect("clean stop");
+    for (path, answer) in both_paths(&client, &front).await {
+        assert_unavailable(path, &answer);
+    }
+    // nginx logged the failed connections: the 503s are the front's, for a dead upstream.
+    let errors =
+        std::fs::read_to_string(front.access_log().with_file_name("error.log")).unwrap_or_default();
+    assert!(
+        errors.contains("connect() failed") || errors.contains("upstream prematurely closed"),
+        "{errors}"
+    );
 }
