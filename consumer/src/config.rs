@@ -87,7 +87,7 @@ pub struct ClickHouseArgs {
     pub clickhouse_url: String,
 
     /// Name of the ClickHouse cluster (its `remote_servers` entry). Set: replicated tables
-    /// sharded by session, read through Distributed ones. Unset: one server.
+    /// sharded by visitor, read through Distributed ones. Unset: one server.
     #[arg(long, env = "CLICKHOUSE_CLUSTER")]
     pub clickhouse_cluster: Option<String>,
 
