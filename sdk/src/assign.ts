@@ -23,6 +23,12 @@ export interface Experiment {
 /** A stored assignment: the variant id and the phase it was made in. */
 export type Seen = Record<string, [string, number] | string>;
 
+/** A stored assignment as `[variantId, phase]` (a bare variant id is phase 1's), if any. */
+export function prior(seen: Seen, experimentId: string): [string, number] | undefined {
+  const p = seen[experimentId];
+  return typeof p === "string" ? [p, 1] : p;
+}
+
 /** The experiment's phase, 1 unless the service gives a whole number >= 2. */
 export function phaseOf(experiment: Experiment): number {
   const p = experiment.phase;
@@ -77,8 +83,7 @@ export function pick(experiment: Experiment, visitorId: string): Variant | null 
  */
 export function assign(experiment: Experiment, visitorId: string, seen: Seen): Variant | null {
   const phase = phaseOf(experiment);
-  const prior = seen[experiment.id];
-  const [id, was] = typeof prior === "string" ? [prior, 1] : prior || [];
+  const [id, was] = prior(seen, experiment.id) || [];
   const before = was === phase && experiment.variants.find((v) => v.id === id && v.weight > 0);
   const variant = before || pick(experiment, visitorId);
   if (variant) seen[experiment.id] = [variant.id, phase];

@@ -4,7 +4,7 @@
 // swap, follows SPA route changes and consent, and sends analytics events in batches.
 // Nothing here throws into the host page: every entry point catches and logs.
 
-import { assign, phaseOf, type Experiment, type Seen, type Variant } from "./assign";
+import { assign, phaseOf, prior, type Experiment, type Seen, type Variant } from "./assign";
 import { sender as newSender, type Answer, type Sender } from "./batch";
 
 export type Consent = "granted" | "pending" | "denied";
@@ -36,6 +36,11 @@ export interface Options {
    * read whether or not this is set (a site's server may set it).
    */
   cookieDomain?: string;
+  /**
+   * Seconds past its lifetime that a stored answer is still applied at once, while a fresh
+   * one is fetched (default 86400, a day); the fresh one applies from the next view.
+   */
+  maxStale?: number;
 }
 
 /** What a visitor got in one experiment. */
@@ -62,7 +67,7 @@ const UTM = ["utm_source", "utm_medium", "utm_campaign", "utm_term", "utm_conten
 const ROOT = "[data-split-experiment]";
 const PART = "[data-split-part]";
 const APPLIED = "data-split-applied";
-const HIDE = `${ROOT} ${PART}:not([${APPLIED}]){visibility:hidden!important}`;
+const DAY_S = 86400;
 const KEYS = ["split_vid", "split_session", "split_seen"];
 
 let options: Options | undefined;
@@ -70,6 +75,10 @@ let options: Options | undefined;
 let experiments: Record<string, Experiment> | undefined;
 /** The failsafe passed before any answer, or consent was denied: originals stay. */
 let off = false;
+/** Consent was denied on this page: originals for the rest of it, whatever answer comes. */
+let withdrawn = false;
+/** An answer that came after the view was decided (from the stored one, or the failsafe): the next view's. */
+let late: Experiment[] | undefined;
 let consent: Consent = "granted";
 let sender: Sender<Event> | undefined;
 let testMode = false;
@@ -86,7 +95,11 @@ let random: string | undefined;
 let siteId: string | undefined;
 const memory: Record<string, string> = {};
 const originals = new Map<Element, string | null>();
-let hider: HTMLStyleElement | undefined;
+/**
+ * Parts hidden until their text is known, with their own inline visibility. Element styles
+ * set from script, not a <style>: a strict CSP (`style-src 'self'`) allows them.
+ */
+const hidden = new Map<HTMLElement, string>();
 
 function log(message: string, detail?: unknown): void {
   if (options?.debug) console.log("[split] " + message, detail ?? "");
@@ -185,17 +198,29 @@ function session(): Session {
   return s;
 }
 
-/** The visitor's assignment in a served experiment (made now if need be), or null. */
-function assignment(experimentId: string): (Assignment & { variant: Variant }) | null {
+/**
+ * The visitor's assignment in a served experiment, or null. Shown (`now`): the one of the
+ * phase live now (made if need be). Otherwise the stored one, in the phase it was made in:
+ * an event counts in the phase of the visitor's assignment, even once a new phase began
+ * (none stored: made now).
+ */
+function assignment(experimentId: string, now?: boolean): (Assignment & { variant: Variant }) | null {
   const experiment = experiments?.[experimentId];
   if (off || !experiment) return null;
-  const phase = phaseOf(experiment);
+  let phase = phaseOf(experiment);
   const force = experiment.variants.find((v) => v.id === forced[experimentId]);
   let variant: Variant | null | undefined = force;
   if (!variant) {
+    const vid = visitorId();
     const seen = loadJson<Seen>("split_seen") || {};
-    variant = assign(experiment, visitorId(), seen);
-    save("split_seen", JSON.stringify(seen));
+    const was = prior(seen, experimentId);
+    if (was && !now) {
+      phase = was[1];
+      variant = experiment.variants.find((v) => v.id === was[0]) || { id: was[0], weight: 0 };
+    } else {
+      variant = assign(experiment, vid, seen);
+      save("split_seen", JSON.stringify(seen));
+    }
   }
   return (
     variant && {
@@ -211,7 +236,7 @@ function assignment(experimentId: string): (Assignment & { variant: Variant }) |
 
 /** The assignment, with its impression logged once per view. */
 function expose(experimentId: string): Variant | null {
-  const a = assignment(experimentId);
+  const a = assignment(experimentId, true);
   if (a && !shown[experimentId]) {
     shown[experimentId] = { ...a, shown: true };
     track("impression", experimentId, { variantId: a.variantId });
@@ -229,7 +254,23 @@ function applyRoot(root: Element): void {
       el.textContent = text;
     }
     el.setAttribute(APPLIED, "");
+    show(el as HTMLElement);
   });
+}
+
+/** Hides a root's parts that wait for their text (until the answer or the failsafe). */
+function hide(root: Element): void {
+  root.querySelectorAll<HTMLElement>(PART).forEach((el) => {
+    if (!hidden.has(el) && !el.hasAttribute(APPLIED)) {
+      hidden.set(el, el.style.visibility);
+      el.style.setProperty("visibility", "hidden", "important");
+    }
+  });
+}
+
+function show(el: HTMLElement): void {
+  if (hidden.has(el)) el.style.visibility = hidden.get(el)!;
+  hidden.delete(el);
 }
 
 /** Applies every root on the page; tells listeners (the auto-capture) of the view. */
@@ -240,7 +281,7 @@ function applyAll(): void {
 
 /** Applies the roots that nodes added to the page belong to or hold (while parsing, SPA renders). */
 function observe(records: MutationRecord[]): void {
-  if (!experiments) return;
+  if (off) return;
   const roots = new Set<Element>();
   for (const r of records)
     r.addedNodes.forEach((node) => {
@@ -249,22 +290,28 @@ function observe(records: MutationRecord[]): void {
       if (root) roots.add(root);
       if (el && node.nodeType === 1) el.querySelectorAll(ROOT).forEach((r) => roots.add(r));
     });
-  roots.forEach(applyRoot);
+  roots.forEach(experiments ? applyRoot : hide);
 }
 
 function reveal(): void {
-  hider?.remove();
-  hider = undefined;
+  hidden.forEach((_, el) => show(el));
 }
 
-/** The answer is known (or given up on): apply it and release the held events. */
-function decide(list: Experiment[] | undefined): void {
-  if (experiments || off) return;
+function use(list: Experiment[]): void {
   experiments = {};
   for (const e of list || []) experiments[e.id] = e;
+}
+
+/**
+ * The answer is known (or given up on): apply it and release the held events. One that
+ * comes once the view was decided (by the stored answer, or the failsafe) is the next
+ * view's: no late swap.
+ */
+function decide(list: Experiment[]): void {
+  if (experiments || off) return void (late = list);
+  use(list);
   applyAll();
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", reveal);
-  else reveal();
+  reveal();
   release();
 }
 
@@ -289,6 +336,11 @@ function send(event: Event): void {
 function view(now: boolean): void {
   path = location.pathname;
   shown = {};
+  if (late && !withdrawn) {
+    use(late);
+    off = false;
+    late = undefined;
+  }
   if (now) applyAll();
   else setTimeout(() => guard(applyAll)); // once the router has rendered the view
 }
@@ -381,10 +433,8 @@ async function start(opts: Options): Promise<void> {
   });
 
   // Only the parts wait for their text, and not for long: after the failsafe the view
-  // keeps its original text, whatever comes later.
-  hider = document.createElement("style");
-  hider.textContent = HIDE;
-  document.head.appendChild(hider);
+  // keeps its original text, whatever comes later (a later view uses it).
+  document.querySelectorAll(ROOT).forEach(hide);
   setTimeout(() => {
     if (!experiments) {
       off = true;
@@ -396,8 +446,10 @@ async function start(opts: Options): Promise<void> {
 
   const ids = options.experimentIds || [];
   const cacheKey = `split_cache:${pkey}:${ids.join(",")}`;
+  // A returning visitor sees their variant at once: the stored answer applies within its
+  // lifetime and maxStale past it; the fresh one, fetched meanwhile, from the next view.
   const cached = testMode ? undefined : loadJson<{ t: number; a: number; e: Experiment[] }>(cacheKey);
-  if (cached && Date.now() - cached.t < cached.a * 1000) decide(cached.e);
+  if (cached && Date.now() - cached.t < (cached.a + (options.maxStale ?? DAY_S)) * 1000) decide(cached.e);
   const headers: Record<string, string> = { "X-public-key": pkey, Accept: "application/json" };
   if (ids.length) headers["X-experiment-ids"] = ids.join(",");
   if (testMode) headers["X-service-test"] = "true";
@@ -412,7 +464,7 @@ async function start(opts: Options): Promise<void> {
     decide(list);
   } catch (e) {
     log("no experiments", e);
-    decide([]);
+    if (!experiments && !off) decide([]);
   }
 }
 
@@ -521,7 +573,7 @@ export function setConsent(state: Consent): void {
     } else if (sender) {
       sender.held = true;
       if (state === "denied") {
-        off = true;
+        off = withdrawn = true;
         sender.queue = held = [];
         shown = {};
         originals.forEach((text, el) => (el.textContent = text));

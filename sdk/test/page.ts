@@ -49,6 +49,10 @@ export interface PageOptions {
   setup?: (window: Record<string, any>) => void;
   /** Attributes of the auto-capture's script tag. */
   autotrackAttributes?: Record<string, string>;
+  /** Milliseconds the service takes to answer the experiments. */
+  answerDelay?: number;
+  /** The answer's `Cache-Control: max-age` in seconds (none: the SDK does not store it). */
+  maxAge?: number;
 }
 
 export const EXPERIMENTS = [
@@ -132,7 +136,11 @@ export function page(browser: Browser, opts: PageOptions = {}): Page {
     json: async () => body,
   });
   const fetch = async (url: string, init: { body?: string } = {}) => {
-    if (url.endsWith("/api/v1/experiments")) return json({ experiments: opts.experiments ?? EXPERIMENTS });
+    if (url.endsWith("/api/v1/experiments")) {
+      if (opts.answerDelay) await new Promise((r) => setTimeout(r, opts.answerDelay));
+      const cache: Record<string, string> = opts.maxAge == null ? {} : { "Cache-Control": `max-age=${opts.maxAge}` };
+      return json({ experiments: opts.experiments ?? EXPERIMENTS }, cache);
+    }
     posts.push(JSON.parse(init.body!));
     return { ...json({}), status: 202 };
   };

@@ -2,7 +2,8 @@
 // Chromium through the real pipeline: the test changes its own experiment,
 // exp_sdk_phase, in the snapshot file that the config-api reloads, and a returning
 // visitor (the same storage, a new browser context: no HTTP cache) whose cached answer has
-// outlived its lifetime sees each change.
+// outlived its lifetime and the day it may be applied stale sees each change. A
+// conversion counts in the phase of the visitor's assignment.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync, renameSync, writeFileSync } from "node:fs";
@@ -10,12 +11,14 @@ import { FRONT, PK, SNAPSHOT, T, context, eventually, head, open, rowsWhen, site
 
 const PHASE = "exp_sdk_phase";
 
-site((url) =>
-  url.pathname === "/phase"
-    ? `<!doctype html><html><head>${head({ ids: [PHASE] })}</head><body>
-<div data-split-experiment="${PHASE}"><h1 data-split-part="title">Phase original</h1></div></body></html>`
-    : undefined,
-);
+site((url) => {
+  if (url.pathname === "/phase")
+    return `<!doctype html><html><head>${head({ ids: [PHASE] })}</head><body>
+<div data-split-experiment="${PHASE}"><h1 data-split-part="title">Phase original</h1></div></body></html>`;
+  // A checkout page: the experiment's conversion, without the experiment on it.
+  if (url.pathname === "/phase-checkout")
+    return `<!doctype html><html><head>${head({ ids: [PHASE] })}</head><body><p>Thanks</p></body></html>`;
+});
 
 /** Changes exp_sdk_phase in the snapshot and waits until the config-api serves it. */
 async function change(edit) {
@@ -32,14 +35,14 @@ async function change(edit) {
   }, 20);
 }
 
-/** The same visitor later: their storage, the cached answer past its lifetime. */
+/** The same visitor later: their storage, the cached answer past its lifetime and a day more. */
 async function later(ctx) {
   const state = await ctx.storageState();
   for (const o of state.origins)
     for (const item of o.localStorage)
       if (item.name.startsWith("split_cache:")) {
         const cached = JSON.parse(item.value);
-        cached.t -= (cached.a + 1) * 1000;
+        cached.t -= (cached.a + 86400 + 1) * 1000;
         item.value = JSON.stringify(cached);
       }
   await ctx.close();
@@ -60,6 +63,13 @@ test("a new phase re-randomizes, weight 0 reassigns, a stopped experiment shows 
     for (const v of e.variants) v.weight = v.id === first ? 0 : 100;
   });
   ({ ctx } = await later(ctx));
+  // Converting before they see the experiment in phase 2: the conversion is phase 1's.
+  page = await open(ctx, "/phase-checkout");
+  await page.evaluate(async (e) => {
+    Split.convert(e, { clickTarget: "#checkout" });
+    await Split.flush();
+  }, PHASE);
+  await page.close();
   page = await open(ctx, "/phase");
   assert.equal(await page.evaluate((e) => Split.variant(e), PHASE), other);
   assert.equal(await page.locator("h1").textContent(), other === "var_sdk_p_a" ? "Phase A" : "Phase B");
@@ -80,15 +90,17 @@ test("a new phase re-randomizes, weight 0 reassigns, a stopped experiment shows 
   }, PHASE);
 
   const rows = await rowsWhen(
-    "the visitor's three events",
+    "the visitor's four events",
     `SELECT event_name, variant_id, phase, visitor_id FROM events FINAL
      WHERE experiment_id = '${PHASE}' AND visitor_id = '${visitor}' ORDER BY event_time`,
-    (r) => r.length >= 3,
+    (r) => r.length >= 4,
   );
   assert.deepEqual(
     rows.map((r) => [r.event_name, r.variant_id, r.phase]),
     [
       ["impression", first, 1],
+      // After phase 2 began, by a visitor assigned in phase 1 and not yet shown phase 2.
+      ["conversion", first, 1],
       ["impression", other, 2],
       // Sent without variant or phase; the ingest stores the experiment's phase now.
       ["click", "", 2],
