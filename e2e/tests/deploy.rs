@@ -33,21 +33,38 @@ fn documents(path: &str) -> Vec<Value> {
         .collect()
 }
 
-/// The environment variables a binary reads: its declared settings, plus logging.
+/// The environment variables a binary reads: its declared settings (those of its
+/// subcommands too), plus logging. `tools` is the tools image: any of its four commands.
 fn settings_of(binary: &str) -> BTreeSet<String> {
-    let command = match binary {
-        "ingest" => ingest::Config::command(),
-        "consumer" => consumer::Config::command(),
-        "config-api" => config_api::Config::command(),
-        "dlq-replay" => tools::ReplayConfig::command(),
+    let commands = match binary {
+        "ingest" => vec![ingest::Config::command()],
+        "consumer" => vec![consumer::Config::command()],
+        "config-api" => vec![config_api::Config::command()],
+        "dlq-replay" => vec![tools::ReplayConfig::command()],
+        "tools" => vec![
+            tools::ReplayConfig::command(),
+            tools::access::AccessConfig::command(),
+            tools::erase::EraseConfig::command(),
+            tools::plan::PlanConfig::command(),
+        ],
         other => panic!("unknown binary {other}"),
     };
-    command
-        .get_arguments()
-        .filter_map(|a| a.get_env())
-        .map(|e| e.to_string_lossy().into_owned())
-        .chain(["RUST_LOG", "LOG_FORMAT"].map(String::from))
-        .collect()
+    fn envs(command: &clap::Command, into: &mut BTreeSet<String>) {
+        into.extend(
+            command
+                .get_arguments()
+                .filter_map(|a| a.get_env())
+                .map(|e| e.to_string_lossy().into_owned()),
+        );
+        for sub in command.get_subcommands() {
+            envs(sub, into);
+        }
+    }
+    let mut known: BTreeSet<String> = ["RUST_LOG", "LOG_FORMAT"].map(String::from).into();
+    for command in &commands {
+        envs(command, &mut known);
+    }
+    known
 }
 
 fn str_of<'a>(v: &'a Value, what: &str) -> &'a str {
@@ -108,22 +125,33 @@ fn compose_cluster_override_merges_into_a_checked_cluster() {
     );
 }
 
+/// Long-running services have a health check and wait for what they need to be healthy;
+/// a one-shot service (`restart: "no"`: the migrations) is waited for until it completed;
+/// a service of a profile (the tools) runs only on demand. Images are pinned, and every
+/// variable of ours is one the binary reads.
 fn check_compose_services(compose: &Value) {
     let services = compose["services"].as_mapping().expect("services");
-    let mut ours = 0;
+    let one_shot = |name: &Value| services[name]["restart"] == "no";
+    let mut ours = BTreeSet::new();
     for (name, service) in services {
+        let on_demand = service.get("profiles").is_some();
         let name = str_of(name, "service name");
         assert!(
-            service["healthcheck"]["test"].is_sequence(),
+            service["healthcheck"]["test"].is_sequence() || one_shot(&name.into()) || on_demand,
             "service {name} has no healthcheck"
         );
         let image = str_of(&service["image"], "image");
-        if service["build"]["target"] == "sdk" {
+        let target = service["build"]["target"].as_str();
+        if target == Some("front") {
             // The front: nginx and the browser SDK, no binary of ours.
             assert!(service["command"].is_null(), "{name}: a command for nginx");
         } else if service.get("build").is_some() {
-            ours += 1;
-            let binary = str_of(&service["command"][0], "command");
+            let binary = if target == Some("tools") {
+                "tools"
+            } else {
+                str_of(&service["command"][0], "command")
+            };
+            ours.insert(format!("{name}: {binary}"));
             let known = settings_of(binary);
             let env = service["environment"].as_mapping().expect("environment");
             for key in env.keys() {
@@ -142,18 +170,121 @@ fn check_compose_services(compose: &Value) {
         }
         if let Some(deps) = service.get("depends_on") {
             for (dep, condition) in deps.as_mapping().expect("depends_on map") {
+                let want = if one_shot(dep) {
+                    "service_completed_successfully"
+                } else {
+                    "service_healthy"
+                };
                 assert_eq!(
                     str_of(&condition["condition"], "condition"),
-                    "service_healthy",
-                    "{name} waits for {dep:?} without a health condition"
+                    want,
+                    "{name} waits for {dep:?}"
                 );
             }
         }
+        // Published ports listen on this host's loopback only.
+        for port in service["ports"].as_sequence().into_iter().flatten() {
+            let port = match port {
+                Value::String(text) => text.clone(),
+                other => format!(
+                    "{}:{}",
+                    other["host_ip"].as_str().unwrap_or(""),
+                    other["published"]
+                        .as_str()
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| other["published"].as_u64().unwrap_or(0).to_string())
+                ),
+            };
+            assert!(
+                port.starts_with("127.0.0.1:"),
+                "{name} publishes {port} beyond loopback"
+            );
+        }
     }
     assert_eq!(
-        ours, 3,
-        "ingest, consumer and config-api are built from the Dockerfile"
+        ours,
+        BTreeSet::from([
+            "config-api: config-api".into(),
+            "consumer: consumer".into(),
+            "ingest: ingest".into(),
+            "migrate: consumer".into(),
+            "tools: tools".into(),
+        ]),
+        "the services and tools built from the Dockerfile"
     );
+    // The migrations run on their own, before the consumer starts.
+    assert_eq!(
+        services["migrate"]["command"],
+        serde_yaml::from_str::<Value>("[consumer, --migrate-only]").expect("YAML")
+    );
+    assert_eq!(
+        services["consumer"]["depends_on"]["migrate"]["condition"],
+        "service_completed_successfully"
+    );
+    assert_eq!(
+        services["migrate"]["environment"],
+        {
+            let mut consumer = services["consumer"]["environment"].clone();
+            let map = consumer.as_mapping_mut().expect("environment");
+            map.retain(|k, _| k.as_str().is_some_and(|k| k.starts_with("CLICKHOUSE_")));
+            consumer
+        },
+        "the migrations reach the consumer's ClickHouse as its user"
+    );
+}
+
+/// The snapshot is mounted by its directory, so that a file replaced by rename (an editor's
+/// save, `sed -i`, `git checkout`) is seen in the container; ClickHouse's native and HTTP
+/// ports are on the host's loopback, where the analysts' `clickhouse-client` looks.
+#[test]
+fn compose_mounts_the_snapshot_s_directory_and_publishes_clickhouse_on_loopback() {
+    let docs = documents("docker-compose.yml");
+    let services = docs[0]["services"].as_mapping().expect("services");
+    let mut watched = 0;
+    for (name, service) in services {
+        let Some(snapshot) = service["environment"]["EXPERIMENTS_SNAPSHOT"].as_str() else {
+            continue;
+        };
+        let name = str_of(name, "service");
+        let mounts: Vec<(&str, &str)> = service["volumes"]
+            .as_sequence()
+            .expect("volumes")
+            .iter()
+            .filter_map(|v| {
+                let mut parts = str_of(v, "volume").split(':');
+                Some((parts.next()?, parts.next()?))
+            })
+            .collect();
+        let (source, target) = mounts
+            .iter()
+            .find(|(_, target)| snapshot.starts_with(&format!("{target}/")))
+            .unwrap_or_else(|| panic!("{name}: no directory mounted above {snapshot}"));
+        let on_host = repo().join(source);
+        assert!(on_host.is_dir(), "{name}: {source} is not a directory");
+        let file = on_host.join(&snapshot[target.len() + 1..]);
+        assert!(file.is_file(), "{name}: {} does not exist", file.display());
+        assert!(
+            !mounts.iter().any(|(_, target)| *target == snapshot),
+            "{name}: the snapshot file itself is mounted"
+        );
+        watched += 1;
+    }
+    assert_eq!(
+        watched, 3,
+        "ingest, config-api and consumer read the snapshot"
+    );
+    let ports: Vec<&str> = docs[0]["services"]["clickhouse"]["ports"]
+        .as_sequence()
+        .expect("ports")
+        .iter()
+        .map(|p| str_of(p, "port"))
+        .collect();
+    for port in ["127.0.0.1:8123:8123", "127.0.0.1:9000:9000"] {
+        assert!(
+            ports.contains(&port),
+            "ClickHouse does not publish {port}: {ports:?}"
+        );
+    }
 }
 
 #[test]
@@ -360,6 +491,79 @@ fn the_dockerfile_copies_what_exists_and_builds_the_services_by_default() {
     assert_eq!(stages.last(), Some(&"runtime"), "{stages:?}");
 }
 
+/// The images an operator runs: the services (default), the tools with the four commands
+/// (no cargo needed), the front and the SDK on a non-root nginx; each with OCI labels; the
+/// SDK built on a supported Node (22 LTS).
+#[test]
+fn the_dockerfile_builds_the_tools_a_non_root_front_and_labelled_images() {
+    let dockerfile = read("Dockerfile");
+    // Stage name → its lines (continuations joined).
+    let mut stages: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
+    let mut current = String::new();
+    let joined = dockerfile.replace("\\\n", " ");
+    for line in joined.lines().map(str::trim) {
+        if let Some(from) = line.strip_prefix("FROM ") {
+            let words: Vec<&str> = from.split_whitespace().collect();
+            current = words.last().copied().unwrap_or_default().to_owned();
+            stages.insert(current.clone(), (words[0].to_owned(), vec![]));
+        } else if let Some((_, lines)) = stages.get_mut(&current) {
+            lines.push(line.to_owned());
+        }
+    }
+    let stage = |name: &str| {
+        stages
+            .get(name)
+            .unwrap_or_else(|| panic!("no stage {name}: {:?}", stages.keys()))
+    };
+    assert!(
+        stage("sdk-build").0.starts_with("node:22"),
+        "{}",
+        stage("sdk-build").0
+    );
+    assert!(
+        stage("sdk").0.starts_with("nginxinc/nginx-unprivileged:"),
+        "{}",
+        stage("sdk").0
+    );
+    assert_eq!(stage("front").0, "sdk", "the front is the SDK's nginx");
+    let text = |name: &str| stage(name).1.join("\n");
+    assert!(text("front").contains("routes.conf /etc/nginx/routes.conf"));
+    for tool in [
+        "experiment-results",
+        "analytics-access",
+        "analytics-erase",
+        "dlq-replay",
+    ] {
+        assert!(
+            text("builder").contains(&format!("--bin {tool}")),
+            "{tool} is not built"
+        );
+        assert!(
+            text("tools").contains(&format!("/src/target/dist/{tool}")),
+            "{tool} is not in the tools image"
+        );
+    }
+    for name in ["runtime", "tools"] {
+        assert!(text(name).contains("USER 10001"), "{name} runs as root");
+    }
+    for name in ["runtime", "tools", "sdk", "front"] {
+        for label in [
+            "org.opencontainers.image.title",
+            "org.opencontainers.image.description",
+        ] {
+            assert!(text(name).contains(label), "{name}: no {label}");
+        }
+    }
+    for name in ["runtime", "tools", "sdk"] {
+        for label in [
+            "org.opencontainers.image.version",
+            "org.opencontainers.image.licenses",
+        ] {
+            assert!(text(name).contains(label), "{name}: no {label}");
+        }
+    }
+}
+
 /// ConfigMaps of deploy/k8s by name: their keys.
 fn config_maps(docs: &[Value]) -> BTreeMap<String, Vec<String>> {
     docs.iter()
@@ -374,30 +578,57 @@ fn config_maps(docs: &[Value]) -> BTreeMap<String, Vec<String>> {
         .collect()
 }
 
-#[test]
-fn kubernetes_manifests_have_probes_resources_real_settings_and_every_path() {
+/// The manifests `kubectl apply -k deploy/k8s` applies, in its order.
+fn k8s_documents() -> Vec<Value> {
     let kustomization = documents("deploy/k8s/kustomization.yaml");
-    let files: Vec<String> = kustomization[0]["resources"]
+    kustomization[0]["resources"]
         .as_sequence()
         .expect("resources")
         .iter()
-        .map(|r| format!("deploy/k8s/{}", str_of(r, "resource")))
-        .collect();
-    let docs: Vec<Value> = files.iter().flat_map(|f| documents(f)).collect();
+        .flat_map(|r| documents(&format!("deploy/k8s/{}", str_of(r, "resource"))))
+        .collect()
+}
+
+fn name_of(doc: &Value) -> String {
+    format!(
+        "{} {}",
+        str_of(&doc["kind"], "kind"),
+        str_of(&doc["metadata"]["name"], "name")
+    )
+}
+
+/// The pod templates of the Deployments and Jobs: (kind and name, pod spec).
+fn pod_specs(docs: &[Value]) -> Vec<(String, &Value)> {
+    docs.iter()
+        .filter(|d| d["kind"] == "Deployment" || d["kind"] == "Job")
+        .map(|d| (name_of(d), &d["spec"]["template"]["spec"]))
+        .collect()
+}
+
+/// Every container of a pod spec, init containers too.
+fn containers(pod: &Value) -> Vec<&Value> {
+    ["initContainers", "containers"]
+        .iter()
+        .flat_map(|k| pod[*k].as_sequence().into_iter().flatten())
+        .collect()
+}
+
+#[test]
+fn kubernetes_manifests_have_probes_resources_real_settings_and_every_path() {
+    let docs = k8s_documents();
     let maps = config_maps(&docs);
 
     let mut deployments = BTreeSet::new();
-    for d in docs.iter().filter(|d| d["kind"] == "Deployment") {
-        let name = str_of(&d["metadata"]["name"], "name").to_owned();
-        let containers = d["spec"]["template"]["spec"]["containers"]
-            .as_sequence()
-            .expect("containers");
-        for c in containers {
-            for probe in ["readinessProbe", "livenessProbe"] {
-                assert!(
-                    c[probe]["httpGet"]["path"].is_string(),
-                    "{name}: no {probe}"
-                );
+    for (name, pod) in pod_specs(&docs) {
+        let long_running = name.starts_with("Deployment ");
+        for c in containers(pod) {
+            if long_running {
+                for probe in ["readinessProbe", "livenessProbe"] {
+                    assert!(
+                        c[probe]["httpGet"]["path"].is_string(),
+                        "{name}: no {probe}"
+                    );
+                }
             }
             for kind in ["requests", "limits"] {
                 let r = &c["resources"][kind];
@@ -406,7 +637,7 @@ fn kubernetes_manifests_have_probes_resources_real_settings_and_every_path() {
                     "{name}: no {kind}"
                 );
             }
-            // The SDK's nginx has no settings of ours; the others name their binary.
+            // The front's nginx has no settings of ours; the others name their binary.
             let Some(binary) = c["args"][0].as_str() else {
                 assert!(
                     c["env"].is_null() && c["envFrom"].is_null(),
@@ -438,15 +669,17 @@ fn kubernetes_manifests_have_probes_resources_real_settings_and_every_path() {
                 );
             }
         }
-        deployments.insert(name);
+        if let Some(deployment) = name.strip_prefix("Deployment ") {
+            deployments.insert(deployment.to_owned());
+        }
     }
     assert_eq!(
         deployments,
         BTreeSet::from([
             "config-api".into(),
             "consumer".into(),
+            "front".into(),
             "ingest".into(),
-            "sdk".into()
         ])
     );
 
@@ -461,28 +694,525 @@ fn kubernetes_manifests_have_probes_resources_real_settings_and_every_path() {
         );
         services.insert(name.to_owned());
     }
-    let paths: BTreeMap<String, String> = docs
-        .iter()
-        .filter(|d| d["kind"] == "Ingress")
-        .flat_map(|d| d["spec"]["rules"].as_sequence().expect("rules").clone())
-        .flat_map(|rule| rule["http"]["paths"].as_sequence().expect("paths").clone())
-        .map(|p| {
-            let service = str_of(&p["backend"]["service"]["name"], "backend");
-            (str_of(&p["path"], "path").to_owned(), service.to_owned())
-        })
-        .collect();
+    let paths = ingress_paths(&docs);
     for path in [
         "/api/v1/analytics",
         "/api/v1/experiments",
         "/sdk/v1/split.min.js",
         "/sdk/v1/split-autotrack.min.js",
     ] {
-        let service = paths
+        let (service, _) = paths
             .get(path)
             .unwrap_or_else(|| panic!("the Ingress misses {path}"));
         assert!(services.contains(service), "{path} goes to no Service");
     }
-    for kind in ["HorizontalPodAutoscaler", "PodDisruptionBudget", "Service"] {
+    for kind in [
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+        "Service",
+        "NetworkPolicy",
+        "Job",
+    ] {
         assert!(docs.iter().any(|d| d["kind"] == kind), "no {kind}");
     }
+}
+
+/// The Ingress's paths: path → (Service, port name).
+fn ingress_paths(docs: &[Value]) -> BTreeMap<String, (String, String)> {
+    docs.iter()
+        .filter(|d| d["kind"] == "Ingress")
+        .flat_map(|d| d["spec"]["rules"].as_sequence().expect("rules").clone())
+        .flat_map(|rule| rule["http"]["paths"].as_sequence().expect("paths").clone())
+        .map(|p| {
+            let service = &p["backend"]["service"];
+            (
+                str_of(&p["path"], "path").to_owned(),
+                (
+                    str_of(&service["name"], "backend").to_owned(),
+                    str_of(&service["port"]["name"], "port name").to_owned(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// What a namespace labelled `pod-security.kubernetes.io/enforce: restricted` admits: in
+/// every container of every Deployment and Job, no root, no privilege escalation, no
+/// capability, the runtime's seccomp profile; beyond it, a read-only root filesystem whose
+/// writable paths are emptyDirs, and no service account token.
+#[test]
+fn every_pod_meets_pod_security_restricted_with_writable_paths_on_empty_dirs() {
+    let docs = k8s_documents();
+    let namespace = docs
+        .iter()
+        .find(|d| d["kind"] == "Namespace")
+        .expect("a Namespace");
+    assert_eq!(
+        namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+    let pods = pod_specs(&docs);
+    assert_eq!(pods.len(), 5, "four Deployments and the migrations' Job");
+    for (name, pod) in pods {
+        let pod_context = &pod["securityContext"];
+        assert_eq!(pod["automountServiceAccountToken"], false, "{name}");
+        for field in ["hostNetwork", "hostPID", "hostIPC"] {
+            assert!(
+                pod[field].is_null() || pod[field] == false,
+                "{name}: {field}"
+            );
+        }
+        let volumes: BTreeMap<&str, &Value> = pod["volumes"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .map(|v| (str_of(&v["name"], "volume"), v))
+            .collect();
+        assert!(
+            volumes.values().all(|v| v["hostPath"].is_null()),
+            "{name}: a hostPath volume"
+        );
+        for c in containers(pod) {
+            let context = &c["securityContext"];
+            let effective = |field: &str| {
+                if context[field].is_null() {
+                    &pod_context[field]
+                } else {
+                    &context[field]
+                }
+            };
+            let container = format!("{name}, container {}", str_of(&c["name"], "name"));
+            assert_eq!(effective("runAsNonRoot"), &Value::from(true), "{container}");
+            if let Some(user) = effective("runAsUser").as_u64() {
+                assert_ne!(user, 0, "{container}: runs as root");
+            }
+            assert_eq!(
+                effective("seccompProfile")["type"],
+                "RuntimeDefault",
+                "{container}"
+            );
+            assert_eq!(context["allowPrivilegeEscalation"], false, "{container}");
+            assert!(
+                context["privileged"].is_null() || context["privileged"] == false,
+                "{container}"
+            );
+            assert_eq!(
+                context["capabilities"]["drop"],
+                serde_yaml::from_str::<Value>("[ALL]").expect("YAML"),
+                "{container}"
+            );
+            assert!(context["capabilities"]["add"].is_null(), "{container}");
+            assert_eq!(context["readOnlyRootFilesystem"], true, "{container}");
+            let mut writable = 0;
+            for mount in c["volumeMounts"].as_sequence().into_iter().flatten() {
+                let volume = str_of(&mount["name"], "mount");
+                let source = volumes
+                    .get(volume)
+                    .unwrap_or_else(|| panic!("{container}: no volume {volume}"));
+                if mount["readOnly"] != true {
+                    writable += 1;
+                    assert!(
+                        source["emptyDir"].is_mapping(),
+                        "{container}: {volume} is writable but not an emptyDir"
+                    );
+                }
+            }
+            assert!(
+                writable >= 1,
+                "{container}: no writable path (/tmp) beside the read-only root"
+            );
+        }
+    }
+}
+
+/// `kubectl apply` would set a Deployment's `replicas` back at every apply, undoing what
+/// its HorizontalPodAutoscaler decided: where one scales a Deployment, no count is written.
+#[test]
+fn no_deployment_that_an_autoscaler_scales_sets_its_replicas() {
+    let docs = k8s_documents();
+    let scaled: BTreeSet<&str> = docs
+        .iter()
+        .filter(|d| d["kind"] == "HorizontalPodAutoscaler")
+        .map(|h| {
+            assert_eq!(h["spec"]["scaleTargetRef"]["kind"], "Deployment");
+            str_of(&h["spec"]["scaleTargetRef"]["name"], "target")
+        })
+        .collect();
+    assert_eq!(scaled, BTreeSet::from(["config-api", "front", "ingest"]));
+    for d in docs.iter().filter(|d| d["kind"] == "Deployment") {
+        let name = str_of(&d["metadata"]["name"], "name");
+        assert_eq!(
+            scaled.contains(name),
+            d["spec"]["replicas"].is_null(),
+            "{name}: replicas {:?} (autoscaled: {})",
+            d["spec"]["replicas"],
+            scaled.contains(name)
+        );
+    }
+}
+
+/// The schema's migrations are a step of their own (a Job running `consumer
+/// --migrate-only` against the consumer's ClickHouse), and a consumer that migrates at
+/// start anyway is given a startup probe long enough for a cluster's migration (minutes),
+/// before its liveness probe may restart it.
+#[test]
+fn the_migrations_run_in_a_job_and_the_consumer_has_a_startup_probe() {
+    let docs = k8s_documents();
+    let job = docs
+        .iter()
+        .find(|d| d["kind"] == "Job")
+        .expect("the migrations' Job");
+    let container = &job["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["args"],
+        serde_yaml::from_str::<Value>("[consumer, --migrate-only]").expect("YAML")
+    );
+    let consumer = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "consumer")
+        .expect("consumer");
+    let consumer = &consumer["spec"]["template"]["spec"]["containers"][0];
+    // The same database, user and password as the consumer.
+    assert_eq!(container["image"], consumer["image"]);
+    let clickhouse =
+        serde_yaml::from_str::<Value>("{configMapRef: {name: clickhouse-settings}}").expect("YAML");
+    assert!(
+        container["envFrom"]
+            .as_sequence()
+            .expect("envFrom")
+            .contains(&clickhouse)
+    );
+    let password = |c: &Value| {
+        c["env"]
+            .as_sequence()
+            .expect("env")
+            .iter()
+            .find(|e| e["name"] == "CLICKHOUSE_PASSWORD")
+            .cloned()
+    };
+    assert_eq!(password(container), password(consumer));
+    assert!(password(container).is_some());
+
+    let startup = &consumer["startupProbe"];
+    assert_eq!(startup["httpGet"]["path"], "/healthz");
+    let period = startup["periodSeconds"].as_u64().unwrap_or(10);
+    let failures = startup["failureThreshold"].as_u64().unwrap_or(3);
+    assert!(
+        period * failures >= 180,
+        "the consumer gets {}s to migrate and start",
+        period * failures
+    );
+}
+
+/// Named ports of the Deployments' pods by app: port name → number.
+fn app_ports(docs: &[Value]) -> BTreeMap<String, BTreeSet<u64>> {
+    docs.iter()
+        .filter(|d| d["kind"] == "Deployment" || d["kind"] == "Job")
+        .map(|d| {
+            let app = str_of(&d["spec"]["template"]["metadata"]["labels"]["app"], "app");
+            let ports = containers(&d["spec"]["template"]["spec"])
+                .into_iter()
+                .flat_map(|c| c["ports"].as_sequence().cloned().unwrap_or_default())
+                .filter_map(|p| p["containerPort"].as_u64())
+                .collect();
+            (app.to_owned(), ports)
+        })
+        .collect()
+}
+
+/// Everything is denied, then only the pipeline's flows are let through: inside the
+/// namespace exactly front → ingest and front → config-api, each on a port its pods
+/// listen on; every pod is selected by a policy of its own with both directions.
+#[test]
+fn network_policies_deny_by_default_and_allow_only_the_pipeline_s_flows() {
+    let docs = k8s_documents();
+    let policies: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "NetworkPolicy")
+        .collect();
+    let both = serde_yaml::from_str::<Value>("[Ingress, Egress]").expect("YAML");
+    assert!(
+        policies.iter().any(|p| p["spec"]["podSelector"]
+            .as_mapping()
+            .is_some_and(|m| m.is_empty())
+            && p["spec"]["policyTypes"] == both
+            && p["spec"]["ingress"].is_null()
+            && p["spec"]["egress"].is_null()),
+        "no default deny of both directions"
+    );
+    let ports = app_ports(&docs);
+    let mut selected = BTreeSet::new();
+    let mut flows = BTreeSet::new();
+    for policy in &policies {
+        let Some(app) = policy["spec"]["podSelector"]["matchLabels"]["app"].as_str() else {
+            continue;
+        };
+        let name = name_of(policy);
+        assert_eq!(policy["spec"]["policyTypes"], both, "{name}");
+        selected.insert(app.to_owned());
+        let own = ports
+            .get(app)
+            .unwrap_or_else(|| panic!("{name} selects no pods"));
+        for rule in policy["spec"]["ingress"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+        {
+            for port in rule["ports"].as_sequence().expect("ports on every rule") {
+                let number = port["port"].as_u64().expect("a port number");
+                assert!(
+                    own.contains(&number),
+                    "{name}: {app} listens on no {number}"
+                );
+            }
+        }
+        for rule in policy["spec"]["egress"].as_sequence().into_iter().flatten() {
+            assert!(rule["ports"].is_sequence(), "{name}: an egress to any port");
+            for peer in rule["to"].as_sequence().expect("egress peers") {
+                assert!(peer["ipBlock"].is_null(), "{name}: an egress to addresses");
+                let Some(to) = peer["podSelector"]["matchLabels"]["app"].as_str() else {
+                    assert!(
+                        peer["namespaceSelector"]["matchLabels"]
+                            .as_mapping()
+                            .is_some_and(|m| !m.is_empty()),
+                        "{name}: an egress to every namespace"
+                    );
+                    continue;
+                };
+                if !peer["namespaceSelector"].is_null() {
+                    continue; // another namespace's pods (the cluster DNS)
+                }
+                for port in rule["ports"].as_sequence().expect("ports") {
+                    let number = port["port"].as_u64().expect("a port number");
+                    let theirs = ports
+                        .get(to)
+                        .unwrap_or_else(|| panic!("{name}: no pods {to}"));
+                    assert!(
+                        theirs.contains(&number),
+                        "{name}: {to} listens on no {number}"
+                    );
+                    flows.insert(format!("{app} -> {to}:{number}"));
+                }
+            }
+        }
+    }
+    assert_eq!(selected, ports.keys().cloned().collect::<BTreeSet<_>>());
+    assert_eq!(
+        flows,
+        BTreeSet::from([
+            "front -> config-api:8082".to_owned(),
+            "front -> ingest:8081".to_owned(),
+        ])
+    );
+}
+
+/// The Ingress works with any controller: no class written in it (the cluster's default,
+/// or the one the commented patch of kustomization.yaml sets) and the front behind every
+/// path; the Gateway API component routes the same paths to the same Service and port, and
+/// removes the Ingress.
+#[test]
+fn the_ingress_has_no_fixed_class_and_the_http_route_routes_the_same_paths() {
+    let docs = k8s_documents();
+    let ingress = docs
+        .iter()
+        .find(|d| d["kind"] == "Ingress")
+        .expect("Ingress");
+    assert!(
+        ingress["spec"]["ingressClassName"].is_null(),
+        "a fixed class"
+    );
+    assert!(read("deploy/k8s/kustomization.yaml").contains("/spec/ingressClassName"));
+    let service_port = |service: &str, port: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == "Service" && d["metadata"]["name"] == service)
+            .and_then(|s| {
+                s["spec"]["ports"]
+                    .as_sequence()?
+                    .iter()
+                    .find(|p| p["name"] == port)
+            })
+            .and_then(|p| p["port"].as_u64())
+            .unwrap_or_else(|| panic!("no port {port} on Service {service}"))
+    };
+    let by_ingress: BTreeMap<String, (String, u64)> = ingress_paths(&docs)
+        .into_iter()
+        .map(|(path, (service, port))| {
+            let number = service_port(&service, &port);
+            (path, (service, number))
+        })
+        .collect();
+    assert!(by_ingress.values().all(|(s, _)| s == "front"));
+
+    let component = documents("deploy/k8s/gateway-api/kustomization.yaml");
+    assert_eq!(component[0]["kind"], "Component");
+    assert!(
+        component[0]["patches"][0]["patch"]
+            .as_str()
+            .is_some_and(|p| p.contains("$patch: delete") && p.contains("kind: Ingress"))
+    );
+    assert!(read("deploy/k8s/kustomization.yaml").contains("#   - gateway-api"));
+    let route = documents("deploy/k8s/gateway-api/httproute.yaml");
+    let mut by_route = BTreeMap::new();
+    for rule in route[0]["spec"]["rules"].as_sequence().expect("rules") {
+        let backend = &rule["backendRefs"][0];
+        for matched in rule["matches"].as_sequence().expect("matches") {
+            assert_eq!(matched["path"]["type"], "Exact");
+            by_route.insert(
+                str_of(&matched["path"]["value"], "path").to_owned(),
+                (
+                    str_of(&backend["name"], "backend").to_owned(),
+                    backend["port"].as_u64().expect("port"),
+                ),
+            );
+        }
+    }
+    assert_eq!(by_route, by_ingress);
+}
+
+/// Runs a command with `input` on its standard input: (success, stdout and stderr).
+fn run_with_input(mut command: std::process::Command, input: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{command:?} does not run (scripts/test installs it): {e}"));
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("written");
+    let output = child.wait_with_output().expect("it ends");
+    (
+        output.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    )
+}
+
+/// kubernetes-validate (PyPI; Kubernetes' own schemas, strict: an unknown field fails),
+/// installed by scripts/test in a virtual environment.
+fn kubernetes_validate() -> std::process::Command {
+    let path = std::env::var("TEST_KUBERNETES_VALIDATE").unwrap_or_else(|_| {
+        let home = std::env::var("HOME").unwrap_or_default();
+        format!("{home}/.local/share/kubernetes-validate-1.37.0/bin/kubernetes-validate")
+    });
+    let mut command = std::process::Command::new(path);
+    command.arg("--strict");
+    command
+}
+
+/// Custom resources checked against their projects' CRD schemas (compiled to validators by
+/// kubernetes-models, npm packages installed by scripts/test in e2e/tests/k8s-schemas).
+fn validate_custom_resources(docs: &[Value]) -> (bool, String) {
+    let dir = repo().join("e2e/tests/k8s-schemas");
+    assert!(
+        dir.join("node_modules").is_dir(),
+        "scripts/test installs e2e/tests/k8s-schemas (npm ci)"
+    );
+    let lines: Vec<String> = docs
+        .iter()
+        .map(|d| serde_json::to_string(d).expect("JSON"))
+        .collect();
+    let mut command = std::process::Command::new("node");
+    command.arg(dir.join("validate.mjs")).current_dir(&dir);
+    run_with_input(command, &lines.join("\n"))
+}
+
+/// Every manifest of deploy/k8s passes kubernetes-validate in strict mode, and the custom
+/// resources (the HTTPRoute, the PrometheusRule) their CRDs' schemas; both checkers are
+/// first shown a broken manifest, which they must refuse.
+#[test]
+fn kubernetes_manifests_pass_kubernetes_validate_and_the_crds_schemas() {
+    let mut files = vec![];
+    let mut pending = vec![repo().join("deploy/k8s")];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).expect("folder") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|e| e == "yaml")
+                && path.file_name().is_some_and(|n| n != "kustomization.yaml")
+            {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    assert!(files.len() >= 10, "{files:?}");
+
+    // A misspelt field: kubernetes-validate must refuse it.
+    let dir = tempfile::tempdir().expect("folder");
+    let broken = dir.path().join("broken.yaml");
+    std::fs::write(
+        &broken,
+        read("deploy/k8s/ingest.yaml").replacen("readinessProbe:", "readynessProbe:", 1),
+    )
+    .expect("written");
+    let refused = kubernetes_validate()
+        .arg(&broken)
+        .output()
+        .expect("kubernetes-validate runs (scripts/test installs it)");
+    assert!(
+        !refused.status.success(),
+        "kubernetes-validate let a typo through"
+    );
+
+    let output = kubernetes_validate()
+        .arg("--quiet")
+        .args(&files)
+        .output()
+        .expect("kubernetes-validate runs (scripts/test installs it)");
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "kubernetes-validate:\n{report}");
+    // Kinds with no schema in Kubernetes: each is a custom resource checked below, or one
+    // of the operators' examples (Strimzi, Altinity) named here.
+    let custom = ["HTTPRoute", "PrometheusRule"];
+    let unchecked = ["KafkaTopic", "ClickHouseInstallation"];
+    for line in report.lines().filter(|l| l.starts_with("WARN")) {
+        assert!(
+            custom
+                .iter()
+                .chain(&unchecked)
+                .any(|k| line.contains(&format!("kind {k} "))),
+            "no schema for {line}"
+        );
+    }
+
+    let mut resources: Vec<Value> = files
+        .iter()
+        .flat_map(|f| {
+            documents(
+                f.strip_prefix(repo())
+                    .expect("in the repository")
+                    .to_str()
+                    .expect("UTF-8"),
+            )
+        })
+        .filter(|d| custom.iter().any(|k| d["kind"] == *k))
+        .collect();
+    let monitoring = repo().join("deploy/monitoring/prometheus-rule.yaml");
+    if monitoring.exists() {
+        resources.extend(documents("deploy/monitoring/prometheus-rule.yaml"));
+    }
+    assert!(resources.iter().any(|d| d["kind"] == "HTTPRoute"));
+    let mut bad = resources[0].clone();
+    bad["spec"]["rules"][0]["matches"][0]["path"]["type"] = "Bogus".into();
+    let (accepted, report) = validate_custom_resources(&[bad]);
+    assert!(
+        !accepted,
+        "the CRD schema let a wrong path type through: {report}"
+    );
+    let (accepted, report) = validate_custom_resources(&resources);
+    assert!(accepted, "{report}");
+    assert_eq!(
+        report.matches("valid: ").count(),
+        resources.len(),
+        "{report}"
+    );
 }
