@@ -97,6 +97,21 @@ async fn the_sdk_keeps_one_visitor_through_consent_and_refuses_bad_fields_in_a_r
     browser_run(&["test/browser/consent.mjs"]).await;
 }
 
+/// Returning visitors with a slow answer (the stored answer at once, a late one from the
+/// next view), every frame under a strict CSP (`style-src 'self'`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_shows_returning_visitors_their_variant_at_once_and_hides_parts_under_a_strict_csp()
+{
+    browser_run(&["test/browser/returning.mjs", "test/browser/csp.mjs"]).await;
+}
+
+/// A hostile page (frozen JSON, read-only pushState, no sendBeacon, an invalid conversion
+/// rule), and two subdomains sharing one visitor through `cookieDomain`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_survives_a_hostile_page_and_keeps_one_visitor_across_subdomains() {
+    browser_run(&["test/browser/hostile.mjs", "test/browser/subdomains.mjs"]).await;
+}
+
 /// Runs the browser test `files` (node's test runner, one file at a time) against a
 /// pipeline of their own: consumer, ingest, config-api and the nginx front, its own
 /// topic and database.

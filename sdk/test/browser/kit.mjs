@@ -34,20 +34,25 @@ export const heroRoot = `<div data-split-experiment="${EXP}">
 export const landing = `<!doctype html><html><head>${head()}</head><body>${heroRoot}</body></html>`;
 
 /**
- * The fixture site: `pages(url)` answers a page's HTML, or a list of chunks and pauses
- * (`["<head>…", 1500, "<body>…"]`: a page whose parsing outlasts the answer); undefined
- * answers the landing page.
+ * The fixture site: `pages(url)` answers a page's HTML, a list of chunks and pauses
+ * (`["<head>…", 1500, "<body>…"]`: a page whose parsing outlasts the answer), or
+ * `{ headers, body }` (a page with its own response headers, a CSP); undefined answers the
+ * landing page. `args` are more Chromium flags (`--host-resolver-rules=…`).
  */
 export let origin;
 let server;
 export let browser;
 
-export function site(pages) {
+export function site(pages, { args = [] } = {}) {
   before(async () => {
     assert.ok(FRONT && CLICKHOUSE_URL && CLICKHOUSE_DATABASE && ACCESS_LOG && SNAPSHOT, "run me from e2e/tests/sdk.rs");
     server = http.createServer(async (req, res) => {
       res.setHeader("content-type", "text/html; charset=utf-8");
-      const page = pages(new URL(req.url, "http://x")) ?? landing;
+      let page = pages(new URL(req.url, "http://x")) ?? landing;
+      if (page.body != null) {
+        for (const [name, value] of Object.entries(page.headers)) res.setHeader(name, value);
+        page = page.body;
+      }
       if (typeof page === "string") return res.end(page);
       for (const chunk of page) if (typeof chunk === "number") await sleep(chunk);
       else res.write(chunk);
@@ -57,7 +62,7 @@ export function site(pages) {
     origin = `http://127.0.0.1:${server.address().port}`;
     browser = await chromium.launch({
       executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-      args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+      args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", ...args],
     });
   }, T);
   after(async () => {
@@ -141,3 +146,28 @@ export async function eventually(what, probe, seconds = 60) {
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * An init script: from the document's start, for `ms` milliseconds, each animation frame
+ * records what the first <h1> shows, as `[text, visibility]` in `window.frames_`.
+ */
+export function sampleFrames(ms) {
+  return `window.frames_ = [];
+(() => {
+  const t0 = performance.now();
+  const look = () => {
+    const h1 = document.querySelector("h1");
+    if (h1) frames_.push([h1.textContent, getComputedStyle(h1).visibility]);
+    if (performance.now() - t0 < ${ms}) requestAnimationFrame(look);
+  };
+  requestAnimationFrame(look);
+})();`;
+}
+
+/** Delays the answers to the context's experiments requests by `ms`. */
+export async function slowAnswers(ctx, ms) {
+  await ctx.route(FRONT + "/api/v1/experiments", async (route) => {
+    await sleep(ms);
+    await route.continue();
+  });
+}
