@@ -334,10 +334,11 @@ build_sdk() {
   (cd "$sdk" && node build.mjs)
 }
 
-# render_front DIR LISTEN INGEST CONFIG_API: the nginx front's configuration.
+# render_front DIR LISTEN INGEST CONFIG_API: the nginx front's configuration (with the
+# SDK's versioned path, sdk-versioned.conf.in, after the routes).
 render_front() {
-  sed -e "s|@NGINX_DIR@|$1|g" -e "s|@LISTEN@|$2|g" -e "s|@INGEST@|$3|g" \
+  sed -e "/include @ROUTES@;/r $REPO/deploy/nginx/sdk-versioned.conf.in" "$REPO/deploy/nginx/local.conf.in" |
+    sed -e "s|@NGINX_DIR@|$1|g" -e "s|@LISTEN@|$2|g" -e "s|@INGEST@|$3|g" \
     -e "s|@CONFIG_API@|$4|g" -e "s|@ROUTES@|$REPO/deploy/nginx/routes.conf|g" \
-    -e "s|@SDK_DIST@|$REPO/sdk/dist|g" -e "s|@SDK_HEADERS@|$REPO/deploy/nginx/sdk-headers.conf|g" \
-    "$REPO/deploy/nginx/local.conf.in"
+    -e "s|@SDK_DIST@|$REPO/sdk/dist|g" -e "s|@SDK_HEADERS@|$REPO/deploy/nginx/sdk-headers.conf|g"
 }

@@ -1,31 +1,54 @@
 // Builds dist/split.min.js (an IIFE defining window.Split, or window.SplitTesting when
 // window.Split is another library's), dist/split-autotrack.min.js (opt-in auto-capture),
-// dist/index.mjs (the API as an ES module; its types come from `tsc -p
-// tsconfig.build.json`), and the unit tests into build/test/ for node's test runner.
-// The browser scripts are minified by esbuild, then by terser (about 6% less gzipped:
-// the core's 4 KB budget needs it).
+// dist/index.mjs and dist/index.cjs (the API as an ES module and as CommonJS), and the
+// unit tests into build/test/ for node's test runner. The browser scripts are minified by
+// esbuild, then by terser (about 6% less gzipped: the core's budget needs it).
+//
+// `node build.mjs types`: the declarations (`tsc -p tsconfig.build.json`), one file,
+// as dist/index.d.mts and dist/index.d.cts (the types of each format).
+// `node build.mjs sri`: the script tag of this version's immutable path, with its
+// Subresource Integrity hash (docs/sdk.md holds it; sdk/test/package.test.ts checks it).
 import { build } from "esbuild";
 import { minify } from "terser";
-import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 
-// A fresh clone has no dist/ (git-ignored): esbuild makes its own folders, writeFileSync not.
-mkdirSync("dist", { recursive: true });
-const common = { bundle: true, target: "es2020", legalComments: "none" };
-for (const [entry, out] of [
-  ["src/global.ts", "dist/split.min.js"],
-  ["src/autotrack.ts", "dist/split-autotrack.min.js"],
-]) {
-  const built = await build({ ...common, entryPoints: [entry], format: "iife", minify: true, write: false });
-  const code = (await minify(built.outputFiles[0].text, { ecma: 2020, compress: { passes: 3 }, toplevel: true })).code;
-  writeFileSync(out, code + "\n");
+const task = process.argv[2];
+if (task === "types") {
+  execFileSync(process.execPath, ["node_modules/typescript/bin/tsc", "-p", "tsconfig.build.json"], { stdio: "inherit" });
+  const types = readFileSync("build/types/index.d.ts", "utf8");
+  // One self-contained file serves both formats: a relative import would resolve to a
+  // file of the other format.
+  if (/^(import|export .* from) /m.test(types)) throw new Error("index.d.ts imports other files");
+  for (const out of ["dist/index.d.mts", "dist/index.d.cts"]) copyFileSync("build/types/index.d.ts", out);
+} else if (task === "sri") {
+  const { version } = JSON.parse(readFileSync("package.json", "utf8"));
+  const hash = createHash("sha384").update(readFileSync("dist/split.min.js")).digest("base64");
+  console.log(
+    `<script src="https://split.example.com/sdk/v${version}/split.min.js" integrity="sha384-${hash}" crossorigin="anonymous"></script>`,
+  );
+} else {
+  // A fresh clone has no dist/ (git-ignored): esbuild makes its own folders, writeFileSync not.
+  mkdirSync("dist", { recursive: true });
+  const common = { bundle: true, target: "es2020", legalComments: "none" };
+  for (const [entry, out] of [
+    ["src/global.ts", "dist/split.min.js"],
+    ["src/autotrack.ts", "dist/split-autotrack.min.js"],
+  ]) {
+    const built = await build({ ...common, entryPoints: [entry], format: "iife", minify: true, write: false });
+    const code = (await minify(built.outputFiles[0].text, { ecma: 2020, compress: { passes: 3 }, toplevel: true })).code;
+    writeFileSync(out, code + "\n");
+  }
+  await build({ ...common, entryPoints: ["src/index.ts"], outfile: "dist/index.mjs", format: "esm" });
+  await build({ ...common, entryPoints: ["src/index.ts"], outfile: "dist/index.cjs", format: "cjs" });
+  await build({
+    entryPoints: readdirSync("test").filter((f) => f.endsWith(".test.ts")).map((f) => "test/" + f),
+    outdir: "build/test",
+    outExtension: { ".js": ".mjs" },
+    bundle: true,
+    platform: "node",
+    format: "esm",
+    packages: "external",
+  });
 }
-await build({ ...common, entryPoints: ["src/index.ts"], outfile: "dist/index.mjs", format: "esm" });
-await build({
-  entryPoints: readdirSync("test").filter((f) => f.endsWith(".test.ts")).map((f) => "test/" + f),
-  outdir: "build/test",
-  outExtension: { ".js": ".mjs" },
-  bundle: true,
-  platform: "node",
-  format: "esm",
-  packages: "external",
-});

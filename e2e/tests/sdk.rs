@@ -98,7 +98,8 @@ async fn the_sdk_keeps_one_visitor_through_consent_and_refuses_bad_fields_in_a_r
 }
 
 /// Returning visitors with a slow answer (the stored answer at once, a late one from the
-/// next view), every frame under a strict CSP (`style-src 'self'`).
+/// next view), every frame under a strict CSP (`style-src 'self'`), and the versioned path
+/// pinned with docs/sdk.md's integrity hash.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_shows_returning_visitors_their_variant_at_once_and_hides_parts_under_a_strict_csp()
 {

@@ -1,18 +1,24 @@
 // A strict Content-Security-Policy in real Chromium through the real pipeline: under
 // `style-src 'self'` (no inline styles allowed), the parts still wait for their text,
-// sampled at every animation frame, and nothing the SDK does is refused.
+// sampled at every animation frame, and nothing the SDK does is refused. And the pinned
+// script: the versioned immutable path with the integrity hash docs/sdk.md gives.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { EXP, PARTS, T, context, head, heroRoot, origin, rowsWhen, sampleFrames, site, sleep, slowAnswers } from "./kit.mjs";
+import { readFileSync } from "node:fs";
+import { EXP, FRONT, PARTS, T, context, head, heroRoot, origin, rowsWhen, sampleFrames, site, sleep, slowAnswers } from "./kit.mjs";
 
-site((url) =>
-  url.pathname === "/csp"
-    ? {
-        headers: { "content-security-policy": "style-src 'self'" },
-        body: `<!doctype html><html><head>${head()}</head><body>${heroRoot}</body></html>`,
-      }
-    : undefined,
-);
+/** The pinned page's script tag (set by its test). */
+let pinned = "";
+
+site((url) => {
+  if (url.pathname === "/csp")
+    return {
+      headers: { "content-security-policy": "style-src 'self'" },
+      body: `<!doctype html><html><head>${head()}</head><body>${heroRoot}</body></html>`,
+    };
+  if (url.pathname === "/pinned")
+    return `<!doctype html><html><head>${head().replace(/<script src="[^"]*"><\/script>/, pinned)}</head><body>${heroRoot}</body></html>`;
+});
 
 test("under style-src 'self', no frame shows the original text, and nothing is refused", T, async () => {
   const { ctx } = await context(
@@ -46,5 +52,37 @@ document.addEventListener("securitypolicyviolation", (e) => refused.push(e.viola
     (r) => r.length >= 2,
   );
   assert.deepEqual(rows.map((r) => r.variant_id), [variant, variant]);
+  await ctx.close();
+});
+
+test("the versioned path with docs/sdk.md's integrity hash: loads, immutable; a wrong hash is refused", T, async () => {
+  const { version } = JSON.parse(readFileSync("package.json", "utf8"));
+  const documented = readFileSync("../docs/sdk.md", "utf8").match(
+    new RegExp(`<script src="https://split.example.com(/sdk/v${version.replaceAll(".", "\\.")}/split\\.min\\.js)" integrity="(sha384-[^"]+)" crossorigin="anonymous"></script>`),
+  );
+  assert.ok(documented, "docs/sdk.md gives the versioned script tag");
+  const [, path, integrity] = documented;
+  const answer = await fetch(FRONT + path);
+  assert.equal(answer.status, 200);
+  assert.equal(answer.headers.get("cache-control"), "public, max-age=31536000, immutable");
+  assert.deepEqual(Buffer.from(await answer.arrayBuffer()), readFileSync("dist/split.min.js"), "the build /sdk/v1/ serves");
+  pinned = `<script src="${FRONT}${path}" integrity="${integrity}" crossorigin="anonymous"></script>`;
+  const { ctx } = await context();
+  const page = await ctx.newPage();
+  await page.goto(origin + "/pinned");
+  await page.evaluate(() => window.splitReady);
+  const variant = await page.evaluate((e) => Split.variant(e), EXP);
+  assert.equal(await page.locator("h1").textContent(), PARTS[variant].headline);
+  const visitor = await page.evaluate(() => localStorage.getItem("split_vid"));
+  await page.evaluate(() => Split.flush());
+  await rowsWhen(
+    "the pinned page's impression",
+    `SELECT variant_id FROM events FINAL WHERE visitor_id = '${visitor}' AND event_name = 'impression'`,
+    (r) => r.length === 1 && r[0].variant_id === variant,
+  );
+  // One character off: the browser refuses the script.
+  pinned = pinned.replace(/integrity="sha384-(.)/, (_, c) => `integrity="sha384-${c === "A" ? "B" : "A"}`);
+  await page.goto(origin + "/pinned");
+  assert.equal(await page.evaluate(() => typeof window.Split), "undefined");
   await ctx.close();
 });
