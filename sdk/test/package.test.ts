@@ -1,8 +1,8 @@
 // The package as its users get it: the ES module and the CommonJS build through the
 // package's `exports` (the same API), each with its types (a consumer of each format is
-// type-checked under Node16 resolution), and the versioned immutable path: docs/sdk.md's
-// script tag carries this version's path and the built script's Subresource Integrity
-// hash, and every front that serves it names this version.
+// type-checked under Node16 resolution), and the versioned immutable path: the script tag
+// of docs/sdk.md and of the README carries this version's path and the built script's
+// Subresource Integrity hash, and every front that serves it names this version.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -29,12 +29,12 @@ test("both formats are typed: a consumer of each type-checks, and a wrong call d
   });
 });
 
-test("docs/sdk.md gives this version's immutable path with the built script's SRI hash", () => {
+test("docs/sdk.md and the README give this version's immutable path with the built script's SRI hash", () => {
   const hash = createHash("sha384").update(readFileSync("dist/split.min.js")).digest("base64");
   const tag = execFileSync(process.execPath, ["build.mjs", "sri"], { encoding: "utf8" }).trim();
   assert.ok(tag.includes(`/sdk/v${version}/split.min.js" integrity="sha384-${hash}"`), tag);
-  const docs = readFileSync("../docs/sdk.md", "utf8");
-  assert.ok(docs.includes(tag), `docs/sdk.md lacks this build's tag (npm run sri):\n${tag}`);
+  for (const file of ["../docs/sdk.md", "README.md"])
+    assert.ok(readFileSync(file, "utf8").includes(tag), `${file} lacks this build's tag (npm run sri):\n${tag}`);
 });
 
 test("the fronts serve this version's path", () => {

@@ -1,5 +1,5 @@
-// Single-page views (item 5), consent (item 6), forced variants (item 7), another
-// library's window.Split and the snippet that queues calls (item 8), in real Chromium
+// Single-page views, consent, forced variants, another
+// library's window.Split and the snippet that queues calls, in real Chromium
 // through the real pipeline, each checked in ClickHouse.
 import { test } from "node:test";
 import assert from "node:assert/strict";
