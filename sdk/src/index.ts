@@ -1,7 +1,9 @@
 // The browser client of the split-testing service: fetches the experiments on init (a
-// cached answer within its lifetime applies at once), assigns variants (deterministic,
-// weighted, sticky within a phase), shows the variant's text parts without flicker or late
-// swap, follows SPA route changes and consent, and sends analytics events in batches.
+// stored answer, up to maxStale past its lifetime, applies at once; a fresh one from the
+// next view), assigns variants (deterministic, weighted, sticky within a phase; events in
+// the phase of the assignment), shows the variant's text parts without flicker or late
+// swap (element styles: no <style> for a strict CSP), follows SPA route changes and
+// consent, and sends analytics events in batches.
 // Nothing here throws into the host page: every entry point catches and logs.
 
 import { assign, phaseOf, prior, type Experiment, type Seen, type Variant } from "./assign";
