@@ -323,7 +323,8 @@ start_tansu() {
   wait_ready 30 "$pidfile" "$dir/tansu.log" "tansu on port $port" tcp_open "$port"
 }
 
-# The browser SDK: npm packages (once per lockfile) and its build into sdk/dist.
+# The browser SDK: npm packages (once per lockfile) and its build into sdk/dist (the
+# scripts, both module formats and their types).
 build_sdk() {
   local sdk="$REPO/sdk"
   if ! cmp -s "$sdk/package-lock.json" "$sdk/node_modules/.installed-lock.json"; then
@@ -331,7 +332,7 @@ build_sdk() {
     (cd "$sdk" && npm ci --no-audit --no-fund --loglevel=error &&
       cp package-lock.json node_modules/.installed-lock.json)
   fi
-  (cd "$sdk" && node build.mjs)
+  (cd "$sdk" && node build.mjs && node build.mjs types)
 }
 
 # render_front DIR LISTEN INGEST CONFIG_API: the nginx front's configuration (with the
