@@ -950,9 +950,14 @@ fn network_policies_deny_by_default_and_allow_only_the_pipeline_s_flows() {
         let name = name_of(policy);
         assert_eq!(policy["spec"]["policyTypes"], both, "{name}");
         selected.insert(app.to_owned());
-        let own = ports
-            .get(app)
-            .unwrap_or_else(|| panic!("{name} selects no pods"));
+        // The tools' pods are started by hand (`kubectl run --labels=app=tools`).
+        let none = BTreeSet::new();
+        let own = match app {
+            "tools" => &none,
+            _ => ports
+                .get(app)
+                .unwrap_or_else(|| panic!("{name} selects no pods")),
+        };
         for rule in policy["spec"]["ingress"]
             .as_sequence()
             .into_iter()
@@ -996,7 +1001,9 @@ fn network_policies_deny_by_default_and_allow_only_the_pipeline_s_flows() {
             }
         }
     }
-    assert_eq!(selected, ports.keys().cloned().collect::<BTreeSet<_>>());
+    let mut apps: BTreeSet<String> = ports.keys().cloned().collect();
+    apps.insert("tools".into());
+    assert_eq!(selected, apps);
     assert_eq!(
         flows,
         BTreeSet::from([
@@ -1215,4 +1222,472 @@ fn kubernetes_manifests_pass_kubernetes_validate_and_the_crds_schemas() {
         resources.len(),
         "{report}"
     );
+}
+
+/// The binaries whose `--help` the docs may quote, by name.
+const BINARIES: [&str; 7] = [
+    "ingest",
+    "consumer",
+    "config-api",
+    "dlq-replay",
+    "experiment-results",
+    "analytics-access",
+    "analytics-erase",
+];
+
+/// A binary's command, with its subcommands.
+fn command_of(binary: &str) -> clap::Command {
+    match binary {
+        "ingest" => ingest::Config::command(),
+        "consumer" => consumer::Config::command(),
+        "config-api" => config_api::Config::command(),
+        "dlq-replay" => tools::ReplayConfig::command(),
+        "experiment-results" => tools::plan::PlanConfig::command(),
+        "analytics-access" => tools::access::AccessConfig::command(),
+        "analytics-erase" => tools::erase::EraseConfig::command(),
+        other => panic!("unknown binary {other}"),
+    }
+}
+
+/// Every long flag of a command and its subcommands.
+fn flags_of(command: &clap::Command, into: &mut BTreeSet<String>) {
+    into.extend(
+        command
+            .get_arguments()
+            .filter_map(|a| a.get_long())
+            .map(|l| format!("--{l}")),
+    );
+    into.extend(["--help".to_owned(), "--version".to_owned()]);
+    for sub in command.get_subcommands() {
+        flags_of(sub, into);
+    }
+}
+
+/// The text a name of the deploy docs must be found in: the schema's migrations, the
+/// services' and kits' sources, and the deployment files themselves.
+fn known_text() -> String {
+    let mut text = String::new();
+    let mut pending: Vec<PathBuf> = [
+        "consumer/src",
+        "kafka-kit/src",
+        "http-kit/src",
+        "ingest/src",
+        "config-api/src",
+        "tools/src",
+        "deploy",
+        "e2e/tests/k8s-schemas/package.json",
+    ]
+    .iter()
+    .map(|d| repo().join(d))
+    .collect();
+    while let Some(dir) = pending.pop() {
+        if dir.is_file() {
+            text.push_str(&std::fs::read_to_string(&dir).unwrap_or_default());
+            continue;
+        }
+        for entry in std::fs::read_dir(&dir).expect("folder") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.file_name().is_some_and(|n| n != "README.md") {
+                text.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
+            }
+        }
+    }
+    for file in [
+        "docker-compose.yml",
+        "docker-compose.cluster.yml",
+        "Dockerfile",
+    ] {
+        text.push_str(&read(file));
+    }
+    // librdkafka's properties (`KAFKA_PROPERTIES`), from the crate's bundled librdkafka.
+    let lock = read("Cargo.lock");
+    let version = lock
+        .split("name = \"rdkafka-sys\"\nversion = \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("rdkafka-sys in Cargo.lock");
+    let registry = Path::new(
+        &std::env::var("CARGO_HOME")
+            .unwrap_or_else(|_| format!("{}/.cargo", std::env::var("HOME").unwrap_or_default())),
+    )
+    .join("registry/src");
+    let configuration = std::fs::read_dir(&registry)
+        .expect("cargo's registry")
+        .filter_map(|index| {
+            let path = index
+                .ok()?
+                .path()
+                .join(format!("rdkafka-sys-{version}/librdkafka/CONFIGURATION.md"));
+            std::fs::read_to_string(path).ok()
+        })
+        .next()
+        .expect("librdkafka's CONFIGURATION.md in cargo's registry");
+    text.push_str(&configuration);
+    text
+}
+
+/// The flags of `line` that the binary before them does not have.
+fn unknown_flags(line: &str) -> Vec<String> {
+    let mut unknown = Vec::new();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    for (i, word) in words.iter().enumerate() {
+        let binary = word.rsplit('/').next().unwrap_or(word);
+        if !BINARIES.contains(&binary) {
+            continue;
+        }
+        let mut flags = BTreeSet::new();
+        flags_of(&command_of(binary), &mut flags);
+        for flag in words[i + 1..].iter().take_while(|w| !BINARIES.contains(w)) {
+            let flag = flag.split('=').next().unwrap_or(flag);
+            if flag.starts_with("--") && !flags.contains(flag) {
+                unknown.push(format!("{binary} has no {flag}"));
+            }
+        }
+    }
+    unknown
+}
+
+/// What in `doc` names something that does not exist: a variable no binary reads (nor
+/// docker-compose), a flag a binary lacks, a file, or a table, setting or other name found
+/// nowhere in the schema, the sources or the deployment files.
+fn stale_names(doc: &str) -> Vec<String> {
+    let mut variables = BTreeSet::new();
+    for binary in BINARIES {
+        variables.extend(settings_of(match binary {
+            "experiment-results" | "analytics-access" | "analytics-erase" => "tools",
+            other => other,
+        }));
+    }
+    let compose = format!(
+        "{}{}",
+        read("docker-compose.yml"),
+        read("docker-compose.cluster.yml")
+    );
+    let known = known_text();
+    let mut stale = Vec::new();
+    let mut in_code = false;
+    for line in doc.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            stale.extend(unknown_flags(line));
+            continue;
+        }
+        for (i, span) in line.split('`').enumerate() {
+            if i % 2 == 0 || span.is_empty() {
+                continue;
+            }
+            stale.extend(unknown_flags(span));
+            let name = span.trim();
+            let is_variable = |name: &str| {
+                name.len() > 2
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+                    && name.contains('_')
+            };
+            if name.contains('=') && !name.contains(' ') {
+                // Settings (`KEY=value`, librdkafka's `a.b=c;d.e=f`): each key.
+                for key in name.split(';').filter_map(|part| part.split('=').next()) {
+                    let found = if is_variable(key) {
+                        variables.contains(key)
+                    } else {
+                        known.contains(key)
+                    };
+                    if !found {
+                        stale.push(format!("{key} (in {name}) is found nowhere"));
+                    }
+                }
+            } else if is_variable(name) {
+                if !variables.contains(name) && !compose.contains(&format!("${{{name}")) {
+                    stale.push(format!("no binary reads {name}"));
+                }
+            } else if name.contains(' ') {
+                // A command or a phrase: its flags were checked above.
+            } else if (name.contains('/') && !name.starts_with('/') && !name.contains(':'))
+                || [".yaml", ".yml", ".conf", ".json", ".xml"]
+                    .iter()
+                    .any(|e| name.ends_with(e))
+            {
+                let exists = [repo().join("deploy").join(name), repo().join(name)]
+                    .iter()
+                    .any(|p| p.exists());
+                if !exists && !known.contains(name) {
+                    stale.push(format!("no file {name}"));
+                }
+            } else {
+                // A table, setting, path or other name: said somewhere real.
+                let bare = name.strip_prefix("analytics.").unwrap_or(name);
+                if !known.contains(bare) {
+                    stale.push(format!("{name} is found nowhere"));
+                }
+            }
+        }
+    }
+    stale
+}
+
+/// deploy/README.md, the operators' first page, names only what exists: each variable is
+/// read by a binary (or by docker-compose), each flag is in its binary's `--help`, each
+/// file exists, and each table, setting and other name is found in the schema, the sources
+/// or the deployment files. The checker itself refuses what the page once said wrongly.
+#[test]
+fn the_deploy_readme_names_only_tables_settings_variables_and_flags_that_exist() {
+    let stale = stale_names(&read("deploy/README.md"));
+    assert!(stale.is_empty(), "deploy/README.md: {stale:#?}");
+    let old = "a `Distributed` table `events_all`; set `CLICKHOUSE_TTL_MONTHS`; \
+               run `consumer --migrate-schema`";
+    let found = stale_names(old);
+    assert_eq!(found.len(), 3, "{found:#?}");
+    // The binaries it names answer --help.
+    for binary in BINARIES {
+        let mut command = command_of(binary);
+        let help = command.render_long_help().to_string();
+        assert!(help.contains("--help"), "{binary}");
+    }
+}
+
+/// `promtool` (Debian's prometheus package, installed by scripts/test) on a rules file.
+fn promtool_check_rules(path: &Path) -> (bool, String) {
+    let output = std::process::Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(path)
+        .output()
+        .expect("promtool runs (scripts/test installs Debian's prometheus)");
+    (
+        output.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    )
+}
+
+/// The alert rules pass `promtool check rules`, and the PrometheusRule holds the very same
+/// groups (its schema is checked with the other custom resources); promtool is first shown
+/// a rule with a broken expression, which it must refuse.
+#[test]
+fn the_alert_rules_pass_promtool_and_the_prometheus_rule_holds_the_same_groups() {
+    let (ok, report) = promtool_check_rules(&repo().join("deploy/monitoring/alerts.yaml"));
+    assert!(ok, "{report}");
+    let dir = tempfile::tempdir().expect("folder");
+    let broken = dir.path().join("broken.yaml");
+    std::fs::write(
+        &broken,
+        "groups:\n  - name: g\n    rules:\n      - alert: A\n        expr: sum(rate(x[5m])\n",
+    )
+    .expect("written");
+    assert!(
+        !promtool_check_rules(&broken).0,
+        "promtool let a broken rule through"
+    );
+
+    let alerts = documents("deploy/monitoring/alerts.yaml");
+    let rule = documents("deploy/monitoring/prometheus-rule.yaml");
+    assert_eq!(rule[0]["kind"], "PrometheusRule");
+    assert_eq!(rule[0]["spec"]["groups"], alerts[0]["groups"]);
+    let count = alerts[0]["groups"]
+        .as_sequence()
+        .expect("groups")
+        .iter()
+        .map(|g| g["rules"].as_sequence().expect("rules").len())
+        .sum::<usize>();
+    assert!(count >= 10, "{count} rules");
+}
+
+/// The metric names in a PromQL expression (all of ours start with a service's prefix).
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| {
+            ["ingest_", "consumer_", "config_api_"]
+                .iter()
+                .any(|p| w.starts_with(p))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every expression of the dashboard and the alert rules names only metrics the services
+/// export (http-kit's list: a histogram by its `_bucket`, `_sum` or `_count` series, never
+/// bare), the dashboard's expressions pass promtool (as recording rules), and the
+/// dashboard covers ingest rate and rejections, Kafka delivery, consumer lag and insert
+/// time, the config-api, snapshot reloads and the dead letters.
+#[test]
+fn the_dashboard_and_rules_use_only_metrics_the_services_export() {
+    use http_kit::telemetry::{Kind, METRICS};
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&read("deploy/monitoring/dashboard.json")).expect("JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let dashboard_exprs: Vec<String> = panels
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .map(|t| t["expr"].as_str().expect("expr").to_owned())
+        .collect();
+    let alerts = documents("deploy/monitoring/alerts.yaml");
+    let rule_exprs: Vec<String> = alerts[0]["groups"]
+        .as_sequence()
+        .expect("groups")
+        .iter()
+        .flat_map(|g| g["rules"].as_sequence().cloned().unwrap_or_default())
+        .map(|r| str_of(&r["expr"], "expr").to_owned())
+        .collect();
+
+    let mut used = BTreeSet::new();
+    for expr in dashboard_exprs.iter().chain(&rule_exprs) {
+        let names = metric_names(expr);
+        assert!(!names.is_empty(), "no metric of ours in {expr}");
+        for name in names {
+            let exported = METRICS.iter().find_map(|m| match m.kind {
+                Kind::Histogram(_) => ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .any(|suffix| name == format!("{}{suffix}", m.name))
+                    .then_some(m.name),
+                _ => (name == m.name).then_some(m.name),
+            });
+            let metric = exported.unwrap_or_else(|| {
+                panic!("{name} (in {expr}) is not a metric the services export")
+            });
+            used.insert(metric);
+        }
+    }
+    for topic in [
+        "ingest_requests_total",
+        "ingest_events_accepted_total",
+        "ingest_events_rejected_total",
+        "ingest_delivery_seconds",
+        "ingest_delivery_errors_total",
+        "consumer_lag_messages",
+        "consumer_insert_seconds",
+        "config_api_requests_total",
+        "config_api_snapshot_reloads_total",
+        "consumer_dead_letters_total",
+    ] {
+        assert!(
+            used.contains(topic),
+            "neither the dashboard nor the rules show {topic}"
+        );
+    }
+    for (panel, want) in [
+        ("ingest", "ingest_requests_total"),
+        ("lag", "consumer_lag_messages"),
+    ] {
+        assert!(
+            dashboard_exprs.iter().any(|e| e.contains(want)),
+            "the dashboard has no {panel} panel"
+        );
+    }
+
+    // The dashboard's queries are valid PromQL: promtool checks them as recording rules.
+    let dir = tempfile::tempdir().expect("folder");
+    let rules = dir.path().join("dashboard-rules.yaml");
+    let mut text = "groups:\n  - name: dashboard\n    rules:\n".to_owned();
+    for (i, expr) in dashboard_exprs.iter().enumerate() {
+        text.push_str(&format!(
+            "      - record: dashboard:panel_{i}\n        expr: {}\n",
+            serde_json::to_string(expr).expect("JSON string")
+        ));
+    }
+    std::fs::write(&rules, text).expect("written");
+    let (ok, report) = promtool_check_rules(&rules);
+    assert!(ok, "{report}");
+}
+
+/// What the services really export, scraped from `/metrics` after they worked (an event
+/// accepted, delivered and inserted; experiments served): every metric family is in
+/// http-kit's list, with its HELP text and its kind; latencies are histograms with their
+/// explicit buckets, never summaries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_the_services_export_is_listed_with_help_and_latencies_are_histograms() {
+    use http_kit::telemetry::{Kind, METRICS};
+    let names = e2e::ConsumerNames::unique();
+    let file = e2e::one_experiment_snapshot("pk_metrics");
+    let consumer = e2e::start_consumer(e2e::consumer_config(&names, &[])).await;
+    let ingest = e2e::start_ingest(e2e::ingest_config(&file.path, &names.topic, &[])).await;
+    let config_api = e2e::start_config_api(&file.path).await;
+    let http = reqwest::Client::new();
+    let (batch, _) = e2e::client_batch("s-metrics", 3);
+    let answer = http
+        .post(ingest.url("/api/v1/analytics"))
+        .header("X-public-key", "pk_metrics")
+        .json(&batch)
+        .send()
+        .await
+        .expect("ingest answers");
+    assert_eq!(answer.status(), 202);
+    let served = http
+        .get(config_api.url("/api/v1/experiments"))
+        .header("X-public-key", "pk_metrics")
+        .send()
+        .await
+        .expect("config-api answers");
+    assert_eq!(served.status(), 200);
+    let ch = e2e::clickhouse(&names.database);
+    e2e::wait_for_events(&ch, 3, std::time::Duration::from_secs(120)).await;
+
+    // The three services of this process share one recorder; each renders all of it.
+    let mut text = String::new();
+    for service in [&ingest, &config_api, &consumer] {
+        text.push_str(&e2e::metrics_text(&service.url("/metrics")).await);
+    }
+    let mut types = BTreeMap::new();
+    let mut helps = BTreeMap::new();
+    for line in text.lines() {
+        let words: Vec<&str> = line.splitn(4, ' ').collect();
+        match words.as_slice() {
+            ["#", "TYPE", name, kind] => {
+                types.insert(name.to_string(), kind.to_string());
+            }
+            ["#", "HELP", name, help] => {
+                helps.insert(name.to_string(), help.to_string());
+            }
+            _ => {}
+        }
+    }
+    let ours: BTreeMap<&String, &String> = types
+        .iter()
+        .filter(|(n, _)| !metric_names(n).is_empty())
+        .collect();
+    for must in [
+        "ingest_requests_total",
+        "ingest_delivery_seconds",
+        "config_api_requests_total",
+        "consumer_insert_seconds",
+        "consumer_batch_rows",
+        "consumer_rows_inserted_total",
+    ] {
+        assert!(
+            ours.contains_key(&must.to_owned()),
+            "{must} not exported:\n{text}"
+        );
+    }
+    for (name, kind) in ours {
+        let listed = METRICS
+            .iter()
+            .find(|m| m.name == name)
+            .unwrap_or_else(|| panic!("{name} is exported but not in http-kit's list"));
+        let want = match listed.kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram(buckets) => {
+                let le = format!("{name}_bucket{{le=\"{}\"}}", buckets[0]);
+                assert!(text.contains(&le), "{name}: no bucket {le}");
+                "histogram"
+            }
+        };
+        assert_eq!(kind, want, "{name}");
+        assert_eq!(
+            helps.get(name).map(String::as_str),
+            Some(listed.help),
+            "{name}"
+        );
+    }
+
+    config_api.stop().await.expect("clean stop");
+    ingest.stop().await.expect("clean stop");
+    consumer.stop().await.expect("clean stop");
 }

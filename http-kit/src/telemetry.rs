@@ -1,8 +1,10 @@
-//! Logging and the process-wide Prometheus recorder.
+//! Logging and the process-wide Prometheus recorder. Every metric the services export is
+//! listed once in [`METRICS`], with its HELP text (and, for a histogram, its buckets):
+//! the dashboard and alert rules of `deploy/monitoring` are checked against that list.
 
 use std::sync::OnceLock;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`); JSON when `LOG_FORMAT=json`.
@@ -40,11 +42,217 @@ pub fn install_metrics() {
 pub fn metrics_handle() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
-        let recorder = PrometheusBuilder::new().build_recorder();
+        let mut builder = PrometheusBuilder::new();
+        for metric in METRICS {
+            if let Kind::Histogram(buckets) = metric.kind {
+                builder = builder
+                    .set_buckets_for_metric(Matcher::Full(metric.name.to_owned()), buckets)
+                    .expect("buckets are never empty");
+            }
+        }
+        let recorder = builder.build_recorder();
         let handle = recorder.handle();
         if metrics::set_global_recorder(recorder).is_err() {
             tracing::warn!("A metrics recorder was already installed; /metrics will be empty.");
         }
+        for metric in METRICS {
+            match metric.kind {
+                Kind::Counter => metrics::describe_counter!(metric.name, metric.help),
+                Kind::Gauge => metrics::describe_gauge!(metric.name, metric.help),
+                Kind::Histogram(_) => metrics::describe_histogram!(metric.name, metric.help),
+            }
+        }
         handle
     })
 }
+
+/// What a metric is; a histogram's upper bounds (`le`), explicit so that its buckets add up
+/// across replicas (a summary's quantiles cannot be aggregated).
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram(&'static [f64]),
+}
+
+/// One exported metric: its name, kind and HELP text.
+#[derive(Clone, Copy, Debug)]
+pub struct Metric {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub help: &'static str,
+}
+
+/// Latencies: 1 ms to 30 s.
+const SECONDS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+/// Rows of a batch: 1 to a million (BATCH_MAX_ROWS is 100 000 by default).
+const ROWS: &[f64] = &[
+    1.0,
+    10.0,
+    100.0,
+    1_000.0,
+    10_000.0,
+    50_000.0,
+    100_000.0,
+    250_000.0,
+    1_000_000.0,
+];
+
+const fn counter(name: &'static str, help: &'static str) -> Metric {
+    Metric {
+        name,
+        kind: Kind::Counter,
+        help,
+    }
+}
+const fn gauge(name: &'static str, help: &'static str) -> Metric {
+    Metric {
+        name,
+        kind: Kind::Gauge,
+        help,
+    }
+}
+const fn histogram(name: &'static str, buckets: &'static [f64], help: &'static str) -> Metric {
+    Metric {
+        name,
+        kind: Kind::Histogram(buckets),
+        help,
+    }
+}
+
+/// Every metric of the three services (a service exports those it records).
+pub const METRICS: &[Metric] = &[
+    counter(
+        "ingest_requests_total",
+        "Analytics requests answered, by route and status.",
+    ),
+    counter(
+        "ingest_events_accepted_total",
+        "Events accepted and acknowledged by Kafka.",
+    ),
+    counter(
+        "ingest_events_rejected_total",
+        "Events refused, by the field at fault.",
+    ),
+    histogram(
+        "ingest_delivery_seconds",
+        SECONDS,
+        "Time from enqueue to Kafka's acknowledgement of a request's events.",
+    ),
+    counter(
+        "ingest_delivery_errors_total",
+        "Requests whose events did not reach Kafka, by reason (enqueue, delivery, timeout).",
+    ),
+    gauge(
+        "ingest_producer_queue_depth",
+        "Messages waiting in the Kafka producer.",
+    ),
+    counter(
+        "ingest_producer_replacements_total",
+        "Kafka producers replaced after the broker refused them.",
+    ),
+    counter(
+        "ingest_body_budget_waits_total",
+        "Requests that waited for room in the bytes-in-flight budget.",
+    ),
+    counter(
+        "ingest_rate_limited_requests_total",
+        "Requests refused with 429 by a key's rate limit.",
+    ),
+    counter(
+        "ingest_rate_limited_events_total",
+        "Events of the requests refused by a key's rate limit.",
+    ),
+    counter(
+        "config_api_requests_total",
+        "Experiment requests answered, by route and status.",
+    ),
+    counter(
+        "config_api_unknown_key_requests_total",
+        "Experiment requests with a key not in the snapshot.",
+    ),
+    counter(
+        "consumer_rows_inserted_total",
+        "Rows inserted into ClickHouse.",
+    ),
+    histogram("consumer_batch_rows", ROWS, "Rows per inserted batch."),
+    histogram(
+        "consumer_insert_seconds",
+        SECONDS,
+        "Time of a successful insert of a batch (a shard's rows in a cluster) into ClickHouse.",
+    ),
+    counter(
+        "consumer_insert_retries_total",
+        "ClickHouse inserts retried after a failure.",
+    ),
+    counter(
+        "consumer_dead_letters_total",
+        "Messages set aside to the dead-letter topic.",
+    ),
+    counter(
+        "consumer_dlq_producer_replacements_total",
+        "Dead-letter producers replaced after the broker refused them.",
+    ),
+    gauge(
+        "consumer_lag_messages",
+        "Messages behind the end of each assigned partition.",
+    ),
+    gauge(
+        "consumer_assigned_partitions",
+        "Partitions this consumer owns (updated every 5 s).",
+    ),
+    gauge(
+        "consumer_group_stalled",
+        "1 while the consumer group is stalled (no owner for a partition with work).",
+    ),
+    counter(
+        "consumer_group_rejoins_total",
+        "Times this consumer left and rejoined a stalled group.",
+    ),
+    counter(
+        "consumer_definitions_written_total",
+        "Snapshots mirrored into experiment_variants.",
+    ),
+    counter(
+        "consumer_partitions_dropped_total",
+        "Monthly partitions of events dropped by EVENTS_RETENTION_DAYS.",
+    ),
+    counter(
+        "ingest_snapshot_reloads_total",
+        "Snapshot checks that found a change or failed, by result.",
+    ),
+    counter(
+        "config_api_snapshot_reloads_total",
+        "Snapshot checks that found a change or failed, by result.",
+    ),
+    counter(
+        "consumer_snapshot_reloads_total",
+        "Snapshot checks that found a change or failed, by result.",
+    ),
+    gauge(
+        "ingest_snapshot_loaded_timestamp_seconds",
+        "When the snapshot served was loaded (Unix time).",
+    ),
+    gauge(
+        "config_api_snapshot_loaded_timestamp_seconds",
+        "When the snapshot served was loaded (Unix time).",
+    ),
+    gauge(
+        "consumer_snapshot_loaded_timestamp_seconds",
+        "When the snapshot mirrored was loaded (Unix time).",
+    ),
+    gauge(
+        "ingest_snapshot_info",
+        "1 for the version of the snapshot served.",
+    ),
+    gauge(
+        "config_api_snapshot_info",
+        "1 for the version of the snapshot served.",
+    ),
+    gauge(
+        "consumer_snapshot_info",
+        "1 for the version of the snapshot mirrored.",
+    ),
+];
