@@ -1500,11 +1500,12 @@ fn the_alert_rules_pass_promtool_and_the_prometheus_rule_holds_the_same_groups()
     assert!(count >= 10, "{count} rules");
 }
 
-/// The metric names in a PromQL expression (all of ours start with a service's prefix).
+/// The metric names in a PromQL expression (all of ours start with a service's prefix, or
+/// are the serving loop's `http_request_duration_seconds`).
 fn metric_names(expr: &str) -> BTreeSet<String> {
     expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
         .filter(|w| {
-            ["ingest_", "consumer_", "config_api_"]
+            ["ingest_", "consumer_", "config_api_", "http_request_"]
                 .iter()
                 .any(|p| w.starts_with(p))
         })
@@ -1652,7 +1653,15 @@ async fn every_metric_the_services_export_is_listed_with_help_and_latencies_are_
         .iter()
         .filter(|(n, _)| !metric_names(n).is_empty())
         .collect();
+    for sample in [
+        r#"http_request_duration_seconds_count{route="/api/v1/analytics",status="202"}"#,
+        r#"http_request_duration_seconds_count{route="/api/v1/experiments",status="200"}"#,
+        r#"http_request_duration_seconds_count{route="/metrics",status="200"}"#,
+    ] {
+        assert!(text.contains(sample), "no {sample}:\n{text}");
+    }
     for must in [
+        "http_request_duration_seconds",
         "ingest_requests_total",
         "ingest_delivery_seconds",
         "config_api_requests_total",
@@ -1674,8 +1683,12 @@ async fn every_metric_the_services_export_is_listed_with_help_and_latencies_are_
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
             Kind::Histogram(buckets) => {
-                let le = format!("{name}_bucket{{le=\"{}\"}}", buckets[0]);
-                assert!(text.contains(&le), "{name}: no bucket {le}");
+                let le = format!("le=\"{}\"}}", buckets[0]);
+                assert!(
+                    text.lines()
+                        .any(|l| l.starts_with(&format!("{name}_bucket{{")) && l.contains(&le)),
+                    "{name}: no bucket {le}"
+                );
                 "histogram"
             }
         };

@@ -160,6 +160,7 @@ pub async fn serve<S: HttpService>(
     let slots = u32::try_from(limits.max_connections.clamp(1, 1 << 20)).unwrap_or(1 << 20);
     let room = Arc::new(Semaphore::new(slots as usize));
     let (stop, stopping) = watch::channel(false);
+    let durations = crate::ops::RequestDurations::default();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let permit = tokio::select! {
@@ -186,6 +187,7 @@ pub async fn serve<S: HttpService>(
             router: router.clone(),
             idle,
             stopping: stopping.clone(),
+            durations: durations.clone(),
         };
         tokio::spawn(async move {
             connection.run(stream).await;
@@ -204,6 +206,7 @@ struct Connection<S> {
     router: S,
     idle: Duration,
     stopping: watch::Receiver<bool>,
+    durations: crate::ops::RequestDurations,
 }
 
 impl<S: HttpService> Connection<S> {
@@ -213,11 +216,18 @@ impl<S: HttpService> Connection<S> {
         let activity = Arc::new(Activity::default());
         let tracked = activity.clone();
         let router = self.router;
+        let durations = self.durations;
         let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
             let router = router.clone();
             let guard = tracked.begin();
+            let durations = durations.clone();
+            let route = crate::ops::RequestDurations::route_of(request.uri().path());
+            let started = std::time::Instant::now();
             async move {
                 let response = router.oneshot(request.map(axum::body::Body::new)).await;
+                if let Ok(answer) = &response {
+                    durations.record(route, answer.status(), started.elapsed());
+                }
                 drop(guard);
                 response
             }

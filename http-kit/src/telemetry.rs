@@ -122,8 +122,14 @@ const fn histogram(name: &'static str, buckets: &'static [f64], help: &'static s
     }
 }
 
-/// Every metric of the three services (a service exports those it records).
+/// Every metric of the three services (a service exports those it records; each serves
+/// `http_request_duration_seconds` of its own routes).
 pub const METRICS: &[Metric] = &[
+    histogram(
+        crate::ops::RequestDurations::NAME,
+        SECONDS,
+        "Time to answer a request (until the answer's head), by route and status.",
+    ),
     counter(
         "ingest_requests_total",
         "Analytics requests answered, by route and status.",
