@@ -131,7 +131,7 @@ fn plan_fixed_horizon_matches_statsmodels() {
         let decides = fixed["deciding_variant"].as_u64().expect("index") as usize;
         assert_eq!(
             p["alpha_per_treatment"].as_f64(),
-            Some(alpha.parse::<f64>().unwrap() / (w.len() - 1) as f64),
+            d["alpha"].as_f64().map(|a| a / (w.len() - 1) as f64),
             "{weights}: alpha split across the treatments"
         );
         cases.push(json!({
@@ -155,12 +155,14 @@ fn plan_fixed_horizon_matches_statsmodels() {
         ));
     }
     let answers = statsmodels(&Value::Array(cases));
-    for ((label, exact, sizes, decides), answer) in
-        planned.iter().zip(answers.as_array().expect("answers"))
+    for (((label, exact, sizes, decides), answer), (.., power)) in planned
+        .iter()
+        .zip(answers.as_array().expect("answers"))
+        .zip(designs)
     {
         let nobs1 = answer["nobs1"].as_f64().expect("nobs1");
         let powers = numbers(&answer["power"]);
-        let want_power: f64 = label.split("power ").nth(1).unwrap().parse().unwrap();
+        let want_power: f64 = power.parse().expect("a power");
         println!(
             "{label}: ours {:.2} per treatment ({} rounded), statsmodels {nobs1:.2}; its power at \
              ours {:.4}; arcsine design (NormalIndPower) {:.2}",
