@@ -55,6 +55,10 @@ pub struct VariantRow {
     pub phase: u32,
     /// The keys that list the experiment, sorted.
     pub public_keys: Vec<String>,
+    /// The snapshot's `conversionWindowHours`; 0: not set.
+    pub conversion_window_hours: f64,
+    /// The snapshot's `sequentialTuning`; 0: not set.
+    pub sequential_tuning: f64,
 }
 
 /// The rows of every variant of every experiment of `snapshot`.
@@ -91,6 +95,8 @@ pub fn rows(snapshot: &Snapshot, loaded_at: i64) -> Vec<VariantRow> {
                 loaded_at,
                 phase: e.phase,
                 public_keys: public_keys.clone(),
+                conversion_window_hours: e.conversion_window_hours.unwrap_or(0.0),
+                sequential_tuning: e.sequential_tuning.unwrap_or(0.0),
             })
         })
         .collect()

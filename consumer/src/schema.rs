@@ -12,8 +12,9 @@ use crate::topology::{LOCAL_SUFFIX, Server, Topology, first_answering, is_sql_na
 mod migrations;
 
 use migrations::{
-    BOOTSTRAP, MIGRATIONS, RESULTS_STATISTICS, RESULTS_STATISTICS_10, SESSIONS_SELECT, Step,
-    VISITORS_SELECT,
+    BOOTSTRAP, MIGRATIONS, RESULTS_DERIVED_11, RESULTS_HEAD_11, RESULTS_STATISTICS,
+    RESULTS_STATISTICS_10, RESULTS_STATISTICS_11, RESULTS_TAIL_11, SESSIONS_SELECT,
+    SRM_CHI_SQUARE_11, SRM_SEQUENTIAL_11, Step, VISITORS_SELECT, VISITORS_SELECT_11,
 };
 
 /// The minimum-data guard of the results views and of `experiment-results`: fewest exposed
@@ -22,6 +23,10 @@ pub const MIN_VISITORS: u64 = 50;
 /// The guard's fewest conversions, and fewest non-conversions, of an arm and the control
 /// together (pooled, so a variant that converts nobody is still seen).
 pub const MIN_CONVERSIONS: u64 = 5;
+
+/// The concentration of the sequential sample-ratio check's Dirichlet prior, centred on the
+/// weights: it detects a 48/52 split of 10,000 visitors at p = 0.002 (chi-square: 6e-5).
+pub const SRM_PRIOR: f64 = 1000.0;
 
 /// What the connected server supports, read from `SELECT version()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,6 +93,12 @@ impl ServerCaps {
         } else {
             "toStartOfHour(toDateTime(intDiv(first_exposure, 1000), 'UTC'))"
         };
+        // Milliseconds since the Unix epoch as an Int64, of a time in milliseconds.
+        let to_ms = if self.has_datetime64() {
+            "toUnixTimestamp64Milli"
+        } else {
+            ""
+        };
         let statistics = |template: &str, counts: &str, by: &str, time_columns: &str| {
             template
                 .replace("{counts}", counts)
@@ -104,7 +115,49 @@ impl ServerCaps {
                 "toDate(hour) AS day, hour, ",
             )
         };
+        // Migration 11's statistics, on all visitors and again on the mature ones.
+        let statistics_11 = |counts: &str, by: &str, time_columns: &str, sequential: bool| {
+            let per_prefix = |block: &str, prefix: &str| block.replace("{p}", prefix);
+            let (srm_p_value, srm_join) = if sequential {
+                (
+                    "if(srm_k >= 2 AND srm_n > 0, srm_sequential_p, NULL)".to_owned(),
+                    SRM_SEQUENTIAL_11.replace("{srm_prior}", &format!("{SRM_PRIOR:?}")),
+                )
+            } else {
+                (SRM_CHI_SQUARE_11.to_owned(), String::new())
+            };
+            statistics(
+                &RESULTS_STATISTICS_11
+                    .replace("{derived}", &per_prefix(RESULTS_DERIVED_11, ""))
+                    .replace(
+                        "{mature_derived}",
+                        &per_prefix(RESULTS_DERIVED_11, "mature_"),
+                    )
+                    .replace("{head}", &per_prefix(RESULTS_HEAD_11, ""))
+                    .replace("{tail}", &per_prefix(RESULTS_TAIL_11, ""))
+                    .replace("{mature_head}", &per_prefix(RESULTS_HEAD_11, "mature_"))
+                    .replace("{mature_tail}", &per_prefix(RESULTS_TAIL_11, "mature_"))
+                    .replace("{srm_p_value}", &srm_p_value)
+                    .replace("{srm_join}", &srm_join),
+                counts,
+                by,
+                time_columns,
+            )
+        };
         statement
+            .replace(
+                "{results_statistics_11}",
+                &statistics_11("experiment_variant_counts", "", "", false),
+            )
+            .replace(
+                "{results_statistics_11_by_hour}",
+                &statistics_11(
+                    "experiment_variant_counts_over_time",
+                    ", hour",
+                    "toDate(hour) AS day, hour, ",
+                    true,
+                ),
+            )
             .replace(
                 "{results_statistics}",
                 &statistics(RESULTS_STATISTICS, "experiment_variant_counts", "", ""),
@@ -119,6 +172,7 @@ impl ServerCaps {
                 &by_hour(RESULTS_STATISTICS_10),
             )
             .replace("{sessions_select}", SESSIONS_SELECT)
+            .replace("{visitors_select_11}", VISITORS_SELECT_11)
             .replace("{visitors_select}", VISITORS_SELECT)
             .replace("{on_cluster}", &layout.on_cluster)
             .replace("{local}", layout.local)
@@ -126,6 +180,7 @@ impl ServerCaps {
             .replace("{millis}", self.millis())
             .replace("{received_at_ms}", received_at_ms)
             .replace("{first_exposure_hour}", first_exposure_hour)
+            .replace("{to_ms}", to_ms)
     }
 }
 
@@ -329,7 +384,7 @@ pub fn visitors_select(
 }
 
 fn visitors_where(filter: &str) -> String {
-    VISITORS_SELECT.replacen("\nGROUP BY", &format!("\nWHERE {filter}\nGROUP BY"), 1)
+    VISITORS_SELECT_11.replacen("\nGROUP BY", &format!("\nWHERE {filter}\nGROUP BY"), 1)
 }
 
 /// The setting a statement that names a `LowCardinality` column needs on this server, if

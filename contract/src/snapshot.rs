@@ -348,8 +348,11 @@ impl RawSnapshot {
                 &e.conversion_window_hours,
                 MAX_CONVERSION_WINDOW_HOURS,
             );
-            let sequential_tuning =
-                positive("sequentialTuning", &e.sequential_tuning, MAX_SEQUENTIAL_TUNING);
+            let sequential_tuning = positive(
+                "sequentialTuning",
+                &e.sequential_tuning,
+                MAX_SEQUENTIAL_TUNING,
+            );
             experiments.push(Arc::new(Experiment {
                 id: e.id,
                 phase,
@@ -527,8 +530,10 @@ mod tests {
         let second = of(Some(2), [10, 90], ["var_a", "var_b"]);
         assert_eq!(
             first.phase_problems(&second),
-            ["exp_a: phase raised from 1 to 2 under the same version \"7\"; a new phase \
-              needs a new \"version\""]
+            [
+                "exp_a: phase raised from 1 to 2 under the same version \"7\"; a new phase \
+              needs a new \"version\""
+            ]
         );
         let mut second = second;
         second.version = "8".into();
@@ -561,7 +566,11 @@ mod tests {
         assert_eq!(s.experiments[0].sequential_tuning, Some(2500.5));
         assert_eq!(s.experiments[0].conversion_window_hours, None);
         for field in ["conversionWindowHours", "sequentialTuning"] {
-            for bad in [serde_json::json!(0), serde_json::json!(-1), serde_json::json!(1e13)] {
+            for bad in [
+                serde_json::json!(0),
+                serde_json::json!(-1),
+                serde_json::json!(1e13),
+            ] {
                 let err = of(field, bad.clone()).expect_err("invalid");
                 assert!(
                     err.problems[0].starts_with(&format!(

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use clickhouse::Row;
 use e2e::ConsumerNames;
 use serde::Deserialize;
-use statrs::distribution::{ChiSquared, ContinuousCDF};
 
 const KEY: &str = "pk_demo_coffee";
 const PLANTED: &str = "exp_home_headline";
@@ -304,6 +303,7 @@ struct OverTimeRow {
     variant_id: String,
     exposed: u64,
     converted: u64,
+    mature_visitors: u64,
     diff: Option<f64>,
     ci_low: Option<f64>,
     ci_high: Option<f64>,
@@ -313,9 +313,20 @@ struct OverTimeRow {
     always_valid_ci_high: Option<f64>,
 }
 
-/// `(variant, first-exposure hour in seconds, converted)` of each counted visitor of a
-/// phase, by the README's rules, computed from the events.
-fn visitors_of(events: &[Event], phase: u32) -> Vec<(String, u32, bool)> {
+/// One counted visitor of a phase, by the rules of docs/results.md, from the events.
+struct Counted {
+    variant: String,
+    /// The hours (in seconds) from which they count as exposed, as converted (within their
+    /// window) and as mature (their window past).
+    exposed_from: u32,
+    converted_from: Option<u32>,
+    mature_from: Option<u32>,
+}
+
+/// The counted visitors of `phase`, whose window ends at `window_end` (ms; `None`: open).
+fn visitors_of(events: &[Event], phase: u32, window_end: Option<i64>) -> Vec<Counted> {
+    let hour_of = |ms: i64| (ms / 1000 / 3600 * 3600) as u32;
+    let now = contract::event::now_millis();
     let mut by_visitor: BTreeMap<&str, Vec<&Event>> = BTreeMap::new();
     for e in events.iter().filter(|e| e.phase == phase) {
         by_visitor.entry(&e.visitor).or_default().push(e);
@@ -333,11 +344,40 @@ fn visitors_of(events: &[Event], phase: u32) -> Vec<(String, u32, bool)> {
             } else {
                 first.variant
             };
-            let converted = list
+            let conversion = list
                 .iter()
-                .any(|e| e.name == "conversion" && e.at >= first.at);
-            let hour = (first.at / 1000 / 3600 * 3600) as u32;
-            Some((variant.to_owned(), hour, converted))
+                .filter(|e| e.name == "conversion" && e.at >= first.at)
+                .map(|e| e.at)
+                .min()
+                .filter(|&at| window_end.is_none_or(|end| at <= end));
+            Some(Counted {
+                variant: variant.to_owned(),
+                exposed_from: hour_of(first.at),
+                converted_from: conversion.map(hour_of),
+                mature_from: window_end.filter(|&end| end <= now).map(hour_of),
+            })
+        })
+        .collect()
+}
+
+/// The sequential sample-ratio p-value at each of `hours` (sorted): 1 / the largest
+/// Dirichlet-multinomial Bayes factor so far of the counts against the weights.
+fn sequential_srm(counts_at: &[Vec<f64>], weights: &[f64]) -> Vec<f64> {
+    use statrs::function::gamma::ln_gamma;
+    let prior = consumer::schema::SRM_PRIOR;
+    let total: f64 = weights.iter().sum();
+    let mut best = f64::NEG_INFINITY;
+    counts_at
+        .iter()
+        .map(|counts| {
+            let n: f64 = counts.iter().sum();
+            let mut log_factor = ln_gamma(prior) - ln_gamma(prior + n);
+            for (x, w) in counts.iter().zip(weights) {
+                let a = prior * w / total;
+                log_factor += ln_gamma(a + x) - ln_gamma(a) - x * (w / total).ln();
+            }
+            best = best.max(log_factor);
+            (-best).exp().min(1.0)
         })
         .collect()
 }
@@ -424,6 +464,9 @@ async fn results_over_time_equal_a_count_made_hour_by_hour_from_the_events() {
         .collect();
     let body: String = rows.iter().map(|r| format!("{r}\n")).collect();
     insert(&database, "events", body).await;
+    // Phase 1 is loaded the day before, phase 2 ten days after: phase 1's windows end
+    // then (no conversionWindowHours), past the conversions, and are past now.
+    let loaded_at = |phase: u32| base + if phase == 1 { -24 * hour } else { 240 * hour };
     let definitions: String = weights
         .iter()
         .enumerate()
@@ -432,7 +475,8 @@ async fn results_over_time_equal_a_count_made_hour_by_hour_from_the_events() {
                 "{}\n",
                 serde_json::json!({ "experiment_id": "exp_t", "variant_id": v,
                     "version": format!("t-{phase}"), "weight": w, "is_control": u8::from(*v == "var_x"),
-                    "status": "live", "parts": "{}", "loaded_at": base + i as i64, "phase": phase })
+                    "status": "live", "parts": "{}", "loaded_at": loaded_at(*phase) + i as i64,
+                    "phase": phase })
             )
         })
         .collect();
@@ -441,7 +485,7 @@ async fn results_over_time_equal_a_count_made_hour_by_hour_from_the_events() {
     let got: Vec<OverTimeRow> = ch
         .query(
             "SELECT phase, toUInt16(day) AS day, toUInt32(hour) AS hour, variant_id, exposed, \
-             converted, diff, ci_low, ci_high, p_value, srm_p_value, always_valid_ci_low, \
+             converted, mature_visitors, diff, ci_low, ci_high, p_value, srm_p_value, always_valid_ci_low, \
              always_valid_ci_high FROM experiment_results_over_time \
              WHERE public_key = 'pk_t' AND experiment_id = 'exp_t' \
              ORDER BY phase, hour, variant_id",
@@ -450,36 +494,47 @@ async fn results_over_time_equal_a_count_made_hour_by_hour_from_the_events() {
         .await
         .expect("experiment_results_over_time");
 
-    // The same, here: per phase, every hour with a first exposure, each variant's
-    // visitors first exposed up to its end, and the statistics of the README.
+    // The same, here: per phase, every hour with a visitor's first exposure, conversion or
+    // window end; at each, each variant's visitors as of its end, and the statistics of
+    // docs/results.md.
     let mut want = Vec::new();
-    for (phase, weights) in [(1, &weights[..3]), (2, &weights[3..])] {
-        let visitors = visitors_of(&events, phase);
-        let hours: BTreeSet<u32> = visitors.iter().map(|v| v.1).collect();
-        let variants: BTreeSet<&str> = visitors.iter().map(|v| v.0.as_str()).collect();
-        for &h in &hours {
-            let count = |variant: &str| {
-                let upto = visitors.iter().filter(|v| v.0 == variant && v.1 <= h);
-                let n = upto.clone().count() as f64;
-                (n, upto.filter(|v| v.2).count() as f64)
-            };
-            let (n0, c0) = count("var_x");
-            let p0 = c0 / n0;
-            let srm_n: f64 = weights.iter().map(|w| count(w.0).0).sum();
-            let total_w: f64 = weights.iter().map(|w| w.1).sum();
-            let chi2: f64 = weights
+    for (phase, weights, window_end) in [
+        (1, &weights[..3], Some(loaded_at(2) + 3)),
+        (2, &weights[3..], None),
+    ] {
+        let visitors = visitors_of(&events, phase, window_end);
+        let hours: BTreeSet<u32> = visitors
+            .iter()
+            .flat_map(|v| [Some(v.exposed_from), v.converted_from, v.mature_from])
+            .flatten()
+            .collect();
+        let variants: BTreeSet<&str> = visitors.iter().map(|v| v.variant.as_str()).collect();
+        let as_of = |variant: &str, h: u32| {
+            let of = visitors.iter().filter(|v| v.variant == variant);
+            let by = |at: Option<u32>| at.is_some_and(|at| at <= h);
+            (
+                of.clone().filter(|v| v.exposed_from <= h).count() as f64,
+                of.clone().filter(|v| by(v.converted_from)).count() as f64,
+                of.filter(|v| by(v.mature_from)).count() as u64,
+            )
+        };
+        let srm_at = sequential_srm(
+            &hours
                 .iter()
-                .map(|w| (count(w.0).0 - srm_n * w.1 / total_w).powi(2) / (srm_n * w.1 / total_w))
-                .sum();
-            let srm = ChiSquared::new(weights.len() as f64 - 1.0)
-                .expect("df")
-                .sf(chi2);
-            for &variant in variants.iter().filter(|v| count(v).0 > 0.0) {
-                let (n, c) = count(variant);
+                .map(|&h| weights.iter().map(|w| as_of(w.0, h).0).collect())
+                .collect::<Vec<_>>(),
+            &weights.iter().map(|w| w.1).collect::<Vec<_>>(),
+        );
+        // The treatments share the always-valid error rate.
+        let family = (weights.len() - 1) as f64;
+        for (&h, srm) in hours.iter().zip(srm_at) {
+            let (n0, c0, _) = as_of("var_x", h);
+            let p0 = c0 / n0;
+            for &variant in variants.iter().filter(|v| as_of(v, h).0 > 0.0) {
+                let (n, c, mature) = as_of(variant, h);
                 let p = c / n;
                 let se = (p * (1.0 - p) / n + p0 * (1.0 - p0) / n0).sqrt();
-                let c0 = p0 * n0;
-                // Both arms with variance and the minimum-data guard (migration 10).
+                // Both arms with variance and the minimum-data guard.
                 let (min_n, min_c) = (
                     consumer::schema::MIN_VISITORS as f64,
                     consumer::schema::MIN_CONVERSIONS as f64,
@@ -498,13 +553,13 @@ async fn results_over_time_equal_a_count_made_hour_by_hour_from_the_events() {
                 // The fixed-horizon test under its null: one pooled rate.
                 let pooled = (c + c0) / (n + n0);
                 let se_null = (pooled * (1.0 - pooled) * (1.0 / n + 1.0 / n0)).sqrt();
-                let alpha: f64 = 0.05;
+                let alpha: f64 = 0.05 / family;
                 let rho2 = (-2.0 * alpha.ln() + (-2.0 * alpha.ln() + 1.0).ln()) / 5000.0;
                 let x = (n + n0) * rho2;
                 let half = se * ((x + 1.0) / x * ((x + 1.0).ln() - 2.0 * alpha.ln())).sqrt();
                 let z95 = 1.959_963_984_540_054;
                 want.push((
-                    (phase, h, variant.to_owned(), n as u64, c as u64),
+                    (phase, h, variant.to_owned(), n as u64, c as u64, mature),
                     [
                         (variant != "__multiple__" && n0 > 0.0).then_some(if variant == "var_x" {
                             0.0
@@ -530,7 +585,10 @@ async fn results_over_time_equal_a_count_made_hour_by_hour_from_the_events() {
         .filter(|r| r.phase == 1)
         .map(|r| r.hour)
         .collect();
-    assert_eq!(hours.len(), 7, "the hours with a first exposure, no more");
+    assert!(
+        hours.len() > 8,
+        "the hours with a first exposure, a conversion or a window's end: {hours:?}"
+    );
     for (row, (key, stats)) in got.iter().zip(&want) {
         let what = format!("phase {} hour {} {}", row.phase, row.hour, row.variant_id);
         assert_eq!(
@@ -539,7 +597,8 @@ async fn results_over_time_equal_a_count_made_hour_by_hour_from_the_events() {
                 row.hour,
                 row.variant_id.clone(),
                 row.exposed,
-                row.converted
+                row.converted,
+                row.mature_visitors,
             ),
             key.clone(),
             "{what}"

@@ -87,7 +87,9 @@ impl Database {
                     rows,
                     "{experiment}\t{variant}\tv{phase}\t{weight}\t{}\tlive\t\\N\t\\N\t{{}}\t{}\t{phase}",
                     u8::from(*control),
-                    1_763_900_000_000_i64 + i64::from(*phase),
+                    // A later phase is loaded ten days after the one before, when the
+                    // simulated visitors of the one before (one day of them) are done.
+                    1_763_900_000_000_i64 + i64::from(*phase - 1) * 864_000_000,
                 );
             }
         }
@@ -696,17 +698,26 @@ async fn edge_case_rows_equal_the_reference() {
     }
     db.events(&events).await;
 
-    for tuning in [None, Some(1_000.0)] {
-        if let Some(t) = tuning {
-            db.insert(
-                "results_settings",
-                "name, value",
-                format!("sequential_tuning\t{t}\n"),
-            )
-            .await;
+    // N* is the default in force when a phase's first exposure arrived (5000 before any
+    // is set): a default set now leaves the running experiments as they were, one set
+    // before they started is theirs.
+    for (setting, tuning) in [
+        (None, 5_000.0),
+        (Some((1_000.0, "now()")), 5_000.0),
+        (Some((2_000.0, "'2025-01-01 00:00:00'")), 2_000.0),
+    ] {
+        if let Some((value, set_at)) = setting {
+            db.client
+                .query(&format!(
+                    "INSERT INTO results_settings (name, value, set_at) \
+                     SELECT 'sequential_tuning', {value}, {set_at}"
+                ))
+                .execute()
+                .await
+                .expect("a setting");
         }
         let rows = db.results("").await;
-        check_edge_rows(&cases, &rows, tuning.unwrap_or(5_000.0));
+        check_edge_rows(&cases, &rows, tuning);
     }
     let rows = db.results("").await;
     for (id, _) in &cases {
@@ -844,6 +855,8 @@ fn check_edge_rows(cases: &[(&'static str, Case)], rows: &[ResultRow], tuning: f
     let mut compared: Vec<&ResultRow> = Vec::new();
     for (id, arms) in cases {
         let (_, _, _, n0, x0) = arms.iter().find(|a| a.2).expect("a control");
+        // The treatments with a weight share the always-valid error rate.
+        let family = arms.iter().filter(|a| !a.2 && a.1 > 0.0).count().max(1);
         for (variant, _, control, n, x) in arms {
             let row = rows
                 .iter()
@@ -864,7 +877,7 @@ fn check_edge_rows(cases: &[(&'static str, Case)], rows: &[ResultRow], tuning: f
                 ];
                 pairs.push(
                     json!({ "variant": [n, x], "control": [n0, x0], "tuning": tuning,
-                    "minimums": minimums }),
+                    "minimums": minimums, "family": family }),
                 );
                 compared.push(row);
             } else {

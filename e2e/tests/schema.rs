@@ -20,7 +20,7 @@ async fn migrations_create_the_schema_once_and_rerun_as_a_no_op() {
         .expect("migrations recorded");
     assert_eq!(
         versions,
-        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
         "each migration recorded once"
     );
 

@@ -381,16 +381,23 @@ fn copy_of(user: &str) -> String {
     format!("{}{user}", crate::erase::COPY_PREFIX)
 }
 
-/// 18.x: the tables of the copy that a feed fills from the table of the same name in the
-/// analysts' database, and which of its rows: `{keys}` is the granted keys' list. `events`
-/// is read on each server from its own shard's part.
-const FED: &[(&str, &str)] = &[
-    ("events", "public_key IN ({keys})"),
+/// 18.x: the tables of the copy that a feed fills, the table of the analysts' database it
+/// reads (as inserted) and which of its rows: `{keys}` is the granted keys' list. `events`
+/// is read on each server from its own shard's part. A table that a materialized view of
+/// the analysts' database fills is fed from that view's source, since 18.x runs no
+/// materialized view on another's writes.
+const FED: &[(&str, &str, &str)] = &[
+    ("events", "events", "public_key IN ({keys})"),
     // The experiments of the analyst's keys; the rows of an experiment written before the
     // keys were recorded (none listed) go to whoever has its events, at grant.
-    ("experiment_variants", "hasAny(public_keys, [{keys}])"),
-    // The operators' tuning of the statistics: no site's data.
-    ("results_settings", "1"),
+    (
+        "experiment_variants",
+        "experiment_variants",
+        "hasAny(public_keys, [{keys}])",
+    ),
+    // The operators' tuning of the statistics, and its history: no site's data.
+    ("results_settings", "results_settings", "1"),
+    ("results_settings_log", "results_settings", "1"),
 ];
 
 /// 18.x: a feed, the materialized view in `analytics_access` named `USER__TABLE` that
@@ -416,11 +423,11 @@ fn legacy_feeds(
     let keys = key_list(keys);
     let mut sql: Vec<String> = FED
         .iter()
-        .map(|(table, filter)| {
-            let from = if *table == "events" {
-                format!("{table}{local}")
+        .map(|(table, source, filter)| {
+            let from = if *source == "events" {
+                format!("{source}{local}")
             } else {
-                (*table).to_owned()
+                (*source).to_owned()
             };
             let cols = columns(table);
             format!(
@@ -458,7 +465,7 @@ fn legacy_backfill(
     let copy = copy_of(user);
     let keys = key_list(keys);
     FED.iter()
-        .map(|(table, filter)| {
+        .map(|(table, _, filter)| {
             let mut filter = filter.replace("{keys}", &keys);
             if *table == "experiment_variants" {
                 filter = format!(
@@ -620,7 +627,7 @@ async fn legacy_grant(
         .with_context(|| format!("cannot make the copy {copy}"))?;
     let primary = topology.servers().next().context("no server")?;
     let mut columns = Vec::new();
-    for (table, _) in FED {
+    for (table, _, _) in FED {
         columns.push((*table, insert_columns(primary, &copy, table).await?));
     }
     let columns_of = |table: &str| {

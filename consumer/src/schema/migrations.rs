@@ -33,6 +33,23 @@ pub(super) const RESULTS_STATISTICS: &str = sql!("migrations/007_results_statist
 /// variance or below the minimum-data guard, with the reason in `no_test_reason`.
 pub(super) const RESULTS_STATISTICS_10: &str = sql!("migrations/010_results_statistics.sql");
 
+/// [`VISITORS_SELECT`] with each visitor's first conversion beside the last, as
+/// [`MIGRATIONS`] 11 has it (the new column last: an 18.x materialized view fills its
+/// target by position).
+pub(super) const VISITORS_SELECT_11: &str = sql!("migrations/011_visitors_select.sql");
+
+/// The statistics of [`MIGRATIONS`] 11: [`RESULTS_STATISTICS_10`] on windowed conversions,
+/// again on the mature visitors alone (`mature_` columns: `{derived}`, `{head}` and
+/// `{tail}` rendered once per prefix `{p}`), with the always-valid verdicts shared across
+/// the treatments and N* fixed per phase. `{srm_p_value}` and `{srm_join}` give the
+/// sample-ratio check: chi-square for one look, sequential hour by hour.
+pub(super) const RESULTS_STATISTICS_11: &str = sql!("migrations/011_results_statistics.sql");
+pub(super) const RESULTS_DERIVED_11: &str = sql!("migrations/011_results_derived.sql");
+pub(super) const RESULTS_HEAD_11: &str = sql!("migrations/011_results_head.sql");
+pub(super) const RESULTS_TAIL_11: &str = sql!("migrations/011_results_tail.sql");
+pub(super) const SRM_CHI_SQUARE_11: &str = sql!("migrations/011_srm_chi_square.sql");
+pub(super) const SRM_SEQUENTIAL_11: &str = sql!("migrations/011_srm_sequential.sql");
+
 /// The sharding key of the tables of migrations 1 and 4 as they were created; migration 7
 /// shards `events` by visitor ([`SHARDING_KEY`](crate::topology::SHARDING_KEY)).
 const BY_SESSION: &str = "sipHash64(session_id)";
@@ -270,6 +287,83 @@ pub(super) const MIGRATIONS: &[Migration] = &[
             Step::Once("DROP TABLE IF EXISTS {db}.experiment_results_over_time{on_cluster}"),
             Step::Once(sql!("migrations/010_experiment_results.sql")),
             Step::Once(sql!("migrations/010_experiment_results_over_time.sql")),
+        ],
+    },
+    Migration {
+        version: 11,
+        description: "conversion windows, mature visitors, results as of each hour, N* per phase",
+        steps: &[
+            // Each visitor's first conversion beside the last: the view first, then the old
+            // one dropped (an insert in between is counted by both, which the aggregates
+            // absorb), then the conversions already stored.
+            Step::Once(
+                "ALTER TABLE {db}.experiment_visitors{local}{on_cluster} ADD COLUMN \
+                 first_conversion AggregateFunction(minIf, {millis}, UInt8)",
+            ),
+            Step::EachServer(
+                "ALTER TABLE {db}.experiment_visitors ADD COLUMN \
+                 first_conversion AggregateFunction(minIf, {millis}, UInt8)",
+            ),
+            Step::Once(
+                "CREATE MATERIALIZED VIEW IF NOT EXISTS \
+                 {db}.experiment_visitors_mv2{on_cluster} \
+                 TO {db}.experiment_visitors{local} AS {visitors_select_11}",
+            ),
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_visitors_mv{on_cluster}"),
+            Step::EachShard(
+                "INSERT INTO {db}.experiment_visitors{local} \
+                 (public_key, experiment_id, phase, visitor_id, first_conversion) \
+                 SELECT public_key, experiment_id, phase, visitor_id, \
+                 minIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1) \
+                 FROM {db}.events{local} \
+                 WHERE event_name = 'conversion' OR ifNull(conversion, 0) = 1 \
+                 GROUP BY public_key, experiment_id, phase, visitor_id",
+            ),
+            // The snapshot's conversionWindowHours and sequentialTuning (0: not set).
+            Step::Once(
+                "ALTER TABLE {db}.experiment_variants{on_cluster} \
+                 ADD COLUMN conversion_window_hours Float64 DEFAULT 0",
+            ),
+            Step::Once(
+                "ALTER TABLE {db}.experiment_variants{on_cluster} \
+                 ADD COLUMN sequential_tuning Float64 DEFAULT 0",
+            ),
+            // Every value results_settings has held, kept: a merge of results_settings keeps
+            // its last only, and the N* of a phase is the one in force when it started.
+            Step::Whole {
+                name: "results_settings_log",
+                engine: "MergeTree",
+                create: "CREATE TABLE IF NOT EXISTS {table} \
+                         (name String, value Float64, set_at DateTime) \
+                         ENGINE = {engine} ORDER BY (name, set_at)",
+            },
+            Step::Once(
+                "CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.results_settings_log_mv{on_cluster} \
+                 TO {db}.results_settings_log AS SELECT name, value, set_at \
+                 FROM {db}.results_settings",
+            ),
+            Step::Once(
+                "INSERT INTO {db}.results_settings_log SELECT name, value, set_at \
+                 FROM {db}.results_settings FINAL",
+            ),
+            // Per phase: its window, its N* and when it ended.
+            Step::Once(sql!("migrations/011_experiment_phase_settings.sql")),
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_results{on_cluster}"),
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_results_over_time{on_cluster}"),
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_variant_counts_over_time{on_cluster}"),
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_variant_counts{on_cluster}"),
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_visitor_exposures{on_cluster}"),
+            // Each visitor's conversion counted within their window, and whether the window
+            // is past (mature).
+            Step::Once(sql!("migrations/011_experiment_visitor_exposures.sql")),
+            Step::Once(sql!("migrations/011_experiment_variant_counts.sql")),
+            // As of each hour: a visitor counts from their first exposure's hour, their
+            // conversion from its hour, their maturity from the end of their window.
+            Step::Once(sql!(
+                "migrations/011_experiment_variant_counts_over_time.sql"
+            )),
+            Step::Once(sql!("migrations/011_experiment_results.sql")),
+            Step::Once(sql!("migrations/011_experiment_results_over_time.sql")),
         ],
     },
 ];

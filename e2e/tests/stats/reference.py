@@ -103,23 +103,25 @@ def pair(case):
     always_valid = None
     if se > 0 and testable:
         tuning = float(case.get("tuning", 5000))
+        # Several treatments share the error rate (Bonferroni): each is tested at
+        # ALPHA / family, its p-value multiplied by the family.
+        family = int(case.get("family", 1))
+        alpha = ALPHA / family
         config = SequentialConfig(
-            difference_type="absolute", sequential_tuning_parameter=tuning, alpha=ALPHA
+            difference_type="absolute", sequential_tuning_parameter=tuning, alpha=alpha
         )
         seq = SequentialTwoSidedTTest(
             ProportionStatistic(n=n0, sum=x0), ProportionStatistic(n=n1, sum=x1), config
         )
         low, high = seq.confidence_interval
         n = n0 + n1
-        rho2 = (-2 * np.log(ALPHA) + np.log(-2 * np.log(ALPHA) + 1)) / tuning
+        rho2 = (-2 * np.log(alpha) + np.log(-2 * np.log(alpha) + 1)) / tuning
         z = (p1 - p0) / se
-        p_mixture = min(
-            1.0, float(np.sqrt(1 + n * rho2) * np.exp(-(z * z / 2) * n * rho2 / (1 + n * rho2)))
-        )
+        p_mixture = float(np.sqrt(1 + n * rho2) * np.exp(-(z * z / 2) * n * rho2 / (1 + n * rho2)))
         always_valid = {
             "ci": interval(low, high),
-            "p_value": p_mixture,
-            "p_value_gbstats": float(seq.p_value),
+            "p_value": min(1.0, family * p_mixture),
+            "p_value_gbstats": min(1.0, family * float(seq.p_value)),
         }
     out["always_valid"] = always_valid
     return out

@@ -1,0 +1,19 @@
+SELECT
+    public_key,
+    experiment_id,
+    phase,
+    visitor_id,
+    uniqExactIfState(toString(variant_id), event_name = 'impression' AND variant_id != '')
+        AS variants,
+    argMinIfState(toString(variant_id), event_time,
+        event_name = 'impression' AND variant_id != '') AS first_variant,
+    minIfState(event_time, event_name = 'impression' AND variant_id != '') AS first_exposure,
+    maxIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
+        AS last_conversion,
+    maxState(greatest(test, is_bot)) AS excluded,
+    maxIfState(ifNull(time_on_page, 0), isNotNull(time_on_page)) AS max_time_on_page,
+    maxState(toUInt8(isNotNull(time_on_page))) AS has_time_on_page,
+    minIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
+        AS first_conversion
+FROM {db}.events{local}
+GROUP BY public_key, experiment_id, phase, visitor_id
