@@ -1179,7 +1179,7 @@ fn kubernetes_manifests_pass_kubernetes_validate_and_the_crds_schemas() {
     assert!(output.status.success(), "kubernetes-validate:\n{report}");
     // Kinds with no schema in Kubernetes: each is a custom resource checked below, or one
     // of the operators' examples (Strimzi, Altinity) named here.
-    let custom = ["HTTPRoute", "PrometheusRule"];
+    let custom = ["HTTPRoute", "PrometheusRule", "ServiceMonitor"];
     let unchecked = ["KafkaTopic", "ClickHouseInstallation"];
     for line in report.lines().filter(|l| l.starts_with("WARN")) {
         assert!(
@@ -1203,10 +1203,45 @@ fn kubernetes_manifests_pass_kubernetes_validate_and_the_crds_schemas() {
         })
         .filter(|d| custom.iter().any(|k| d["kind"] == *k))
         .collect();
-    let monitoring = repo().join("deploy/monitoring/prometheus-rule.yaml");
-    if monitoring.exists() {
-        resources.extend(documents("deploy/monitoring/prometheus-rule.yaml"));
-    }
+    resources.extend(documents("deploy/monitoring/prometheus-rule.yaml"));
+    resources.extend(documents("deploy/monitoring/service-monitor.yaml"));
+    let kinds: BTreeSet<&str> = resources
+        .iter()
+        .map(|d| str_of(&d["kind"], "kind"))
+        .collect();
+    assert_eq!(
+        kinds,
+        BTreeSet::from(["HTTPRoute", "PrometheusRule", "ServiceMonitor"])
+    );
+    // The ServiceMonitor scrapes the three services, by a port they name.
+    let monitor = resources
+        .iter()
+        .find(|d| d["kind"] == "ServiceMonitor")
+        .expect("ServiceMonitor");
+    let selector = &monitor["spec"]["selector"]["matchLabels"];
+    let port = &monitor["spec"]["endpoints"][0]["port"];
+    let services = k8s_documents();
+    let scraped: BTreeSet<&str> = services
+        .iter()
+        .filter(|d| d["kind"] == "Service")
+        .filter(|s| {
+            selector
+                .as_mapping()
+                .expect("matchLabels")
+                .iter()
+                .all(|(k, v)| &s["metadata"]["labels"][k] == v)
+        })
+        .filter(|s| {
+            s["spec"]["ports"]
+                .as_sequence()
+                .is_some_and(|ports| ports.iter().any(|p| &p["name"] == port))
+        })
+        .map(|s| str_of(&s["metadata"]["name"], "name"))
+        .collect();
+    assert_eq!(
+        scraped,
+        BTreeSet::from(["config-api", "consumer", "ingest"])
+    );
     assert!(resources.iter().any(|d| d["kind"] == "HTTPRoute"));
     let mut bad = resources[0].clone();
     bad["spec"]["rules"][0]["matches"][0]["path"]["type"] = "Bogus".into();

@@ -4,10 +4,12 @@
 import { createInterface } from "node:readline";
 import { HTTPRoute } from "@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1/HTTPRoute";
 import { PrometheusRule } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PrometheusRule";
+import { ServiceMonitor } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor";
 
 const kinds = {
   "gateway.networking.k8s.io/v1 HTTPRoute": HTTPRoute,
   "monitoring.coreos.com/v1 PrometheusRule": PrometheusRule,
+  "monitoring.coreos.com/v1 ServiceMonitor": ServiceMonitor,
 };
 let status = 0;
 for await (const line of createInterface({ input: process.stdin })) {
