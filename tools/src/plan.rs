@@ -651,7 +651,12 @@ impl fmt::Display for Plan {
                 &self.fixed_horizon,
             ),
             (
-                format!("always valid: N* = {}, {} looks", d.tuning, d.looks),
+                format!(
+                    "always valid: N* = {}, {} look{}",
+                    d.tuning,
+                    d.looks,
+                    if d.looks == 1 { "" } else { "s" }
+                ),
                 &self.always_valid,
             ),
         ];

@@ -5,7 +5,10 @@ async fn main() -> anyhow::Result<()> {
     // `experiment-results plan ...` sizes a test before it starts (an experiment named
     // "plan" is read with `experiment-results -- plan`).
     if std::env::args_os().nth(1).is_some_and(|a| a == "plan") {
-        let config = tools::plan::PlanConfig::parse_from(std::env::args_os().skip(1));
+        let args = std::env::args_os().skip(2);
+        let config = tools::plan::PlanConfig::parse_from(
+            std::iter::once("experiment-results plan".into()).chain(args),
+        );
         match tools::plan::run(&config) {
             Ok(plan) => print!("{plan}"),
             Err(e) => {
