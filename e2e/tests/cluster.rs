@@ -238,6 +238,7 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                 ("events", "Distributed"),
                 ("events_local", "ReplicatedReplacingMergeTree"),
                 ("experiment_daily", "View"),
+                ("experiment_phase_settings", "View"),
                 ("experiment_phase_variants", "View"),
                 ("experiment_results", "View"),
                 ("experiment_results_over_time", "View"),
@@ -251,24 +252,32 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                     "experiment_visitors_local",
                     "ReplicatedAggregatingMergeTree"
                 ),
-                ("experiment_visitors_mv", "MaterializedView"),
+                ("experiment_visitors_mv2", "MaterializedView"),
                 ("results_settings", "ReplicatedReplacingMergeTree"),
+                ("results_settings_log", "ReplicatedMergeTree"),
+                ("results_settings_log_mv", "MaterializedView"),
                 ("schema_migrations", "ReplicatedMergeTree"),
             ],
             "server {n}"
         );
-        // The Distributed table was altered on every server, not only where the
+        // The Distributed tables were altered on every server, not only where the
         // migration ran.
-        let columns: Vec<String> = client
-            .query("SELECT name FROM system.columns WHERE database = ? AND table = 'events'")
-            .bind(&database)
-            .fetch_all()
-            .await
-            .expect("columns");
-        assert!(
-            columns.iter().any(|c| c == "event_time"),
-            "server {n}: {columns:?}"
-        );
+        for (table, column) in [
+            ("events", "event_time"),
+            ("experiment_visitors", "first_conversion"),
+        ] {
+            let columns: Vec<String> = client
+                .query("SELECT name FROM system.columns WHERE database = ? AND table = ?")
+                .bind(&database)
+                .bind(table)
+                .fetch_all()
+                .await
+                .expect("columns");
+            assert!(
+                columns.iter().any(|c| c == column),
+                "server {n}: {table}: {columns:?}"
+            );
+        }
         // One record of what ran, replicated to every server.
         let versions: Vec<u32> = e2e::eventually(
             Duration::from_secs(30),
@@ -279,11 +288,11 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                     .fetch_all()
                     .await
                     .ok()?;
-                (v.len() == 10).then_some(v)
+                (v.len() == 11).then_some(v)
             },
         )
         .await;
-        assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
     }
     cluster.drop_database(&database).await;
 }
