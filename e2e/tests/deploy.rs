@@ -1102,14 +1102,21 @@ fn run_with_input(mut command: std::process::Command, input: &str) -> (bool, Str
     )
 }
 
-/// kubernetes-validate (PyPI; Kubernetes' own schemas, strict: an unknown field fails),
-/// installed by scripts/test in a virtual environment.
-fn kubernetes_validate() -> std::process::Command {
-    let path = std::env::var("TEST_KUBERNETES_VALIDATE").unwrap_or_else(|_| {
+/// A checker of the virtual environment scripts/test installs (kubernetes-validate and
+/// openapi-spec-validator, from PyPI).
+fn deploy_check(tool: &str) -> std::process::Command {
+    let bin = std::env::var("TEST_DEPLOY_CHECKS_BIN").unwrap_or_else(|_| {
         let home = std::env::var("HOME").unwrap_or_default();
-        format!("{home}/.local/share/kubernetes-validate-1.37.0/bin/kubernetes-validate")
+        format!(
+            "{home}/.local/share/deploy-checks-kubernetes-validate-1.37.0-openapi-spec-validator-0.9.0/bin"
+        )
     });
-    let mut command = std::process::Command::new(path);
+    std::process::Command::new(Path::new(&bin).join(tool))
+}
+
+/// kubernetes-validate (Kubernetes' own schemas), strict: an unknown field fails.
+fn kubernetes_validate() -> std::process::Command {
+    let mut command = deploy_check("kubernetes-validate");
     command.arg("--strict");
     command
 }
@@ -1738,4 +1745,91 @@ async fn every_metric_the_services_export_is_listed_with_help_and_latencies_are_
     config_api.stop().await.expect("clean stop");
     ingest.stop().await.expect("clean stop");
     consumer.stop().await.expect("clean stop");
+}
+
+/// The `x-error-codes` of an operation's responses, `$ref`s resolved: (status, code).
+fn documented_errors(api: &Value, path: &str, method: &str) -> BTreeSet<(u16, String)> {
+    let mut codes = BTreeSet::new();
+    let responses = api["paths"][path][method]["responses"]
+        .as_mapping()
+        .unwrap_or_else(|| panic!("{method} {path}: no responses"));
+    for (status, response) in responses {
+        let status: u16 = str_of(status, "status").parse().expect("a status");
+        let response = match response["$ref"].as_str() {
+            Some(target) => {
+                let name = target.rsplit('/').next().expect("a name");
+                &api["components"]["responses"][name]
+            }
+            None => response,
+        };
+        for code in response["x-error-codes"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+        {
+            codes.insert((status, str_of(code, "code").to_owned()));
+        }
+    }
+    codes
+}
+
+/// docs/openapi.yaml is a valid OpenAPI 3.1 document (openapi-spec-validator), and its
+/// error codes are the services' error enums, each on the endpoint that answers it, plus
+/// the front's `service_unavailable`: nothing missing, nothing invented.
+#[test]
+fn the_openapi_document_is_valid_and_lists_every_error_the_services_answer() {
+    let mut command = deploy_check("openapi-spec-validator");
+    command.arg(repo().join("docs/openapi.yaml"));
+    assert_accepts(command, "openapi-spec-validator", "docs/openapi.yaml");
+    let api = documents("docs/openapi.yaml").remove(0);
+    assert_eq!(api["openapi"], "3.1.0");
+    let analytics = documented_errors(&api, "/api/v1/analytics", "post");
+    let experiments = documented_errors(&api, "/api/v1/experiments", "get");
+    let pairs = |items: Vec<(axum::http::StatusCode, &str)>| -> BTreeSet<(u16, String)> {
+        items
+            .into_iter()
+            .map(|(status, code)| (status.as_u16(), code.to_owned()))
+            .collect()
+    };
+    let ingest = pairs(
+        ingest::error::IngestError::examples()
+            .iter()
+            .map(|e| e.status_and_code())
+            .collect(),
+    );
+    let config_api = pairs(
+        config_api::error::ConfigApiError::examples()
+            .iter()
+            .map(|e| e.status_and_code())
+            .collect(),
+    );
+    let routes = pairs(
+        http_kit::error::RouteError::examples()
+            .iter()
+            .map(|e| e.status_and_code())
+            .filter(|(_, code)| *code != "not_found") // other paths, not these
+            .collect(),
+    );
+    let front = BTreeSet::from([(503, "service_unavailable".to_owned())]);
+    for (name, documented, answered) in [
+        ("POST /api/v1/analytics", &analytics, &ingest),
+        ("GET /api/v1/experiments", &experiments, &config_api),
+    ] {
+        let missing: Vec<_> = answered
+            .iter()
+            .chain(&front)
+            .filter(|c| !documented.contains(*c))
+            .collect();
+        assert!(missing.is_empty(), "{name} does not document {missing:?}");
+        let invented: Vec<_> = documented
+            .iter()
+            .filter(|c| !answered.contains(*c) && !routes.contains(*c) && !front.contains(*c))
+            .collect();
+        assert!(
+            invented.is_empty(),
+            "{name} documents {invented:?}, which nothing answers"
+        );
+    }
+    let all: BTreeSet<_> = analytics.union(&experiments).cloned().collect();
+    assert!(routes.is_subset(&all), "{:?}", routes.difference(&all));
 }
