@@ -12,8 +12,7 @@ use std::process::{Command, Output, Stdio};
 use serde_json::{Value, json};
 use stats::Rng;
 
-/// The view's always-valid mixture, ρ²·N* at α = 0.05, and its default N* (migration 10).
-const RHO2_TUNING: f64 = 7.936_154_601_737_565;
+/// The view's default N*.
 const TUNING: f64 = 5000.0;
 
 fn run_plan(args: &[&str]) -> Output {
@@ -197,9 +196,10 @@ fn designs_label(rate: &str, mde: &str, weights: &str, alpha: &str, power: &str)
     format!("rate {rate}, mde {mde}, weights {weights}, alpha {alpha}, power {power}")
 }
 
-/// The view's always-valid p-value of a variant against the control (migration 10), or
+/// The view's always-valid p-value of a variant against the control (migration 11: the
+/// mixture tuned at 5% shared across the `treatments`, the p-value multiplied by them), or
 /// `None` where the view gives none (the guard, or an arm without variance).
-fn always_valid_p(n1: u64, x1: u64, n0: u64, x0: u64) -> Option<f64> {
+fn always_valid_p(treatments: u32, [n1, x1, n0, x0]: [u64; 4]) -> Option<f64> {
     let enough = n1 >= 50 && n0 >= 50 && x1 + x0 >= 5 && n1 + n0 - x1 - x0 >= 5;
     let variances = x1 > 0 && x1 < n1 && x0 > 0 && x0 < n0;
     if !(enough && variances) {
@@ -207,9 +207,11 @@ fn always_valid_p(n1: u64, x1: u64, n0: u64, x0: u64) -> Option<f64> {
     }
     let (r1, r0) = (x1 as f64 / n1 as f64, x0 as f64 / n0 as f64);
     let se = (r1 * (1.0 - r1) / n1 as f64 + r0 * (1.0 - r0) / n0 as f64).sqrt();
-    let v = (n1 + n0) as f64 * RHO2_TUNING / TUNING;
+    let family = f64::from(treatments);
+    let bound = 5.991_464_547_107_982 + 2.0 * family.ln();
+    let v = (n1 + n0) as f64 * (bound + (bound + 1.0).ln()) / TUNING;
     let z = (r1 - r0) / se;
-    Some(((1.0 + v).sqrt() * (-z * z / 2.0 * v / (1.0 + v)).exp()).min(1.0))
+    Some((family * (1.0 + v).sqrt() * (-z * z / 2.0 * v / (1.0 + v)).exp()).min(1.0))
 }
 
 /// The view's fixed-horizon p-value: the pooled z-test, two-sided.
@@ -222,7 +224,8 @@ fn pooled_p(n1: u64, x1: u64, n0: u64, x0: u64) -> f64 {
 
 /// Simulated experiments at a plan's sizes: each variant's planned visitors arrive in
 /// `looks` equal steps; the share of experiments in which treatment 1 is significant (the
-/// always-valid p below α per treatment at some look; the fixed-horizon p at the end).
+/// view's always-valid p, adjusted for the treatments, below α at some look; the
+/// fixed-horizon p below α per treatment at the end).
 fn simulate(p: &Value, runs: u32, seed: u64) -> (f64, f64) {
     let d = &p["design"];
     let rates = [
@@ -230,6 +233,8 @@ fn simulate(p: &Value, runs: u32, seed: u64) -> (f64, f64) {
         d["treatment_rate"].as_f64().expect("rate"),
     ];
     let alpha = p["alpha_per_treatment"].as_f64().expect("alpha");
+    let family_alpha = d["alpha"].as_f64().expect("alpha");
+    let treatments = numbers(&d["weights"]).len() as u32 - 1;
     let looks = d["looks"].as_u64().expect("looks");
     let sizes = |design: &str| -> [u64; 2] {
         let n = numbers(&p[design]["per_variant"]);
@@ -250,8 +255,8 @@ fn simulate(p: &Value, runs: u32, seed: u64) -> (f64, f64) {
                     converted[arm] += u64::from(rng.bernoulli(rates[arm]));
                 }
             }
-            let p = always_valid_p(seen[1], converted[1], seen[0], converted[0]);
-            if p.is_some_and(|p| p < alpha) {
+            let p = always_valid_p(treatments, [seen[1], converted[1], seen[0], converted[0]]);
+            if p.is_some_and(|p| p < family_alpha) {
                 always_valid += 1;
                 break;
             }

@@ -1,6 +1,6 @@
 //! `experiment-results plan`: the visitors a split test needs before it starts, for the
 //! view's two tests: the fixed-horizon pooled z-test read once (`p_value`) and the
-//! always-valid mSPRT read while the test runs (`always_valid_p_value`, migration 10). The
+//! always-valid mSPRT read while the test runs (`always_valid_p_value`, migration 11). The
 //! first weight is the control's; each figure is the fewest visitors at which every
 //! treatment's comparison with the control reaches the requested power at the treatment's
 //! share of α (Bonferroni across the treatments), so on a ramp the smallest arm decides.
@@ -22,12 +22,26 @@ use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, Normal};
 use statrs::function::erf::erfc;
 
-/// The view's tuning constant N* where `analytics.results_settings` sets none (migration 10).
+/// The view's tuning constant N* where neither the snapshot nor the settings set one.
 pub const DEFAULT_TUNING: f64 = 5000.0;
 
-/// ρ²·N* in the view: `−2 ln α + ln(−2 ln α + 1)` at α = 0.05, whatever α the plan uses
-/// (the view's mixture is tuned once; only the threshold the p-value is read against moves).
-const RHO2_TUNING: f64 = 7.936_154_601_737_565;
+/// The view's always-valid mixture: its N* and the treatments its 5% is shared across.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Mixture {
+    pub tuning: f64,
+    pub treatments: usize,
+}
+
+impl Mixture {
+    /// ρ² as the view tunes it (migration 11): `(b + ln(b + 1)) / N*` with
+    /// `b = −2 ln(0.05 / treatments)`, whatever α the plan uses (the view's mixture is tuned
+    /// at 5% shared across the treatments; only the threshold its p-value is read against
+    /// moves).
+    fn rho2(self) -> f64 {
+        let b = -2.0 * (0.05 / self.treatments as f64).ln();
+        (b + b.ln_1p()) / self.tuning
+    }
+}
 
 /// Most looks `--looks` takes: the integration's cost grows with the square root of the
 /// looks times the looks (1,000 looks, hourly over six weeks: 2 to 3 s per treatment).
@@ -224,6 +238,14 @@ impl Design {
         self.treatment_rate - self.baseline_rate
     }
 
+    /// The view's mixture for this design.
+    pub fn mixture(&self) -> Mixture {
+        Mixture {
+            tuning: self.tuning,
+            treatments: self.weights.len() - 1,
+        }
+    }
+
     /// α of each treatment's comparison: Bonferroni across the treatments.
     pub fn alpha_per_treatment(&self) -> f64 {
         self.alpha / (self.weights.len() - 1) as f64
@@ -288,14 +310,14 @@ pub fn fixed_horizon_visitors(c: Comparison, alpha: f64, power: f64) -> f64 {
 /// The |z| above which the view's always-valid p-value is below `alpha`, at `visitors` in
 /// the variant and the control together: solves
 /// `√(1+nρ²)·exp(−z²/2 · nρ²/(1+nρ²)) = α` for z.
-pub fn always_valid_threshold(visitors: f64, tuning: f64, alpha: f64) -> f64 {
-    let v = visitors * RHO2_TUNING / tuning;
+pub fn always_valid_threshold(visitors: f64, mixture: Mixture, alpha: f64) -> f64 {
+    let v = visitors * mixture.rho2();
     ((1.0 + v) / v * (v.ln_1p() - 2.0 * alpha.ln())).sqrt()
 }
 
 /// The chance that the always-valid test of `c` at `alpha` gives p < alpha at one of `looks`
 /// equally spaced looks up to `n` treatment visitors (normal approximation; see the module).
-pub fn always_valid_power(c: Comparison, n: f64, alpha: f64, tuning: f64, looks: u32) -> f64 {
+pub fn always_valid_power(c: Comparison, n: f64, alpha: f64, mixture: Mixture, looks: u32) -> f64 {
     // X(t) = z(t)·√t, t the share of the planned visitors seen: a Brownian motion with drift
     // θ = E[z at n]. Look j at t = j/L rejects where |X| ≥ b_j = c(n·t)·√t.
     let drift = c.diff().abs() * n.sqrt() / c.sd_alternative();
@@ -304,7 +326,7 @@ pub fn always_valid_power(c: Comparison, n: f64, alpha: f64, tuning: f64, looks:
     let bounds: Vec<f64> = (1..=looks)
         .map(|j| {
             let t = f64::from(j) * step;
-            always_valid_threshold(pair * t, tuning, alpha) * t.sqrt()
+            always_valid_threshold(pair * t, mixture, alpha) * t.sqrt()
         })
         .collect();
     crossing_probability(drift, &bounds, GRID).0
@@ -538,7 +560,7 @@ pub fn plan(design: &Design) -> Result<Plan, PlanError> {
     let fixed_horizon = Sizes::from_treatments(&design.weights, fixed)?;
     let always_valid = Sizes::from_treatments(&design.weights, |i| {
         let c = design.comparison(i);
-        let power = |n| always_valid_power(c, n, alpha, design.tuning, design.looks);
+        let power = |n| always_valid_power(c, n, alpha, design.mixture(), design.looks);
         // The size is bracketed by the fixed horizon's (the always-valid boundary is above
         // the fixed one) and the size with one look at the end (more looks only add
         // chances), each widened if the grid's error puts it on the wrong side, then
@@ -580,7 +602,7 @@ fn one_look_visitors(
     design: &Design,
     from: f64,
 ) -> Result<f64, PlanError> {
-    let power = |n| always_valid_power(c, n, alpha, design.tuning, 1);
+    let power = |n| always_valid_power(c, n, alpha, design.mixture(), 1);
     let (mut low, mut high) = (0.0, from.max(1.0));
     while power(high) < design.power {
         (low, high) = (high, 2.0 * high);
@@ -687,6 +709,11 @@ mod tests {
     use super::*;
     use clap::Parser;
 
+    const ONE: Mixture = Mixture {
+        tuning: 5000.0,
+        treatments: 1,
+    };
+
     fn config(args: &[&str]) -> PlanConfig {
         PlanConfig::try_parse_from(std::iter::once("plan").chain(args.iter().copied()))
             .expect("parses")
@@ -717,17 +744,29 @@ mod tests {
 
     #[test]
     fn plan_the_threshold_is_where_the_views_p_value_is_alpha() {
-        // The view's p-value at |z| = threshold is α exactly (migration 10's formula).
-        for (n, tuning, alpha) in [
-            (100.0, 5000.0, 0.05),
-            (20_000.0, 5000.0, 0.025),
-            (3e6, 2e4, 0.01),
+        // The view's p-value (migration 11: ρ²·N* = b + ln(b + 1), b = −2 ln(0.05 / k), the
+        // p-value times k) at |z| = threshold is k·α exactly: read against k·α, the
+        // family's.
+        let b1 = 5.991_464_547_107_982;
+        for (n, tuning, treatments, alpha) in [
+            (100.0, 5000.0, 1, 0.05),
+            (20_000.0, 5000.0, 2, 0.025),
+            (3e6, 2e4, 3, 0.01 / 3.0),
         ] {
-            let z = always_valid_threshold(n, tuning, alpha);
-            let v = n * 7.936_154_601_737_565 / tuning;
-            let p = (1.0_f64 + v).sqrt() * (-z * z / 2.0 * v / (1.0 + v)).exp();
-            assert!((p - alpha).abs() < 1e-12 * alpha.max(1.0), "{n}: {p}");
+            let z = always_valid_threshold(n, Mixture { tuning, treatments }, alpha);
+            let b = b1 + 2.0 * f64::ln(treatments as f64);
+            let v = n * (b + f64::ln(b + 1.0)) / tuning;
+            let k = treatments as f64;
+            let p = k * (1.0_f64 + v).sqrt() * (-z * z / 2.0 * v / (1.0 + v)).exp();
+            assert!((p - k * alpha).abs() < 1e-12, "{n}: {p}");
         }
+        // One treatment: migration 10's constant.
+        let one = Mixture {
+            tuning: 1.0,
+            treatments: 1,
+        }
+        .rho2();
+        assert!((one - 7.936_154_601_737_565).abs() < 1e-12, "{one}");
     }
 
     #[test]
@@ -736,9 +775,9 @@ mod tests {
         let c = even(0.10, 0.02);
         for n in [2000.0, 8000.0, 20_000.0] {
             let theta = 0.02 * f64::sqrt(n) / c.sd_alternative();
-            let z = always_valid_threshold(2.0 * n, 5000.0, 0.05);
+            let z = always_valid_threshold(2.0 * n, ONE, 0.05);
             let want = normal_cdf(theta - z) + normal_cdf(-theta - z);
-            let got = always_valid_power(c, n, 0.05, 5000.0, 1);
+            let got = always_valid_power(c, n, 0.05, ONE, 1);
             assert!((got - want).abs() < 1e-12, "{n}: {got} against {want}");
         }
     }
@@ -751,7 +790,7 @@ mod tests {
             let bounds: Vec<f64> = (1..=looks)
                 .map(|j| {
                     let t = f64::from(j) / f64::from(looks);
-                    always_valid_threshold(20_000.0 * t, 5000.0, 0.05) * t.sqrt()
+                    always_valid_threshold(20_000.0 * t, ONE, 0.05) * t.sqrt()
                 })
                 .collect();
             let (out, inside) = crossing_probability(drift, &bounds, GRID);
@@ -769,7 +808,7 @@ mod tests {
         let c = even(0.05, 0.005);
         let mut last = 0.0;
         for looks in [1, 2, 4, 8, 16, 32, 64, 128, 256] {
-            let p = always_valid_power(c, 40_000.0, 0.05, 5000.0, looks);
+            let p = always_valid_power(c, 40_000.0, 0.05, ONE, looks);
             assert!(p >= last - 1e-6, "{looks} looks: {p} < {last}");
             assert!(p > 0.0 && p < 1.0);
             last = p;
@@ -781,7 +820,7 @@ mod tests {
             treatment_rate: 0.1 + 1e-9,
             ratio: 1.0,
         };
-        let p = always_valid_power(null, 1e6, 0.05, 5000.0, 500);
+        let p = always_valid_power(null, 1e6, 0.05, ONE, 500);
         assert!(p < 0.05 && p > 0.005, "{p}");
     }
 
@@ -812,7 +851,7 @@ mod tests {
         let d = design(&["--baseline-rate", "0.1", "--mde", "0.02"]);
         let p = plan(&d).expect("plan");
         let n = p.always_valid.exact_per_variant[1];
-        let power = |n| always_valid_power(d.comparison(1), n, 0.05, 5000.0, 20);
+        let power = |n| always_valid_power(d.comparison(1), n, 0.05, ONE, 20);
         assert!(power(n) >= 0.8 && power(n - 1.0) < 0.8, "{}", power(n));
     }
 
