@@ -710,6 +710,9 @@ async fn edge_case_rows_equal_the_reference() {
         (None, 5_000.0),
         (Some((1_000.0, "now()")), 5_000.0),
         (Some((2_000.0, "'2025-01-01 00:00:00'")), 2_000.0),
+        // A value that is no tuning (0 or less) is passed over.
+        (Some((-1.0, "'2025-06-01 00:00:00'")), 2_000.0),
+        (Some((0.0, "'2025-07-01 00:00:00'")), 2_000.0),
     ] {
         if let Some((value, set_at)) = setting {
             db.client
@@ -850,6 +853,8 @@ async fn check_command(
         table.contains(&format!("{id} under {KEY}, phase 1")),
         "{table}"
     );
+    // The time on page is in the unit the SDK sends it in.
+    assert!(table.contains("time on page: mean ms (Welch p)"), "{table}");
     eprintln!("{table}");
 }
 
@@ -1112,7 +1117,8 @@ async fn hourly(db: &mut Database, sim: &Hourly, rng: &mut Rng) -> Seen {
         let treatments = || of.iter().filter(|r| r.is_control == 0);
         seen.always
             .push(smallest(&mut treatments().map(|r| r.always_valid_p_value)));
-        seen.srm.push(smallest(&mut of.iter().map(|r| r.srm_p_value)));
+        seen.srm
+            .push(smallest(&mut of.iter().map(|r| r.srm_p_value)));
         seen.fixed_last.push(smallest(
             &mut treatments().filter(|r| r.hour == last).map(|r| r.p_value),
         ));
@@ -1171,7 +1177,10 @@ async fn hourly_looks_at_a_a_experiments_keep_their_error_rates_on_every_split()
             }
         }
     }
-    assert!(failures.is_empty(), "above {hi} of {EXPERIMENTS}: {failures:?}");
+    assert!(
+        failures.is_empty(),
+        "above {hi} of {EXPERIMENTS}: {failures:?}"
+    );
 }
 
 /// A/A experiments with four treatments beside the control (20% each): the always-valid
@@ -1334,7 +1343,10 @@ async fn a_realistic_effect_is_found_with_the_power_planned() {
          {always_at_end} (predicted {:.1}%, band {av_lo}-{av_hi}), at some hour in {always_ever}",
         predicted * 100.0
     );
-    assert!((fixed_lo..=fixed_hi).contains(&fixed), "fixed-horizon power {fixed}");
+    assert!(
+        (fixed_lo..=fixed_hi).contains(&fixed),
+        "fixed-horizon power {fixed}"
+    );
     assert!(
         (av_lo..=av_hi).contains(&always_at_end),
         "always-valid power at the end {always_at_end}"

@@ -24,6 +24,22 @@ async fn migrations_create_the_schema_once_and_rerun_as_a_no_op() {
         "each migration recorded once"
     );
 
+    // The hour of the over-time views is a UTC time on every server (18.x lost the zone
+    // through an array).
+    for table in [
+        "experiment_results_over_time",
+        "experiment_variant_counts_over_time",
+    ] {
+        let hour: String = client
+            .query("SELECT type FROM system.columns WHERE database = ? AND table = ? AND name = 'hour'")
+            .bind(&database)
+            .bind(table)
+            .fetch_one()
+            .await
+            .expect("hour");
+        assert_eq!(hour, "DateTime('UTC')", "{table}");
+    }
+
     let columns: Vec<String> = client
         .query(
             "SELECT name FROM system.columns WHERE database = ? AND table = 'events' ORDER BY name",

@@ -411,7 +411,7 @@ pub fn render(reports: &[Report], settings: Settings) -> String {
             .max(20);
         let _ = writeln!(
             out,
-            "{:<width$} {:>9} {:>9} {:>8}  {:<26} {:>8} {:>8}  {:<28} {:>8}  {:<30} time on page: mean s (Welch p)",
+            "{:<width$} {:>9} {:>9} {:>8}  {:<26} {:>8} {:>8}  {:<28} {:>8}  {:<30} time on page: mean ms (Welch p)",
             "variant",
             "visitors",
             "converted",
