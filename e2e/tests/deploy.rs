@@ -1108,7 +1108,7 @@ fn deploy_check(tool: &str) -> std::process::Command {
     let bin = std::env::var("TEST_DEPLOY_CHECKS_BIN").unwrap_or_else(|_| {
         let home = std::env::var("HOME").unwrap_or_default();
         format!(
-            "{home}/.local/share/deploy-checks-kubernetes-validate-1.37.0-openapi-spec-validator-0.9.0/bin"
+            "{home}/.local/share/deploy-checks-kubernetes-validate-1.37.0-openapi-spec-validator-0.9.0-schemathesis-4.32.5/bin"
         )
     });
     std::process::Command::new(Path::new(&bin).join(tool))
@@ -1832,4 +1832,50 @@ fn the_openapi_document_is_valid_and_lists_every_error_the_services_answer() {
     }
     let all: BTreeSet<_> = analytics.union(&experiments).cloned().collect();
     assert!(routes.is_subset(&all), "{:?}", routes.difference(&all));
+}
+
+/// schemathesis (PyPI) against the real ingest and config-api behind the real front, from
+/// docs/openapi.yaml: a bounded number of generated requests per operation (deterministic),
+/// and no answer may be a 5xx or differ from the document (status, content type, headers,
+/// body schema).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemathesis_finds_no_5xx_and_no_answer_the_document_does_not_describe() {
+    let file = e2e::one_experiment_snapshot("pk_openapi");
+    let topic = e2e::unique("openapi-");
+    let ingest = e2e::start_ingest(e2e::ingest_config(&file.path, &topic, &[])).await;
+    let config_api = e2e::start_config_api(&file.path).await;
+    let front = e2e::Front::start(ingest.addr, config_api.addr).await;
+    let mut command = deploy_check("schemathesis");
+    command
+        .arg("run")
+        .arg(repo().join("docs/openapi.yaml"))
+        .args(["--url", &front.url()])
+        // A key of the snapshot, so that requests get past the key check.
+        .args(["--header", "X-public-key: pk_openapi"])
+        .args(["--max-examples", "25", "--generation-deterministic"])
+        .args(["--request-timeout", "10", "--suppress-health-check", "all"])
+        .args([
+            "--checks",
+            "not_a_server_error,status_code_conformance,content_type_conformance,\
+             response_headers_conformance,response_schema_conformance",
+        ])
+        .env("NO_COLOR", "1");
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("joined")
+        .expect("schemathesis runs (scripts/test installs it)");
+    let report = String::from_utf8_lossy(&output.stdout);
+    let summary: String = report
+        .lines()
+        .skip_while(|l| !l.contains("SUMMARY"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    eprintln!("{summary}");
+    assert!(output.status.success(), "schemathesis:\n{report}");
+    assert!(report.contains("Tested: 4"), "{summary}");
+    assert!(!report.contains("Authentication failed"), "{summary}");
+
+    drop(front);
+    config_api.stop().await.expect("clean stop");
+    ingest.stop().await.expect("clean stop");
 }
