@@ -23,7 +23,8 @@ fn snapshot(version: &str, ab_phase: u32, ab_weights: (u32, u32)) -> Value {
         "experiments": [
             { "id": "exp_ab", "phase": ab_phase, "status": "live",
               "variants": [variant("var_a", ab_weights.0, true), variant("var_b", ab_weights.1, false)] },
-            { "id": "exp_abc", "status": "live",
+            { "id": "exp_abc", "status": "live", "conversionWindowHours": 72,
+              "sequentialTuning": 8000,
               "variants": [variant("var_x", 50, true), variant("var_y", 25, false), variant("var_z", 25, false)] }
         ],
         "keys": [{ "publicKey": KEY, "experiments": ["exp_ab", "exp_abc"] }]
@@ -543,6 +544,37 @@ async fn results_count_visitors_once_per_phase_and_match_independent_statistics(
     );
     let srm = ab[0].srm_p_value.expect("srm");
     assert!((srm - 1.0).abs() < 1e-12, "6 against 4 on 60/40: {srm}");
+    // A new phase under the same version is refused as well: the stored definitions are
+    // kept per version, so phase 2's would be overwritten.
+    let text = metrics().await;
+    let before = (refused(&text, "consumer"), refused(&text, "ingest"));
+    file.replace(&snapshot("r-3", 3, (60, 40)));
+    e2e::eventually(
+        WAIT,
+        "a phase raised under the same version refused",
+        || async {
+            let text = metrics().await;
+            (refused(&text, "consumer") > before.0 && refused(&text, "ingest") > before.1)
+                .then_some(())
+        },
+    )
+    .await;
+    // The snapshot's window and tuning reach the definitions and the results.
+    let settings: (f64, f64) = ch
+        .query(
+            "SELECT any(conversion_window_hours), any(sequential_tuning) \
+             FROM experiment_variants FINAL WHERE experiment_id = 'exp_abc'",
+        )
+        .fetch_one()
+        .await
+        .expect("definitions");
+    assert_eq!(settings, (72.0, 8000.0));
+    let tunings: Vec<f64> = ch
+        .query("SELECT DISTINCT sequential_tuning FROM experiment_results WHERE experiment_id = 'exp_abc'")
+        .fetch_all()
+        .await
+        .expect("results");
+    assert_eq!(tunings, [8000.0], "exp_abc's N* from the snapshot");
     let versions: u64 = ch
         .query("SELECT uniqExact(version) FROM experiment_variants WHERE experiment_id = 'exp_ab'")
         .fetch_one()
