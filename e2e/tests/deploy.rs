@@ -1879,3 +1879,31 @@ async fn schemathesis_finds_no_5xx_and_no_answer_the_document_does_not_describe(
     config_api.stop().await.expect("clean stop");
     ingest.stop().await.expect("clean stop");
 }
+
+/// docs/operating.md's metrics are the services': every metric name it writes (a
+/// `<service>_` one standing for the three) is in http-kit's list, and every metric of the
+/// list is on the page.
+#[test]
+fn the_operating_page_names_every_metric_and_only_those() {
+    use http_kit::telemetry::METRICS;
+    let page = read("docs/operating.md");
+    let mut named = BTreeSet::new();
+    for span in page.split('`').skip(1).step_by(2) {
+        let span = span.split('{').next().unwrap_or(span);
+        if let Some(rest) = span.strip_prefix("<service>_") {
+            for service in ["ingest", "config_api", "consumer"] {
+                named.insert(format!("{service}_{rest}"));
+            }
+        } else if !metric_names(span).is_empty()
+            && metric_names(span).len() == 1
+            && !span.contains(' ')
+        {
+            named.insert(span.to_owned());
+        }
+    }
+    let listed: BTreeSet<String> = METRICS.iter().map(|m| m.name.to_owned()).collect();
+    let unknown: Vec<_> = named.difference(&listed).collect();
+    assert!(unknown.is_empty(), "docs/operating.md names {unknown:?}");
+    let missing: Vec<_> = listed.difference(&named).collect();
+    assert!(missing.is_empty(), "docs/operating.md misses {missing:?}");
+}
