@@ -4,6 +4,8 @@
 //! numbers in a table and a chart; and `experiment_results_over_time` equals a count made
 //! here, hour by hour, from events of known times written straight into ClickHouse.
 
+mod stats;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -360,26 +362,12 @@ fn visitors_of(events: &[Event], phase: u32, window_end: Option<i64>) -> Vec<Cou
         .collect()
 }
 
-/// The sequential sample-ratio p-value at each of `hours` (sorted): 1 / the largest
-/// Dirichlet-multinomial Bayes factor so far of the counts against the weights.
-fn sequential_srm(counts_at: &[Vec<f64>], weights: &[f64]) -> Vec<f64> {
-    use statrs::function::gamma::ln_gamma;
-    let prior = consumer::schema::SRM_PRIOR;
-    let total: f64 = weights.iter().sum();
-    let mut best = f64::NEG_INFINITY;
-    counts_at
-        .iter()
-        .map(|counts| {
-            let n: f64 = counts.iter().sum();
-            let mut log_factor = ln_gamma(prior) - ln_gamma(prior + n);
-            for (x, w) in counts.iter().zip(weights) {
-                let a = prior * w / total;
-                log_factor += ln_gamma(a + x) - ln_gamma(a) - x * (w / total).ln();
-            }
-            best = best.max(log_factor);
-            (-best).exp().min(1.0)
-        })
-        .collect()
+/// The sequential sample-ratio p-value after each of `looks` (each variant's count),
+/// from the independent reference (scipy's gammaln).
+fn sequential_srm(looks: &[Vec<f64>], weights: &[f64]) -> Vec<f64> {
+    let answer = stats::reference(&serde_json::json!({ "srm_sequential": [{
+        "looks": looks, "weights": weights, "prior": consumer::schema::SRM_PRIOR }] }));
+    serde_json::from_value(answer["srm_sequential"][0].clone()).expect("p-values")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

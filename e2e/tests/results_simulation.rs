@@ -1247,13 +1247,19 @@ async fn converting_sooner_is_no_effect_on_the_mature_windowed_result() {
     #[derive(Debug, Deserialize, Row)]
     struct Mature {
         exposed: u64,
+        converted: u64,
+        p_value: Option<f64>,
+        always_valid_p_value: Option<f64>,
         mature_visitors: u64,
+        mature_converted: u64,
         mature_p_value: Option<f64>,
+        mature_always_valid_p_value: Option<f64>,
     }
     let rows: Vec<Mature> = db
         .client
         .query(&format!(
-            "SELECT exposed, mature_visitors, mature_p_value FROM experiment_results \
+            "SELECT exposed, converted, p_value, always_valid_p_value, mature_visitors, \
+             mature_converted, mature_p_value, mature_always_valid_p_value FROM experiment_results \
              WHERE public_key = '{KEY}' AND startsWith(experiment_id, 'exp_sooner_') \
              AND is_control = 0"
         ))
@@ -1261,10 +1267,14 @@ async fn converting_sooner_is_no_effect_on_the_mature_windowed_result() {
         .await
         .expect("experiment_results");
     assert_eq!(rows.len(), EXPERIMENTS);
-    assert!(
-        rows.iter().all(|r| r.mature_visitors == r.exposed),
-        "every window is past"
-    );
+    // Every window is past: the mature statistics are those of all visitors.
+    for r in &rows {
+        assert_eq!(
+            (r.mature_visitors, r.mature_converted, r.mature_p_value),
+            (r.exposed, r.converted, r.p_value)
+        );
+        assert_eq!(r.mature_always_valid_p_value, r.always_valid_p_value);
+    }
     let mature = rows
         .iter()
         .filter(|r| r.mature_p_value.expect("tested") < 0.05)

@@ -23,7 +23,7 @@ import warnings
 import numpy as np
 from gbstats.frequentist.tests import SequentialConfig, SequentialTwoSidedTTest
 from gbstats.models.statistics import ProportionStatistic
-from scipy import stats
+from scipy import special, stats
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import (
     confint_proportions_2indep,
@@ -155,6 +155,27 @@ def srm(case):
     return float(stats.chisquare(counts, expected).pvalue)
 
 
+def srm_sequential(case):
+    """The sequential sample-ratio p-value after each look: 1 / the largest
+    Dirichlet-multinomial Bayes factor so far of the counts against the weights (Lindon &
+    Malek 2022), the prior centred on the weights with concentration `prior`."""
+    weights = np.asarray(case["weights"], dtype=float)
+    p = weights / weights.sum()
+    alpha = case["prior"] * p
+    best, out = -np.inf, []
+    for counts in case["looks"]:
+        x = np.asarray(counts, dtype=float)
+        log_factor = (
+            special.gammaln(alpha.sum())
+            - special.gammaln(alpha.sum() + x.sum())
+            + np.sum(special.gammaln(alpha + x) - special.gammaln(alpha))
+            - np.sum(x * np.log(p))
+        )
+        best = max(best, float(log_factor))
+        out.append(min(1.0, math.exp(-best)))
+    return out
+
+
 def main():
     request = json.load(sys.stdin)
     with warnings.catch_warnings():
@@ -164,6 +185,7 @@ def main():
             "families": [family(f) for f in request.get("families", [])],
             "welch": [welch(c) for c in request.get("welch", [])],
             "srm": [srm(c) for c in request.get("srm", [])],
+            "srm_sequential": [srm_sequential(c) for c in request.get("srm_sequential", [])],
         }
     json.dump(answer, sys.stdout)
 
