@@ -1672,10 +1672,17 @@ async fn every_metric_the_services_export_is_listed_with_help_and_latencies_are_
     let ch = e2e::clickhouse(&names.database);
     e2e::wait_for_events(&ch, 3, std::time::Duration::from_secs(120)).await;
 
-    // The three services of this process share one recorder; each renders all of it.
+    // The three services of this process share one recorder; each renders all of it. The
+    // consumer records an insert's time just after ClickHouse answered, which may be after
+    // the rows are seen: scrape until the insert shows.
     let mut text = String::new();
-    for service in [&ingest, &config_api, &consumer] {
-        text.push_str(&e2e::metrics_text(&service.url("/metrics")).await);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !text.contains("consumer_insert_seconds_count") && std::time::Instant::now() < deadline {
+        text.clear();
+        for service in [&ingest, &config_api, &consumer] {
+            text.push_str(&e2e::metrics_text(&service.url("/metrics")).await);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let mut types = BTreeMap::new();
     let mut helps = BTreeMap::new();
