@@ -34,6 +34,11 @@ COPY sdk/package.json sdk/package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY sdk/ ./
 RUN node build.mjs
+# The front's locations of the SDK's immutable, versioned path.
+COPY deploy/nginx/sdk-versioned.conf.in ./
+RUN sed -e 's|@SDK_DIST@|/usr/share/nginx/sdk|g' \
+        -e 's|@SDK_HEADERS@|/etc/nginx/sdk-headers.conf|g' \
+        sdk-versioned.conf.in > dist/sdk-versioned.conf
 
 # The browser SDK alone (`docker build --target sdk`), served by nginx as a non-root user
 # (101; its pid and temporary files under /tmp), listening on 8080.
@@ -55,6 +60,7 @@ FROM sdk AS front
 LABEL org.opencontainers.image.title="split-pipeline-front" \
       org.opencontainers.image.description="The split-testing pipeline's single base URL: nginx, the API routes and the browser SDK"
 COPY deploy/nginx/routes.conf /etc/nginx/routes.conf
+COPY --from=sdk-build /sdk/dist/sdk-versioned.conf /etc/nginx/sdk-versioned.conf
 COPY deploy/nginx/compose.conf /etc/nginx/conf.d/default.conf
 
 # The operators' and analysts' commands (`docker build --target tools`), e.g.

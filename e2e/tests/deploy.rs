@@ -441,6 +441,21 @@ fn container_nginx(file: &str, dir: &std::path::Path) -> String {
             &path.display().to_string(),
         );
     }
+    // Rendered into the front image by the Dockerfile, the same way.
+    let versioned = read("deploy/nginx/sdk-versioned.conf.in")
+        .replace("@SDK_DIST@", &repo().join("sdk/dist").display().to_string())
+        .replace(
+            "@SDK_HEADERS@",
+            &repo()
+                .join("deploy/nginx/sdk-headers.conf")
+                .display()
+                .to_string(),
+        );
+    std::fs::write(dir.join("sdk-versioned.conf"), versioned).expect("written");
+    server = server.replace(
+        "/etc/nginx/sdk-versioned*.conf",
+        &dir.join("sdk-versioned*.conf").display().to_string(),
+    );
     format!(
         "pid {0}/{file}.pid;\nerror_log {0}/error.log;\nevents {{}}\nhttp {{\n{server}\n}}\n",
         dir.display()
@@ -454,6 +469,27 @@ fn every_nginx_front_passes_nginx_t() {
     for file in ["compose.conf", "sdk.conf"] {
         nginx_check(file, &container_nginx(file, dir.path()));
     }
+    // The front image serves the SDK's versioned path too (nginx -T shows what it loads).
+    let conf = dir.path().join("front.conf");
+    std::fs::write(&conf, container_nginx("compose.conf", dir.path())).expect("written");
+    let dump = std::process::Command::new("nginx")
+        .arg("-T")
+        .arg("-p")
+        .arg(dir.path())
+        .arg("-c")
+        .arg(&conf)
+        .output()
+        .expect("nginx runs");
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    let versioned = read("deploy/nginx/sdk-versioned.conf.in");
+    let location = versioned
+        .lines()
+        .find(|l| l.starts_with("location = "))
+        .expect("a location");
+    assert!(
+        dump.contains(location),
+        "the front misses the SDK's versioned path ({location})"
+    );
     // scripts/up's front (which creates its temp folder first, as scripts/up does).
     std::fs::create_dir_all(dir.path().join("tmp")).expect("folder");
     let local = e2e::render_front(
@@ -700,9 +736,13 @@ fn kubernetes_manifests_have_probes_resources_real_settings_and_every_path() {
         "/api/v1/experiments",
         "/sdk/v1/split.min.js",
         "/sdk/v1/split-autotrack.min.js",
+        "/sdk/v1.0.0/split.min.js",
     ] {
+        // Exact, or under a prefix (`/sdk/`: every version of the SDK's path).
         let (service, _) = paths
-            .get(path)
+            .iter()
+            .find(|(p, _)| *p == path || (p.ends_with('/') && path.starts_with(p.as_str())))
+            .map(|(_, target)| target)
             .unwrap_or_else(|| panic!("the Ingress misses {path}"));
         assert!(services.contains(service), "{path} goes to no Service");
     }
@@ -1063,7 +1103,12 @@ fn the_ingress_has_no_fixed_class_and_the_http_route_routes_the_same_paths() {
     for rule in route[0]["spec"]["rules"].as_sequence().expect("rules") {
         let backend = &rule["backendRefs"][0];
         for matched in rule["matches"].as_sequence().expect("matches") {
-            assert_eq!(matched["path"]["type"], "Exact");
+            let want = if matched["path"]["value"] == "/sdk/" {
+                "PathPrefix"
+            } else {
+                "Exact"
+            };
+            assert_eq!(matched["path"]["type"], want);
             by_route.insert(
                 str_of(&matched["path"]["value"], "path").to_owned(),
                 (
