@@ -107,12 +107,13 @@ impl ServerCaps {
                 .replace("{min_visitors}", &MIN_VISITORS.to_string())
                 .replace("{min_conversions}", &MIN_CONVERSIONS.to_string())
         };
+        let hour_columns = "toDate(hour) AS day, hour, ";
         let by_hour = |template| {
             statistics(
                 template,
                 "experiment_variant_counts_over_time",
                 ", hour",
-                "toDate(hour) AS day, hour, ",
+                hour_columns,
             )
         };
         // Migration 11's statistics, on all visitors and again on the mature ones.
@@ -154,7 +155,7 @@ impl ServerCaps {
                 &statistics_11(
                     "experiment_variant_counts_over_time",
                     ", hour",
-                    "toDate(hour) AS day, hour, ",
+                    hour_columns,
                     true,
                 ),
             )
@@ -351,7 +352,7 @@ fn statements_of(layout: &Layout, caps: ServerCaps, database: &str) -> Vec<State
 
 /// The statement that builds again, from the events a server holds, the
 /// `experiment_visitors` rows of the visitors `filter` selects (a condition on the events'
-/// columns): migration 7's own select, restricted. Erasing a session deletes its visitors'
+/// columns): migration 11's own select, restricted. Erasing a session deletes its visitors'
 /// aggregate rows and re-inserts them with it, without the session's events. `cluster`
 /// names the cluster (the shard's own tables then), `None` one server.
 pub fn visitors_rebuild(
@@ -371,7 +372,7 @@ pub fn visitors_rebuild(
     )
 }
 
-/// Migration 7's select of `experiment_visitors` rows, from the events of `database` (a
+/// Migration 11's select of `experiment_visitors` rows, from the events of `database` (a
 /// shard's own in a cluster) that `filter` keeps: what a copy's feed computes
 /// (`analytics-access`).
 pub fn visitors_select(
