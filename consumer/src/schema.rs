@@ -628,7 +628,7 @@ mod tests {
             .filter(|s| s.runs == "each_server")
             .map(|s| s.sql.as_str())
             .collect();
-        assert_eq!(each_server.len(), 4);
+        assert_eq!(each_server.len(), 5);
         assert!(
             each_server[..2]
                 .iter()
@@ -641,15 +641,24 @@ mod tests {
             "CREATE TABLE IF NOT EXISTS analytics.events AS analytics.events_local \
              ENGINE = Distributed(analytics, analytics, events_local, sipHash64(visitor_id))"
         );
+        // Migration 11 adds each visitor's first conversion to the Distributed table too.
+        assert!(
+            each_server[4].starts_with(
+                "ALTER TABLE analytics.experiment_visitors ADD COLUMN first_conversion"
+            ),
+            "{}",
+            each_server[4]
+        );
         assert!(sql.iter().any(|s| s.ends_with(
             "ENGINE = Distributed(analytics, analytics, experiment_visitors_local, sipHash64(visitor_id))"
         )));
         let backfill: Vec<&Statement> = cluster.iter().filter(|s| s.runs == "each_shard").collect();
-        assert_eq!(backfill.len(), 2);
-        for (statement, table) in backfill
-            .iter()
-            .zip(["experiment_sessions", "experiment_visitors"])
-        {
+        assert_eq!(backfill.len(), 3);
+        for (statement, table) in backfill.iter().zip([
+            "experiment_sessions",
+            "experiment_visitors",
+            "experiment_visitors",
+        ]) {
             assert!(
                 statement
                     .sql
