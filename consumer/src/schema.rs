@@ -652,7 +652,19 @@ mod tests {
         assert!(sql.iter().any(|s| s.ends_with(
             "ENGINE = Distributed(analytics, analytics, experiment_visitors_local, sipHash64(visitor_id))"
         )));
-        let backfill: Vec<&Statement> = cluster.iter().filter(|s| s.runs == "each_shard").collect();
+        let each_shard = || cluster.iter().filter(|s| s.runs == "each_shard");
+        // Migration 11 alters each shard's replicated table on one of its replicas.
+        assert_eq!(
+            each_shard()
+                .filter(|s| s
+                    .sql
+                    .starts_with("ALTER TABLE analytics.experiment_visitors_local"))
+                .count(),
+            1
+        );
+        let backfill: Vec<&Statement> = each_shard()
+            .filter(|s| s.sql.starts_with("INSERT"))
+            .collect();
         assert_eq!(backfill.len(), 3);
         for (statement, table) in backfill.iter().zip([
             "experiment_sessions",

@@ -296,8 +296,11 @@ pub(super) const MIGRATIONS: &[Migration] = &[
             // Each visitor's first conversion beside the last: the view first, then the old
             // one dropped (an insert in between is counted by both, which the aggregates
             // absorb), then the conversions already stored.
-            Step::Once(
-                "ALTER TABLE {db}.experiment_visitors{local}{on_cluster} ADD COLUMN \
+            // A replicated table's ALTER reaches its replicas through ZooKeeper: run on
+            // one replica of each shard, not ON CLUSTER (there every replica runs it and
+            // 18.x has left a replica's DDL task waiting out the 180 s timeout).
+            Step::EachShard(
+                "ALTER TABLE {db}.experiment_visitors{local} ADD COLUMN \
                  first_conversion AggregateFunction(minIf, {millis}, UInt8)",
             ),
             Step::EachServer(
@@ -319,13 +322,14 @@ pub(super) const MIGRATIONS: &[Migration] = &[
                  WHERE event_name = 'conversion' OR ifNull(conversion, 0) = 1 \
                  GROUP BY public_key, experiment_id, phase, visitor_id",
             ),
-            // The snapshot's conversionWindowHours and sequentialTuning (0: not set).
+            // The snapshot's conversionWindowHours and sequentialTuning (0: not set); the
+            // table is replicated whole, so one server's ALTER reaches every server.
             Step::Once(
-                "ALTER TABLE {db}.experiment_variants{on_cluster} \
+                "ALTER TABLE {db}.experiment_variants \
                  ADD COLUMN conversion_window_hours Float64 DEFAULT 0",
             ),
             Step::Once(
-                "ALTER TABLE {db}.experiment_variants{on_cluster} \
+                "ALTER TABLE {db}.experiment_variants \
                  ADD COLUMN sequential_tuning Float64 DEFAULT 0",
             ),
             // Every value results_settings has held, kept: a merge of results_settings keeps
