@@ -12,9 +12,9 @@ use crate::topology::{LOCAL_SUFFIX, Server, Topology, first_answering, is_sql_na
 mod migrations;
 
 use migrations::{
-    BOOTSTRAP, MIGRATIONS, RESULTS_DERIVED_11, RESULTS_HEAD_11, RESULTS_STATISTICS,
-    RESULTS_STATISTICS_10, RESULTS_STATISTICS_11, RESULTS_TAIL_11, SESSIONS_SELECT,
-    SRM_CHI_SQUARE_11, SRM_SEQUENTIAL_11, Step, VISITORS_SELECT, VISITORS_SELECT_11,
+    BOOTSTRAP, FIRST_CONVERSION_11, MIGRATIONS, RESULTS_DERIVED_11, RESULTS_HEAD_11,
+    RESULTS_STATISTICS, RESULTS_STATISTICS_10, RESULTS_STATISTICS_11, RESULTS_TAIL_11,
+    SESSIONS_SELECT, SRM_CHI_SQUARE, SRM_SEQUENTIAL_11, Step, VISITORS_SELECT,
 };
 
 /// The minimum-data guard of the results views and of `experiment-results`: fewest exposed
@@ -125,7 +125,7 @@ impl ServerCaps {
                     SRM_SEQUENTIAL_11.replace("{srm_prior}", &format!("{SRM_PRIOR:?}")),
                 )
             } else {
-                (SRM_CHI_SQUARE_11.to_owned(), String::new())
+                ("{srm_chi_square}".to_owned(), String::new())
             };
             statistics(
                 &RESULTS_STATISTICS_11
@@ -172,9 +172,11 @@ impl ServerCaps {
                 "{results_statistics_10_by_hour}",
                 &by_hour(RESULTS_STATISTICS_10),
             )
+            .replace("{srm_chi_square}", SRM_CHI_SQUARE)
             .replace("{sessions_select}", SESSIONS_SELECT)
-            .replace("{visitors_select_11}", VISITORS_SELECT_11)
+            .replace("{visitors_select_11}", &visitors_select_11())
             .replace("{visitors_select}", VISITORS_SELECT)
+            .replace("{first_conversion}", "")
             .replace("{on_cluster}", &layout.on_cluster)
             .replace("{local}", layout.local)
             .replace("{db}", database)
@@ -384,8 +386,14 @@ pub fn visitors_select(
     caps.render(&visitors_where(filter), database, &Layout::new(cluster))
 }
 
+/// Migration 11's select of `experiment_visitors` rows: migration 7's with each visitor's
+/// first conversion.
+fn visitors_select_11() -> String {
+    VISITORS_SELECT.replace("{first_conversion}", FIRST_CONVERSION_11)
+}
+
 fn visitors_where(filter: &str) -> String {
-    VISITORS_SELECT_11.replacen("\nGROUP BY", &format!("\nWHERE {filter}\nGROUP BY"), 1)
+    visitors_select_11().replacen("\nGROUP BY", &format!("\nWHERE {filter}\nGROUP BY"), 1)
 }
 
 /// The setting a statement that names a `LowCardinality` column needs on this server, if

@@ -566,25 +566,15 @@ pub fn plan(design: &Design) -> Result<Plan, PlanError> {
         // chances), each widened if the grid's error puts it on the wrong side, then
         // bisected to a tenth of a visitor (or 10⁻⁶ of the size).
         let fixed_n = fixed(i)?;
-        let (mut low, mut high) = (fixed_n, one_look_visitors(c, alpha, design, fixed_n)?);
-        if power(low) >= design.power {
-            low = 0.0;
-        }
-        while power(high) < design.power {
-            (low, high) = (high, 2.0 * high);
-            if high > MAX_VISITORS {
-                return Err(PlanError::TooLarge);
-            }
-        }
-        while high - low > 0.1 && high - low > 1e-6 * high {
-            let mid = (low + high) / 2.0;
-            if power(mid) < design.power {
-                low = mid;
-            } else {
-                high = mid;
-            }
-        }
-        Ok(high)
+        let high = one_look_visitors(c, alpha, design, fixed_n)?;
+        let low = if power(fixed_n) >= design.power {
+            0.0
+        } else {
+            fixed_n
+        };
+        smallest_reaching(power, design.power, (low, high), |high| {
+            f64::max(0.1, 1e-6 * high)
+        })
     })?;
     Ok(Plan {
         design: design.clone(),
@@ -603,16 +593,28 @@ fn one_look_visitors(
     from: f64,
 ) -> Result<f64, PlanError> {
     let power = |n| always_valid_power(c, n, alpha, design.mixture(), 1);
-    let (mut low, mut high) = (0.0, from.max(1.0));
-    while power(high) < design.power {
+    smallest_reaching(power, design.power, (0.0, from.max(1.0)), |high| {
+        1e-9 * high
+    })
+}
+
+/// The smallest size at which `power` reaches `target`, to within `tolerance` of the size:
+/// from `[low, high]`, `high` doubled until it reaches it, then the bracket bisected.
+fn smallest_reaching(
+    power: impl Fn(f64) -> f64,
+    target: f64,
+    (mut low, mut high): (f64, f64),
+    tolerance: impl Fn(f64) -> f64,
+) -> Result<f64, PlanError> {
+    while power(high) < target {
         (low, high) = (high, 2.0 * high);
         if high > MAX_VISITORS {
             return Err(PlanError::TooLarge);
         }
     }
-    while high - low > 1e-9 * high {
-        let mid = (low + high) / 2.0;
-        if power(mid) < design.power {
+    while high - low > tolerance(high) {
+        let mid = f64::midpoint(low, high);
+        if power(mid) < target {
             low = mid;
         } else {
             high = mid;

@@ -20,7 +20,7 @@ pub(super) const SESSIONS_SELECT: &str = sql!("migrations/004_sessions_select.sq
 
 /// What [`MIGRATIONS`] 7 keeps per visitor and phase of an experiment, with aggregates that
 /// absorb a row counted twice as those of 4 do. `excluded`: any test event or an event
-/// from a bot.
+/// from a bot. `{first_conversion}` is where 11 adds a column (empty in 7).
 pub(super) const VISITORS_SELECT: &str = sql!("migrations/007_visitors_select.sql");
 
 /// The statistics of [`MIGRATIONS`] 7's `experiment_results` and 8's
@@ -33,10 +33,12 @@ pub(super) const RESULTS_STATISTICS: &str = sql!("migrations/007_results_statist
 /// variance or below the minimum-data guard, with the reason in `no_test_reason`.
 pub(super) const RESULTS_STATISTICS_10: &str = sql!("migrations/010_results_statistics.sql");
 
-/// [`VISITORS_SELECT`] with each visitor's first conversion beside the last, as
-/// [`MIGRATIONS`] 11 has it (the new column last: an 18.x materialized view fills its
-/// target by position).
-pub(super) const VISITORS_SELECT_11: &str = sql!("migrations/011_visitors_select.sql");
+/// What [`MIGRATIONS`] 11 adds to [`VISITORS_SELECT`] at `{first_conversion}` (nothing
+/// before it): each visitor's first conversion beside the last, last of the columns (an
+/// 18.x materialized view fills its target by position).
+pub(super) const FIRST_CONVERSION_11: &str = ",
+    minIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
+        AS first_conversion";
 
 /// The statistics of [`MIGRATIONS`] 11: [`RESULTS_STATISTICS_10`] on windowed conversions,
 /// again on the mature visitors alone (`mature_` columns: `{derived}`, `{head}` and
@@ -47,8 +49,11 @@ pub(super) const RESULTS_STATISTICS_11: &str = sql!("migrations/011_results_stat
 pub(super) const RESULTS_DERIVED_11: &str = sql!("migrations/011_results_derived.sql");
 pub(super) const RESULTS_HEAD_11: &str = sql!("migrations/011_results_head.sql");
 pub(super) const RESULTS_TAIL_11: &str = sql!("migrations/011_results_tail.sql");
-pub(super) const SRM_CHI_SQUARE_11: &str = sql!("migrations/011_srm_chi_square.sql");
 pub(super) const SRM_SEQUENTIAL_11: &str = sql!("migrations/011_srm_sequential.sql");
+
+/// The sample-ratio check of [`MIGRATIONS`] 6 and every results view after it
+/// (`{srm_chi_square}`): chi-square, in closed form for 1 to 9 degrees of freedom.
+pub(super) const SRM_CHI_SQUARE: &str = sql!("migrations/006_srm_chi_square.sql");
 
 /// The sharding key of the tables of migrations 1 and 4 as they were created; migration 7
 /// shards `events` by visitor ([`SHARDING_KEY`](crate::topology::SHARDING_KEY)).

@@ -6,14 +6,7 @@ SELECT
     if(comparable, if(is_control = 1, 0, raw_diff + 1.959963984540054 * se), NULL) AS ci_high,
     if(comparable AND is_control = 0 AND se > 0, erfc(abs(raw_diff / se) / sqrt(2)), NULL)
         AS p_value,
-    if(srm_k BETWEEN 2 AND 10 AND srm_n > 0,
-        if(srm_df % 2 = 0,
-            exp(-srm_x / 2) * (1 + (srm_df >= 4) * (srm_x / 2)
-                + (srm_df >= 6) * pow(srm_x / 2, 2) / 2 + (srm_df >= 8) * pow(srm_x / 2, 3) / 6),
-            erfc(sqrt(srm_x / 2)) + sqrt(2 / pi()) * exp(-srm_x / 2) * ((srm_df >= 3) * sqrt(srm_x)
-                + (srm_df >= 5) * pow(srm_x, 1.5) / 3 + (srm_df >= 7) * pow(srm_x, 2.5) / 15
-                + (srm_df >= 9) * pow(srm_x, 3.5) / 105)),
-        NULL) AS srm_p_value
+    {srm_chi_square} AS srm_p_value
 FROM (
     SELECT
         *,

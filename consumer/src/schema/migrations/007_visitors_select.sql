@@ -12,6 +12,6 @@ SELECT
         AS last_conversion,
     maxState(greatest(test, is_bot)) AS excluded,
     maxIfState(ifNull(time_on_page, 0), isNotNull(time_on_page)) AS max_time_on_page,
-    maxState(toUInt8(isNotNull(time_on_page))) AS has_time_on_page
+    maxState(toUInt8(isNotNull(time_on_page))) AS has_time_on_page{first_conversion}
 FROM {db}.events{local}
 GROUP BY public_key, experiment_id, phase, visitor_id
