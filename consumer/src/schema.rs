@@ -459,13 +459,6 @@ async fn migrate_layout(
     let primary = first_answering(topology.servers()).await?;
     let server = primary.client.clone().with_database("default");
     let caps = ServerCaps::of(&server).await?;
-    let run = |client: &Client, sql: &str| {
-        let mut query = client.query(sql);
-        if let Some((name, value)) = caps.low_cardinality_setting() {
-            query = query.with_setting(name, value);
-        }
-        query.execute()
-    };
     // In a cluster the record is replicated to every server, so any of them can tell.
     let has_record: u64 = server
         .query(
@@ -478,7 +471,7 @@ async fn migrate_layout(
     if has_record == 0 {
         for step in BOOTSTRAP {
             for (_, sql) in step.render(layout, caps, database) {
-                run(&server, &sql)
+                execute(&server, caps, &sql)
                     .await
                     .context("cannot create the database and schema_migrations")?;
             }
@@ -491,11 +484,54 @@ async fn migrate_layout(
         .fetch_all()
         .await
         .context("cannot read schema_migrations")?;
+    apply_pending(topology, layout, database, last, &applied).await
+}
 
+/// [`migrate`] by a consumer that read `schema_migrations` when it held only `applied`, and
+/// applies the rest now: what a consumer slower than another one starting beside it does.
+#[doc(hidden)]
+pub async fn migrate_as_read_when(
+    client: &Client,
+    database: &str,
+    applied: &[u32],
+) -> anyhow::Result<()> {
+    let topology = Topology::single(client.clone());
+    apply_pending(&topology, &Layout::new(None), database, u32::MAX, applied).await
+}
+
+/// Applies, in order, the migrations up to `last` not in `applied`. Another consumer may
+/// be migrating at the same time, ahead of this one: a migration it has recorded since is
+/// skipped, checked before each statement and after each failure, so a consumer behind
+/// never runs an old statement over a newer schema (an old backfill into a table with more
+/// columns, a view a later migration dropped made again).
+async fn apply_pending(
+    topology: &Topology,
+    layout: &Layout,
+    database: &str,
+    last: u32,
+    applied: &[u32],
+) -> anyhow::Result<()> {
+    let primary = first_answering(topology.servers()).await?;
+    let server = primary.client.clone().with_database("default");
+    let caps = ServerCaps::of(&server).await?;
+    let recorded = |version: u32| {
+        let server = server.clone();
+        async move {
+            let count: u64 = server
+                .query(&format!(
+                    "SELECT count() FROM {database}.schema_migrations WHERE version = ?"
+                ))
+                .bind(version)
+                .fetch_one()
+                .await
+                .context("cannot read schema_migrations")?;
+            anyhow::Ok(count > 0)
+        }
+    };
     let pending = MIGRATIONS
         .iter()
         .filter(|m| m.version <= last && !applied.contains(&m.version));
-    for migration in pending {
+    'migration: for migration in pending {
         let mut backoff = crate::backoff::Backoff::new(
             std::time::Duration::from_millis(200),
             std::time::Duration::from_secs(2),
@@ -509,6 +545,9 @@ async fn migrate_layout(
                 .iter()
                 .flat_map(|s| s.render(layout, caps, database));
             for (target, sql) in statements {
+                if recorded(migration.version).await? {
+                    continue 'migration;
+                }
                 let servers: Vec<&Server> = match target {
                     Target::Once => vec![primary],
                     Target::EachServer => topology.servers().collect(),
@@ -522,11 +561,14 @@ async fn migrate_layout(
                 };
                 for target in servers {
                     let client = target.client.clone().with_database("default");
-                    match run(&client, &sql).await {
+                    match execute(&client, caps, &sql).await {
                         Ok(()) => {}
                         // Another consumer migrating at the same time added it (18.x has no
                         // `ADD COLUMN IF NOT EXISTS`).
                         Err(e) if sql.contains("ADD COLUMN") && is_existing_column(&e) => {}
+                        // Another consumer finished this migration meanwhile, and may have
+                        // gone on to change what this statement expected.
+                        Err(_) if recorded(migration.version).await? => continue 'migration,
                         // Another consumer migrating at the same time dropped a view this one
                         // depends on (views are made again by DROP then CREATE): the
                         // migration's statements are idempotent in sequence, so start it over,
@@ -564,6 +606,15 @@ async fn migrate_layout(
             %database, "Migration applied.");
     }
     Ok(())
+}
+
+/// Runs one statement with the setting a server of version `caps` needs.
+async fn execute(client: &Client, caps: ServerCaps, sql: &str) -> clickhouse::error::Result<()> {
+    let mut query = client.query(sql);
+    if let Some((name, value)) = caps.low_cardinality_setting() {
+        query = query.with_setting(name, value);
+    }
+    query.execute().await
 }
 
 /// How many times a migration is started before its failure is final.

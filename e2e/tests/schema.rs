@@ -80,6 +80,42 @@ async fn migrations_create_the_schema_once_and_rerun_as_a_no_op() {
 
 /// Every column of the row is in `events` with its type, and `events` has no other: the
 /// list of an event's fields and the migrations agree.
+/// Two consumers start together and one falls behind: it read `schema_migrations` when
+/// six migrations were recorded, and applies the seventh only after the other has applied
+/// them all. It must skip what the other recorded, not run migration 7's backfill into the
+/// table migration 11 widened, nor make again the view migration 11 dropped.
+#[tokio::test]
+async fn a_consumer_behind_another_skips_what_the_other_applied_meanwhile() {
+    let database = unique("test_");
+    let client = e2e::clickhouse(&database);
+    consumer::schema::migrate(&client, &database)
+        .await
+        .expect("the one ahead");
+    let views = |client: clickhouse::Client, database: String| async move {
+        client
+            .query("SELECT name FROM system.tables WHERE database = ? ORDER BY name")
+            .bind(database)
+            .fetch_all::<String>()
+            .await
+            .expect("tables")
+    };
+    let before = views(client.clone(), database.clone()).await;
+    consumer::schema::migrate_as_read_when(&client, &database, &[1, 2, 3, 4, 5, 6])
+        .await
+        .expect("the one behind");
+    assert_eq!(
+        views(client.clone(), database.clone()).await,
+        before,
+        "the one behind made or dropped nothing"
+    );
+    let records: u64 = client
+        .query("SELECT count() FROM schema_migrations")
+        .fetch_one()
+        .await
+        .expect("records");
+    assert_eq!(records, 11, "each migration recorded once");
+}
+
 #[tokio::test]
 async fn the_events_table_has_the_rows_columns_and_no_other() {
     let (database, client) = migrated().await;
