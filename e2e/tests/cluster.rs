@@ -292,7 +292,7 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
             },
         )
         .await;
-        assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+        assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
     }
     cluster.drop_database(&database).await;
 }

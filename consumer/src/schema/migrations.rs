@@ -375,6 +375,19 @@ pub(super) const MIGRATIONS: &[Migration] = &[
             Step::Once(sql!("migrations/011_experiment_results_over_time.sql")),
         ],
     },
+    Migration {
+        version: 12,
+        description: "experiment metrics: definitions and results per metric",
+        steps: &[
+            // Written by the consumer at each snapshot version, like experiment_variants:
+            // each experiment's metrics with their roles, the default goal included.
+            Step::Whole {
+                name: "experiment_metrics",
+                engine: "ReplacingMergeTree",
+                create: sql!("migrations/012_experiment_metrics.sql"),
+            },
+        ],
+    },
 ];
 
 /// What exists before the first migration: the database and the record of migrations.
