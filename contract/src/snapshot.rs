@@ -14,6 +14,7 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::event::MAX_PHASE;
 use crate::key::PublicKey;
+use crate::metric::{self, DEFAULT_GOAL_METRIC, Metric, MetricRef, Role};
 
 /// Tolerance on the sum of a experiment's variant weights.
 const WEIGHT_SUM_TOLERANCE: f64 = 1e-6;
@@ -60,6 +61,9 @@ pub struct Experiment {
     /// The always-valid test's tuning N* for this experiment; `None`: the deployment's
     /// default when the phase starts. Never served to browsers.
     pub sequential_tuning: Option<f64>,
+    /// The metrics it is judged by, as listed (each one of the snapshot's, or the default
+    /// goal); see [`Snapshot::metrics_of`]. Never served to browsers.
+    pub metrics: Vec<MetricRef>,
 }
 
 impl Experiment {
@@ -98,6 +102,8 @@ pub struct Snapshot {
     /// The file's `version`, as text (a number is written in its JSON form).
     pub version: String,
     pub experiments: Vec<Arc<Experiment>>,
+    /// The metric definitions, in the snapshot's order. Never served to browsers.
+    pub metrics: Vec<Metric>,
     keys: HashMap<String, KeyEntry>,
 }
 
@@ -108,6 +114,26 @@ impl Snapshot {
 
     pub fn keys(&self) -> impl Iterator<Item = &KeyEntry> {
         self.keys.values()
+    }
+
+    /// The metrics of `experiment` with their roles, in order: its list, after the
+    /// built-in default goal when the list has no goal (so an experiment without a list
+    /// has just that).
+    pub fn metrics_of(&self, experiment: &Experiment) -> Vec<(Role, &Metric)> {
+        let mut out = Vec::with_capacity(experiment.metrics.len() + 1);
+        if !experiment.metrics.iter().any(|m| m.role == Role::Goal) {
+            out.push((Role::Goal, &*DEFAULT_GOAL_METRIC));
+        }
+        for listed in &experiment.metrics {
+            let found = if listed.id == metric::DEFAULT_GOAL {
+                Some(&*DEFAULT_GOAL_METRIC)
+            } else {
+                self.metrics.iter().find(|m| m.id == listed.id)
+            };
+            // Validation makes every listed id found.
+            out.extend(found.map(|m| (listed.role, m)));
+        }
+        out
     }
 
     /// The phase live now of `experiment_id`, one of `key`'s experiments; 1 for another.
@@ -197,6 +223,8 @@ struct RawSnapshot {
     version: serde_json::Value,
     experiments: Vec<RawExperiment>,
     keys: Vec<RawKey>,
+    /// Checked field by field ([`metric`]), so that a problem names the metric and field.
+    metrics: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -210,6 +238,7 @@ struct RawExperiment {
     variants: Vec<Variant>,
     conversion_window_hours: Option<serde_json::Number>,
     sequential_tuning: Option<serde_json::Number>,
+    metrics: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -263,6 +292,8 @@ impl RawSnapshot {
                 String::new()
             }
         };
+
+        let (metrics, metric_ids) = metric::parse_metrics(self.metrics.as_ref(), &mut problems);
 
         let mut experiments = Vec::with_capacity(self.experiments.len());
         let mut index_of = HashMap::new();
@@ -353,6 +384,8 @@ impl RawSnapshot {
                 &e.sequential_tuning,
                 MAX_SEQUENTIAL_TUNING,
             );
+            let metrics =
+                metric::parse_refs(&place, e.metrics.as_ref(), &metric_ids, &mut problems);
             experiments.push(Arc::new(Experiment {
                 id: e.id,
                 phase,
@@ -362,6 +395,7 @@ impl RawSnapshot {
                 variants: e.variants,
                 conversion_window_hours,
                 sequential_tuning,
+                metrics,
             }));
         }
 
@@ -412,6 +446,7 @@ impl RawSnapshot {
             Ok(Snapshot {
                 version,
                 experiments,
+                metrics,
                 keys,
             })
         } else {
@@ -604,6 +639,7 @@ mod tests {
             variants: vec![],
             conversion_window_hours: None,
             sequential_tuning: None,
+            metrics: vec![],
         };
         assert!(!e.is_live(start - time::Duration::nanoseconds(1)));
         assert!(e.is_live(start));

@@ -1,0 +1,1038 @@
+//! Metric definitions of the experiments snapshot: which of a visitor's events a metric
+//! reads and how it makes one number per visitor of them, and the metrics each experiment
+//! is judged by. Only validated definitions exist. Read by the consumer, which writes them
+//! for the results views; never served to browsers.
+
+use std::collections::HashSet;
+use std::sync::LazyLock;
+
+use serde_json::{Map, Value};
+
+/// The id of the built-in default goal: today's conversion rate (an event named
+/// `conversion`, or any event with `conversion: true`). Reserved: no metric may take it.
+pub const DEFAULT_GOAL: &str = "conversion";
+/// The CUPED lookback when a metric gives none, in days.
+pub const DEFAULT_CUPED_LOOKBACK_DAYS: f64 = 14.0;
+/// The longest CUPED lookback, in days.
+pub const MAX_CUPED_LOOKBACK_DAYS: f64 = 365.0;
+const MAX_ID_LEN: usize = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricKind {
+    /// Whether the visitor had a matching event.
+    Proportion,
+    /// A per-visitor value of their matching events (count, or sum, max or mean of a field).
+    Mean,
+    /// The sum over visitors of a numerator over the sum of a denominator.
+    Ratio,
+}
+
+impl MetricKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Proportion => "proportion",
+            Self::Mean => "mean",
+            Self::Ratio => "ratio",
+        }
+    }
+}
+
+/// How a visitor's matching events make one number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Aggregate {
+    Count,
+    Sum,
+    Max,
+    Mean,
+    /// Distinct sessions of the visitor's matching events (a ratio's only).
+    Sessions,
+}
+
+impl Aggregate {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Count => "count",
+            Self::Sum => "sum",
+            Self::Max => "max",
+            Self::Mean => "mean",
+            Self::Sessions => "sessions",
+        }
+    }
+
+    /// Whether it reads a field's values (rather than counting events or sessions).
+    pub fn needs_field(self) -> bool {
+        matches!(self, Self::Sum | Self::Max | Self::Mean)
+    }
+
+    fn parse(name: &str) -> Option<Self> {
+        [
+            Self::Count,
+            Self::Sum,
+            Self::Max,
+            Self::Mean,
+            Self::Sessions,
+        ]
+        .into_iter()
+        .find(|a| a.as_str() == name)
+    }
+}
+
+/// A numeric field of the event contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field {
+    TimeOnPage,
+    ScrollDepth,
+    LoadTime,
+}
+
+impl Field {
+    /// The name in the event contract (and the snapshot).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::TimeOnPage => "timeOnPage",
+            Self::ScrollDepth => "scrollDepth",
+            Self::LoadTime => "loadTime",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Self> {
+        [Self::TimeOnPage, Self::ScrollDepth, Self::LoadTime]
+            .into_iter()
+            .find(|f| f.as_str() == name)
+    }
+}
+
+/// Which events count and how they make one number per visitor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Events {
+    /// `None`: any event name.
+    pub event_name: Option<String>,
+    /// `None`: any click target.
+    pub click_target: Option<String>,
+    /// Only conversions (an event named `conversion` or one with `conversion: true`).
+    pub conversion: bool,
+    pub field: Option<Field>,
+    /// `None`: a proportion's (whether any event matched).
+    pub aggregate: Option<Aggregate>,
+}
+
+/// The bound each visitor's value is capped at.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Cap {
+    /// A fixed bound, above 0.
+    Value(f64),
+    /// A percentile of the visitors' values, between 0 and 1.
+    Percentile(f64),
+}
+
+/// A validated metric definition.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Metric {
+    pub id: String,
+    pub kind: MetricKind,
+    /// A proportion's or mean's events, a ratio's numerator.
+    pub numerator: Events,
+    /// A ratio's denominator; `None` for the other kinds.
+    pub denominator: Option<Events>,
+    pub cap: Option<Cap>,
+    pub higher_is_better: bool,
+    /// 0: no CUPED.
+    pub cuped_lookback_days: f64,
+    /// The definition as the snapshot gave it, JSON.
+    pub definition: String,
+}
+
+/// The built-in default goal, [`DEFAULT_GOAL`].
+pub static DEFAULT_GOAL_METRIC: LazyLock<Metric> = LazyLock::new(|| Metric {
+    id: DEFAULT_GOAL.to_owned(),
+    kind: MetricKind::Proportion,
+    numerator: Events {
+        event_name: None,
+        click_target: None,
+        conversion: true,
+        field: None,
+        aggregate: None,
+    },
+    denominator: None,
+    cap: None,
+    higher_is_better: true,
+    cuped_lookback_days: DEFAULT_CUPED_LOOKBACK_DAYS,
+    definition: serde_json::json!({ "id": DEFAULT_GOAL, "kind": "proportion", "conversion": true })
+        .to_string(),
+});
+
+/// What a metric is to an experiment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Goal,
+    Secondary,
+    Guardrail,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Goal => "goal",
+            Self::Secondary => "secondary",
+            Self::Guardrail => "guardrail",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Self> {
+        [Self::Goal, Self::Secondary, Self::Guardrail]
+            .into_iter()
+            .find(|r| r.as_str() == name)
+    }
+}
+
+/// One entry of an experiment's `metrics`: a defined metric (or the default goal) and its
+/// role.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetricRef {
+    pub id: String,
+    pub role: Role,
+}
+
+/// Whether `id` may name a metric: 1 to 64 letters, digits, `_` and `-`.
+fn is_metric_id(id: &str) -> bool {
+    (1..=MAX_ID_LEN).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
+}
+
+/// Reads the fields of one JSON object, each problem reported with `place`. A field given
+/// as `null` is taken as absent, as for the rest of the snapshot; unknown fields are
+/// ignored, as for experiments.
+struct Fields<'a> {
+    place: String,
+    /// How the object's fields are named in a problem: `numerator.` for a ratio's.
+    prefix: &'static str,
+    map: &'a Map<String, Value>,
+}
+
+impl<'a> Fields<'a> {
+    fn get(&self, name: &str) -> Option<&'a Value> {
+        self.map.get(name).filter(|v| !v.is_null())
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    fn string(&self, name: &str, problems: &mut Vec<String>) -> Option<&'a str> {
+        match self.get(name)? {
+            Value::String(s) if !s.is_empty() => Some(s),
+            other => {
+                problems.push(format!(
+                    "{}: {}{name} must be a non-empty string, not {other}",
+                    self.place, self.prefix
+                ));
+                None
+            }
+        }
+    }
+
+    fn boolean(&self, name: &str, problems: &mut Vec<String>) -> bool {
+        match self.get(name) {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                problems.push(format!(
+                    "{}: {}{name} must be true or false, not {other}",
+                    self.place, self.prefix
+                ));
+                false
+            }
+        }
+    }
+
+    /// A number within `ok`, described by `range` in the problem.
+    fn number(
+        &self,
+        name: &str,
+        ok: impl Fn(f64) -> bool,
+        range: &str,
+        problems: &mut Vec<String>,
+    ) -> Option<f64> {
+        let value = self.get(name)?;
+        let number = value.as_f64().filter(|x| x.is_finite() && ok(*x));
+        if number.is_none() {
+            problems.push(format!(
+                "{}: {}{name} must be a number {range}, not {value}",
+                self.place, self.prefix
+            ));
+        }
+        number
+    }
+
+    fn refuse(&self, name: &str, why: &str, problems: &mut Vec<String>) {
+        if self.has(name) {
+            problems.push(format!("{}: {}{name} {why}", self.place, self.prefix));
+        }
+    }
+}
+
+/// The events part of a definition: the metric itself or a ratio's numerator or
+/// denominator.
+fn events(fields: &Fields<'_>, problems: &mut Vec<String>) -> Events {
+    let (place, prefix) = (&fields.place, fields.prefix);
+    let event_name = fields.string("eventName", problems);
+    let click_target = fields.string("clickTarget", problems);
+    let conversion = fields.boolean("conversion", problems);
+    let field = fields
+        .string("field", problems)
+        .and_then(|name| match Field::parse(name) {
+            Some(field) => Some(field),
+            None => {
+                problems.push(format!(
+                    "{place}: {prefix}field must be timeOnPage, scrollDepth or loadTime, \
+                     not {name:?}"
+                ));
+                None
+            }
+        });
+    let aggregate =
+        fields
+            .string("aggregate", problems)
+            .and_then(|name| match Aggregate::parse(name) {
+                Some(aggregate) => Some(aggregate),
+                None => {
+                    problems.push(format!(
+                        "{place}: {prefix}aggregate must be count, sum, max, mean or sessions, \
+                     not {name:?}"
+                    ));
+                    None
+                }
+            });
+    Events {
+        event_name: event_name.map(str::to_owned),
+        click_target: click_target.map(str::to_owned),
+        conversion,
+        field,
+        aggregate,
+    }
+}
+
+/// The rules of an aggregate and its field: one of `allowed` is required; `count` and
+/// `sessions` take no field, the others need one.
+fn check_aggregate(
+    fields: &Fields<'_>,
+    events: &Events,
+    allowed: &[Aggregate],
+    problems: &mut Vec<String>,
+) {
+    let (place, prefix) = (&fields.place, fields.prefix);
+    let names = allowed
+        .iter()
+        .map(|a| a.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if !fields.has("aggregate") {
+        problems.push(format!("{place}: {prefix}aggregate is required ({names})"));
+        return;
+    }
+    let Some(aggregate) = events.aggregate else {
+        return;
+    };
+    if !allowed.contains(&aggregate) {
+        problems.push(format!(
+            "{place}: {prefix}aggregate {} is not allowed here ({names})",
+            aggregate.as_str()
+        ));
+    } else if aggregate.needs_field() {
+        if !fields.has("field") {
+            problems.push(format!(
+                "{place}: {prefix}field is required with aggregate {} (timeOnPage, \
+                 scrollDepth or loadTime)",
+                aggregate.as_str()
+            ));
+        }
+    } else {
+        fields.refuse(
+            "field",
+            &format!("is not allowed with aggregate {}", aggregate.as_str()),
+            problems,
+        );
+    }
+}
+
+/// One metric of the top-level list, or `None` (its problems reported).
+fn metric(place: &str, value: &Value, problems: &mut Vec<String>) -> Option<Metric> {
+    let Some(map) = value.as_object() else {
+        problems.push(format!("{place}: must be an object, not {value}"));
+        return None;
+    };
+    let before = problems.len();
+    let id = match map.get("id") {
+        Some(Value::String(id)) => id.clone(),
+        _ => String::new(),
+    };
+    let fields = Fields {
+        place: format!("{place} ({id})"),
+        prefix: "",
+        map,
+    };
+    if !is_metric_id(&id) {
+        problems.push(format!(
+            "{}: id must be 1 to {MAX_ID_LEN} letters, digits, _ or -",
+            fields.place
+        ));
+    } else if id == DEFAULT_GOAL {
+        problems.push(format!(
+            "{}: id {DEFAULT_GOAL} is reserved for the built-in default goal",
+            fields.place
+        ));
+    }
+    let kind = match fields.get("kind") {
+        Some(Value::String(k)) if k == "proportion" => Some(MetricKind::Proportion),
+        Some(Value::String(k)) if k == "mean" => Some(MetricKind::Mean),
+        Some(Value::String(k)) if k == "ratio" => Some(MetricKind::Ratio),
+        other => {
+            problems.push(format!(
+                "{}: kind must be proportion, mean or ratio, not {}",
+                fields.place,
+                other.map_or_else(|| "missing".to_owned(), ToString::to_string)
+            ));
+            None
+        }
+    };
+    const OWN: [&str; 5] = [
+        "eventName",
+        "clickTarget",
+        "conversion",
+        "field",
+        "aggregate",
+    ];
+    let (numerator, denominator) = match kind {
+        Some(MetricKind::Ratio) => {
+            for name in OWN {
+                fields.refuse(
+                    name,
+                    "is not allowed on a ratio (give it in numerator and denominator)",
+                    problems,
+                );
+            }
+            let mut part = |name: &str, prefix: &'static str| -> Option<Events> {
+                match fields.get(name) {
+                    Some(Value::Object(inner)) => {
+                        let nested = Fields {
+                            place: fields.place.clone(),
+                            prefix,
+                            map: inner,
+                        };
+                        let events = events(&nested, problems);
+                        check_aggregate(
+                            &nested,
+                            &events,
+                            &[
+                                Aggregate::Count,
+                                Aggregate::Sum,
+                                Aggregate::Max,
+                                Aggregate::Mean,
+                                Aggregate::Sessions,
+                            ],
+                            problems,
+                        );
+                        Some(events)
+                    }
+                    other => {
+                        problems.push(format!(
+                            "{}: {name} must be an object, not {}",
+                            fields.place,
+                            other.map_or_else(|| "missing".to_owned(), ToString::to_string)
+                        ));
+                        None
+                    }
+                }
+            };
+            let numerator = part("numerator", "numerator.");
+            let denominator = part("denominator", "denominator.");
+            (numerator, denominator)
+        }
+        Some(kind) => {
+            for name in ["numerator", "denominator"] {
+                fields.refuse(name, "is only for a ratio", problems);
+            }
+            let events = events(&fields, problems);
+            if kind == MetricKind::Proportion {
+                for name in ["field", "aggregate"] {
+                    fields.refuse(name, "is not allowed on a proportion", problems);
+                }
+                if events.event_name.is_none() && !events.conversion {
+                    problems.push(format!(
+                        "{}: a proportion needs eventName or conversion: true",
+                        fields.place
+                    ));
+                }
+            } else {
+                if !fields.has("eventName") {
+                    problems.push(format!(
+                        "{}: eventName is required for a mean",
+                        fields.place
+                    ));
+                }
+                check_aggregate(
+                    &fields,
+                    &events,
+                    &[
+                        Aggregate::Count,
+                        Aggregate::Sum,
+                        Aggregate::Max,
+                        Aggregate::Mean,
+                    ],
+                    problems,
+                );
+            }
+            (Some(events), None)
+        }
+        None => (None, None),
+    };
+    let cap = match fields.get("cap") {
+        None => None,
+        Some(_) if kind == Some(MetricKind::Proportion) => {
+            problems.push(format!(
+                "{}: cap is not allowed on a proportion",
+                fields.place
+            ));
+            None
+        }
+        Some(Value::Object(inner)) => {
+            let cap = Fields {
+                place: fields.place.clone(),
+                prefix: "cap.",
+                map: inner,
+            };
+            match (cap.has("value"), cap.has("percentile")) {
+                (true, false) => cap
+                    .number("value", |x| x > 0.0, "above 0", problems)
+                    .map(Cap::Value),
+                (false, true) => cap
+                    .number(
+                        "percentile",
+                        |p| p > 0.0 && p < 1.0,
+                        "between 0 and 1 (both excluded)",
+                        problems,
+                    )
+                    .map(Cap::Percentile),
+                _ => {
+                    problems.push(format!(
+                        "{}: cap must give exactly one of value and percentile",
+                        fields.place
+                    ));
+                    None
+                }
+            }
+        }
+        Some(other) => {
+            problems.push(format!(
+                "{}: cap must be {{\"value\": x}} or {{\"percentile\": p}}, not {other}",
+                fields.place
+            ));
+            None
+        }
+    };
+    let higher_is_better = match fields.get("better") {
+        None => true,
+        Some(Value::String(b)) if b == "higher" => true,
+        Some(Value::String(b)) if b == "lower" => false,
+        Some(other) => {
+            problems.push(format!(
+                "{}: better must be \"higher\" or \"lower\", not {other}",
+                fields.place
+            ));
+            true
+        }
+    };
+    let cuped_lookback_days = fields
+        .number(
+            "cupedLookbackDays",
+            |x| (0.0..=MAX_CUPED_LOOKBACK_DAYS).contains(&x),
+            &format!("from 0 to {MAX_CUPED_LOOKBACK_DAYS}"),
+            problems,
+        )
+        .unwrap_or(DEFAULT_CUPED_LOOKBACK_DAYS);
+    if problems.len() > before {
+        return None;
+    }
+    Some(Metric {
+        id,
+        kind: kind?,
+        numerator: numerator?,
+        denominator,
+        cap,
+        higher_is_better,
+        cuped_lookback_days,
+        definition: value.to_string(),
+    })
+}
+
+/// The snapshot's `metrics` (absent: none) and the ids it defines (also those of
+/// definitions with problems, so that an experiment naming one is not reported again).
+pub(crate) fn parse_metrics(
+    raw: Option<&Value>,
+    problems: &mut Vec<String>,
+) -> (Vec<Metric>, HashSet<String>) {
+    let mut metrics = Vec::new();
+    let mut ids = HashSet::new();
+    let list = match raw {
+        None | Some(Value::Null) => return (metrics, ids),
+        Some(Value::Array(list)) => list,
+        Some(other) => {
+            problems.push(format!("metrics: must be a list, not {other}"));
+            return (metrics, ids);
+        }
+    };
+    for (i, value) in list.iter().enumerate() {
+        let place = format!("metrics[{i}]");
+        if let Some(id) = value.get("id").and_then(Value::as_str)
+            && !ids.insert(id.to_owned())
+        {
+            problems.push(format!("{place} ({id}): duplicate metric id"));
+        }
+        metrics.extend(metric(&place, value, problems));
+    }
+    (metrics, ids)
+}
+
+/// An experiment's `metrics` (absent: none), each naming one of `defined` or the default
+/// goal. `place` is the experiment's.
+pub(crate) fn parse_refs(
+    place: &str,
+    raw: Option<&Value>,
+    defined: &HashSet<String>,
+    problems: &mut Vec<String>,
+) -> Vec<MetricRef> {
+    let list = match raw {
+        None | Some(Value::Null) => return Vec::new(),
+        Some(Value::Array(list)) => list,
+        Some(other) => {
+            problems.push(format!("{place}: metrics must be a list, not {other}"));
+            return Vec::new();
+        }
+    };
+    let mut refs: Vec<MetricRef> = Vec::with_capacity(list.len());
+    let mut seen = HashSet::new();
+    for (j, value) in list.iter().enumerate() {
+        let id = value.get("id").and_then(Value::as_str).unwrap_or_default();
+        let rplace = format!("{place}.metrics[{j}] ({id})");
+        let Some(map) = value.as_object() else {
+            problems.push(format!("{rplace}: must be an object, not {value}"));
+            continue;
+        };
+        let fields = Fields {
+            place: rplace.clone(),
+            prefix: "",
+            map,
+        };
+        let id_ok = if id.is_empty() {
+            problems.push(format!("{rplace}: id must be a metric's id"));
+            false
+        } else if id != DEFAULT_GOAL && !defined.contains(id) {
+            problems.push(format!("{rplace}: unknown metric {id}"));
+            false
+        } else if !seen.insert(id) {
+            problems.push(format!("{rplace}: metric {id} listed twice"));
+            false
+        } else {
+            true
+        };
+        let role = match fields.get("role") {
+            Some(Value::String(r)) => Role::parse(r),
+            _ => None,
+        };
+        if role.is_none() {
+            problems.push(format!(
+                "{rplace}: role must be goal, secondary or guardrail, not {}",
+                fields
+                    .get("role")
+                    .map_or_else(|| "missing".to_owned(), ToString::to_string)
+            ));
+        }
+        if let (true, Some(role)) = (id_ok, role) {
+            refs.push(MetricRef {
+                id: id.to_owned(),
+                role,
+            });
+        }
+    }
+    // Without a goal the experiment takes the default goal first: listed in another role
+    // it would be there twice.
+    if !refs.iter().any(|r| r.role == Role::Goal)
+        && let Some(r) = refs.iter().find(|r| r.id == DEFAULT_GOAL)
+    {
+        problems.push(format!(
+            "{place}: metric {DEFAULT_GOAL} is listed as {} but the experiment has no goal, \
+             so {DEFAULT_GOAL} is its default goal too; list a goal, or {DEFAULT_GOAL} as \
+             the goal",
+            r.role.as_str()
+        ));
+    }
+    refs
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::snapshot::{Snapshot, SnapshotError};
+
+    /// A snapshot of one experiment `exp_x` listing `listed`, with `metrics` defined.
+    fn load(metrics: Value, listed: Value) -> Result<Snapshot, SnapshotError> {
+        let mut experiment = json!({ "id": "exp_x", "status": "live", "variants": [
+            { "id": "var_a", "weight": 100, "control": true, "parts": {} }] });
+        if !listed.is_null() {
+            experiment["metrics"] = listed;
+        }
+        let doc = json!({ "version": 1, "metrics": metrics, "experiments": [experiment],
+            "keys": [] });
+        Snapshot::from_json(doc.to_string().as_bytes())
+    }
+
+    fn problems(metrics: Value, listed: Value) -> Vec<String> {
+        load(metrics, listed).expect_err("refused").problems
+    }
+
+    fn example() -> Value {
+        json!([
+            { "id": "signup", "kind": "proportion", "eventName": "conversion",
+              "clickTarget": "signup" },
+            { "id": "time_on_page", "kind": "mean", "eventName": "dwell_time",
+              "field": "timeOnPage", "aggregate": "max", "cap": { "percentile": 0.99 } },
+            { "id": "clicks_per_session", "kind": "ratio",
+              "numerator": { "eventName": "click", "aggregate": "count" },
+              "denominator": { "aggregate": "sessions" }, "better": "lower",
+              "cupedLookbackDays": 0, "someday": "ignored" }
+        ])
+    }
+
+    #[test]
+    fn the_documented_example_loads_with_its_defaults() {
+        let s = load(
+            example(),
+            json!([{ "id": "signup", "role": "goal" },
+                   { "id": "time_on_page", "role": "guardrail" }]),
+        )
+        .expect("valid");
+        assert_eq!(s.metrics.len(), 3);
+        let signup = &s.metrics[0];
+        assert_eq!(signup.kind, MetricKind::Proportion);
+        assert_eq!(signup.numerator.event_name.as_deref(), Some("conversion"));
+        assert_eq!(signup.numerator.click_target.as_deref(), Some("signup"));
+        assert_eq!(signup.numerator.aggregate, None);
+        assert!(signup.higher_is_better);
+        assert_eq!(signup.cuped_lookback_days, DEFAULT_CUPED_LOOKBACK_DAYS);
+        let time = &s.metrics[1];
+        assert_eq!(time.numerator.field, Some(Field::TimeOnPage));
+        assert_eq!(time.numerator.aggregate, Some(Aggregate::Max));
+        assert_eq!(time.cap, Some(Cap::Percentile(0.99)));
+        let ratio = &s.metrics[2];
+        assert_eq!(ratio.numerator.aggregate, Some(Aggregate::Count));
+        let denominator = ratio.denominator.as_ref().expect("a denominator");
+        assert_eq!(denominator.aggregate, Some(Aggregate::Sessions));
+        assert_eq!(denominator.event_name, None);
+        assert!(!ratio.higher_is_better);
+        assert_eq!(ratio.cuped_lookback_days, 0.0);
+        let definition: Value = serde_json::from_str(&ratio.definition).expect("JSON");
+        assert_eq!(definition, example()[2]);
+        let listed: Vec<(Role, &str)> = s
+            .metrics_of(&s.experiments[0])
+            .into_iter()
+            .map(|(role, m)| (role, m.id.as_str()))
+            .collect();
+        assert_eq!(
+            listed,
+            [(Role::Goal, "signup"), (Role::Guardrail, "time_on_page")]
+        );
+    }
+
+    #[test]
+    fn without_a_goal_the_default_goal_comes_first() {
+        let s = load(example(), Value::Null).expect("valid");
+        let of = |s: &Snapshot| -> Vec<(Role, String)> {
+            s.metrics_of(&s.experiments[0])
+                .into_iter()
+                .map(|(role, m)| (role, m.id.clone()))
+                .collect()
+        };
+        assert_eq!(of(&s), [(Role::Goal, DEFAULT_GOAL.to_owned())]);
+        let goal = s.metrics_of(&s.experiments[0])[0].1;
+        assert_eq!(goal.kind, MetricKind::Proportion);
+        assert!(goal.numerator.conversion && goal.numerator.event_name.is_none());
+        let s = load(
+            example(),
+            json!([{ "id": "time_on_page", "role": "secondary" },
+                   { "id": "clicks_per_session", "role": "guardrail" }]),
+        )
+        .expect("valid");
+        assert_eq!(
+            of(&s),
+            [
+                (Role::Goal, DEFAULT_GOAL.to_owned()),
+                (Role::Secondary, "time_on_page".to_owned()),
+                (Role::Guardrail, "clicks_per_session".to_owned())
+            ]
+        );
+        // Listed as the goal, it is where the list puts it, once.
+        let s = load(
+            example(),
+            json!([{ "id": "signup", "role": "secondary" },
+                   { "id": "conversion", "role": "goal" }]),
+        )
+        .expect("valid");
+        assert_eq!(
+            of(&s),
+            [
+                (Role::Secondary, "signup".to_owned()),
+                (Role::Goal, DEFAULT_GOAL.to_owned())
+            ]
+        );
+    }
+
+    #[test]
+    fn every_bad_definition_is_refused_naming_the_metric_and_field() {
+        let cases: Vec<(Value, &str)> = vec![
+            (
+                json!({ "kind": "proportion", "eventName": "x" }),
+                "metrics[0] (): id must be 1 to 64",
+            ),
+            (
+                json!({ "id": "a b", "kind": "proportion", "eventName": "x" }),
+                "metrics[0] (a b): id must be",
+            ),
+            (
+                json!({ "id": "a".repeat(65), "kind": "proportion", "eventName": "x" }),
+                "id must be 1 to 64",
+            ),
+            (
+                json!({ "id": "conversion", "kind": "proportion", "eventName": "x" }),
+                "(conversion): id conversion is reserved",
+            ),
+            (
+                json!({ "id": "m", "kind": "median", "eventName": "x" }),
+                "(m): kind must be proportion, mean or ratio",
+            ),
+            (
+                json!({ "id": "m", "eventName": "x" }),
+                "(m): kind must be proportion, mean or ratio, not missing",
+            ),
+            (
+                json!({ "id": "m", "kind": "proportion" }),
+                "(m): a proportion needs eventName or conversion: true",
+            ),
+            (
+                json!({ "id": "m", "kind": "proportion", "conversion": false }),
+                "(m): a proportion needs eventName",
+            ),
+            (
+                json!({ "id": "m", "kind": "proportion", "eventName": "" }),
+                "(m): eventName must be a non-empty string",
+            ),
+            (
+                json!({ "id": "m", "kind": "proportion", "eventName": 3 }),
+                "(m): eventName must be a non-empty string",
+            ),
+            (
+                json!({ "id": "m", "kind": "proportion", "conversion": "yes" }),
+                "(m): conversion must be true or false",
+            ),
+            (
+                json!({ "id": "m", "kind": "proportion", "eventName": "x", "clickTarget": "" }),
+                "(m): clickTarget must be a non-empty string",
+            ),
+            (
+                json!({ "id": "m", "kind": "proportion", "eventName": "x", "field": "timeOnPage" }),
+                "(m): field is not allowed on a proportion",
+            ),
+            (
+                json!({ "id": "m", "kind": "proportion", "eventName": "x", "aggregate": "count" }),
+                "(m): aggregate is not allowed on a proportion",
+            ),
+            (
+                json!({ "id": "m", "kind": "proportion", "eventName": "x", "cap": { "value": 3 } }),
+                "(m): cap is not allowed on a proportion",
+            ),
+            (
+                json!({ "id": "m", "kind": "proportion", "eventName": "x", "numerator": {} }),
+                "(m): numerator is only for a ratio",
+            ),
+            (
+                json!({ "id": "m", "kind": "mean", "aggregate": "count" }),
+                "(m): eventName is required for a mean",
+            ),
+            (
+                json!({ "id": "m", "kind": "mean", "eventName": "x" }),
+                "(m): aggregate is required",
+            ),
+            (
+                json!({ "id": "m", "kind": "mean", "eventName": "x", "aggregate": "median" }),
+                "(m): aggregate must be count, sum, max, mean or sessions, not \"median\"",
+            ),
+            (
+                json!({ "id": "m", "kind": "mean", "eventName": "x", "aggregate": "sessions" }),
+                "(m): aggregate sessions is not allowed here",
+            ),
+            (
+                json!({ "id": "m", "kind": "mean", "eventName": "x", "aggregate": "sum" }),
+                "(m): field is required with aggregate sum",
+            ),
+            (
+                json!({ "id": "m", "kind": "mean", "eventName": "x", "aggregate": "count", "field": "loadTime" }),
+                "(m): field is not allowed with aggregate count",
+            ),
+            (
+                json!({ "id": "m", "kind": "mean", "eventName": "x", "aggregate": "max", "field": "revenue" }),
+                "(m): field must be timeOnPage, scrollDepth or loadTime, not \"revenue\"",
+            ),
+            (
+                json!({ "id": "m", "kind": "ratio", "numerator": { "aggregate": "count" } }),
+                "(m): denominator must be an object, not missing",
+            ),
+            (
+                json!({ "id": "m", "kind": "ratio", "numerator": 1, "denominator": { "aggregate": "count" } }),
+                "(m): numerator must be an object, not 1",
+            ),
+            (
+                json!({ "id": "m", "kind": "ratio", "eventName": "x", "numerator": { "aggregate": "count" }, "denominator": { "aggregate": "count" } }),
+                "(m): eventName is not allowed on a ratio",
+            ),
+            (
+                json!({ "id": "m", "kind": "ratio", "numerator": { "eventName": "x" }, "denominator": { "aggregate": "count" } }),
+                "(m): numerator.aggregate is required",
+            ),
+            (
+                json!({ "id": "m", "kind": "ratio", "numerator": { "aggregate": "sessions", "field": "scrollDepth" }, "denominator": { "aggregate": "count" } }),
+                "(m): numerator.field is not allowed with aggregate sessions",
+            ),
+            (
+                json!({ "id": "m", "kind": "ratio", "numerator": { "aggregate": "count" }, "denominator": { "aggregate": "mean" } }),
+                "(m): denominator.field is required with aggregate mean",
+            ),
+            (
+                json!({ "id": "m", "kind": "ratio", "numerator": { "aggregate": "count", "clickTarget": "" }, "denominator": { "aggregate": "count" } }),
+                "(m): numerator.clickTarget must be a non-empty string",
+            ),
+            (
+                json!({ "id": "m", "kind": "mean", "eventName": "x", "aggregate": "count", "cap": {} }),
+                "(m): cap must give exactly one of value and percentile",
+            ),
+            (
+                json!({ "id": "m", "kind": "mean", "eventName": "x", "aggregate": "count", "cap": { "value": 1, "percentile": 0.5 } }),
+                "(m): cap must give exactly one",
+            ),
+            (
+                json!({ "id": "m", "kind": "mean", "eventName": "x", "aggregate": "count", "cap": { "value": 0 } }),
+                "(m): cap.value must be a number above 0, not 0",
+            ),
+            (
+                json!({ "id": "m", "kind": "mean", "eventName": "x", "aggregate": "count", "cap": { "percentile": 1 } }),
+                "(m): cap.percentile must be a number between 0 and 1",
+            ),
+            (
+                json!({ "id": "m", "kind": "mean", "eventName": "x", "aggregate": "count", "cap": { "percentile": 0 } }),
+                "(m): cap.percentile must be a number between 0 and 1",
+            ),
+            (
+                json!({ "id": "m", "kind": "mean", "eventName": "x", "aggregate": "count", "cap": 5 }),
+                "(m): cap must be {\"value\": x} or {\"percentile\": p}",
+            ),
+            (
+                json!({ "id": "m", "kind": "proportion", "eventName": "x", "better": "up" }),
+                "(m): better must be \"higher\" or \"lower\"",
+            ),
+            (
+                json!({ "id": "m", "kind": "proportion", "eventName": "x", "cupedLookbackDays": 366 }),
+                "(m): cupedLookbackDays must be a number from 0 to 365, not 366",
+            ),
+            (
+                json!({ "id": "m", "kind": "proportion", "eventName": "x", "cupedLookbackDays": -1 }),
+                "(m): cupedLookbackDays must be a number from 0 to 365",
+            ),
+            (
+                json!({ "id": "m", "kind": "proportion", "eventName": "x", "cupedLookbackDays": "14" }),
+                "(m): cupedLookbackDays must be a number",
+            ),
+            (json!("signup"), "metrics[0]: must be an object"),
+        ];
+        for (definition, expected) in cases {
+            let found = problems(json!([definition]), Value::Null);
+            assert!(
+                found
+                    .iter()
+                    .any(|p| p.starts_with("metrics[0]") && p.contains(expected)),
+                "{definition}: {expected:?} not in {found:?}"
+            );
+        }
+        let found = problems(json!({ "signup": {} }), Value::Null);
+        assert_eq!(found.len(), 1);
+        assert!(found[0].starts_with("metrics: must be a list"), "{found:?}");
+        let mut twice = example();
+        twice[2]["id"] = "signup".into();
+        assert_eq!(
+            problems(twice, Value::Null),
+            ["metrics[2] (signup): duplicate metric id"]
+        );
+        // The edges that are allowed.
+        for fine in [
+            json!({ "id": "A-z_09", "kind": "proportion", "conversion": true, "cupedLookbackDays": 365 }),
+            json!({ "id": "a".repeat(64), "kind": "mean", "eventName": "x", "aggregate": "count", "conversion": true, "cap": { "value": 0.5 }, "better": "higher" }),
+            json!({ "id": "m", "kind": "ratio", "numerator": { "aggregate": "sum", "field": "loadTime", "conversion": true }, "denominator": { "eventName": "x", "clickTarget": "#b", "aggregate": "count" }, "cap": { "percentile": 0.5 } }),
+        ] {
+            assert!(load(json!([fine]), Value::Null).is_ok(), "{fine}");
+        }
+    }
+
+    #[test]
+    fn an_experiment_lists_defined_metrics_once_each_with_a_role() {
+        let cases: Vec<(Value, &str)> = vec![
+            (
+                json!([{ "id": "nope", "role": "goal" }]),
+                "experiments[0] (exp_x).metrics[0] (nope): unknown metric nope",
+            ),
+            (
+                json!([{ "id": "signup", "role": "goal" }, { "id": "signup", "role": "secondary" }]),
+                "experiments[0] (exp_x).metrics[1] (signup): metric signup listed twice",
+            ),
+            (
+                json!([{ "id": "signup", "role": "boss" }]),
+                "experiments[0] (exp_x).metrics[0] (signup): role must be goal, secondary or guardrail, not \"boss\"",
+            ),
+            (
+                json!([{ "id": "signup" }]),
+                "experiments[0] (exp_x).metrics[0] (signup): role must be goal, secondary or guardrail, not missing",
+            ),
+            (
+                json!([{ "role": "goal" }]),
+                "experiments[0] (exp_x).metrics[0] (): id must be a metric's id",
+            ),
+            (
+                json!(["signup"]),
+                "experiments[0] (exp_x).metrics[0] (): must be an object",
+            ),
+            (
+                json!({ "signup": "goal" }),
+                "experiments[0] (exp_x): metrics must be a list",
+            ),
+            (
+                json!([{ "id": "conversion", "role": "guardrail" }]),
+                "experiments[0] (exp_x): metric conversion is listed as guardrail but the experiment has no goal",
+            ),
+        ];
+        for (listed, expected) in cases {
+            let found = problems(example(), listed.clone());
+            assert!(
+                found.iter().any(|p| p.contains(expected)),
+                "{listed}: {expected:?} not in {found:?}"
+            );
+        }
+        assert!(
+            load(
+                example(),
+                json!([{ "id": "signup", "role": "goal" },
+                { "id": "conversion", "role": "guardrail" }])
+            )
+            .is_ok()
+        );
+    }
+}
