@@ -12,9 +12,10 @@ use crate::topology::{LOCAL_SUFFIX, Server, Topology, first_answering, is_sql_na
 mod migrations;
 
 use migrations::{
-    BOOTSTRAP, FIRST_CONVERSION_11, MIGRATIONS, RESULTS_DERIVED_11, RESULTS_HEAD_11,
-    RESULTS_STATISTICS, RESULTS_STATISTICS_10, RESULTS_STATISTICS_11, RESULTS_TAIL_11,
-    SESSIONS_SELECT, SRM_CHI_SQUARE, SRM_SEQUENTIAL_11, Step, VISITORS_SELECT,
+    ARM_STATISTICS_12, BOOTSTRAP, FIRST_CONVERSION_11, METRIC_VALUE_12, MIGRATIONS,
+    RESULTS_DERIVED_11, RESULTS_HEAD_11, RESULTS_STATISTICS, RESULTS_STATISTICS_10,
+    RESULTS_STATISTICS_11, RESULTS_TAIL_11, SESSIONS_SELECT, SRM_CHI_SQUARE, SRM_SEQUENTIAL_11,
+    Step, VISITORS_SELECT,
 };
 
 /// The minimum-data guard of the results views and of `experiment-results`: fewest exposed
@@ -173,6 +174,30 @@ impl ServerCaps {
                 &by_hour(RESULTS_STATISTICS_10),
             )
             .replace("{srm_chi_square}", SRM_CHI_SQUARE)
+            .replace("{value_of_n}", &metric_value("n", "any(n_agg)"))
+            .replace("{value_of_d}", &metric_value("d", "any(d_agg)"))
+            .replace("{value_of_p}", &metric_value("p", "any(n_agg)"))
+            .replace("{arm_statistics_b}", &arm_statistics("", "b"))
+            .replace("{arm_statistics_a}", &arm_statistics("_a", "a"))
+            .replace("{t_p_value}", &t_p_value("t_stat", "dof"))
+            .replace("{cuped_t_p_value}", &t_p_value("cuped_t_stat", "cuped_dof"))
+            .replace("{t_quantile_0}", &t_quantile_975("dof", "t_quantile", 0))
+            .replace("{t_quantile_1}", &t_quantile_975("dof", "t_quantile", 1))
+            .replace("{t_quantile_2}", &t_quantile_975("dof", "t_quantile", 2))
+            .replace(
+                "{cuped_t_quantile_0}",
+                &t_quantile_975("cuped_dof", "cuped_t_quantile", 0),
+            )
+            .replace(
+                "{cuped_t_quantile_1}",
+                &t_quantile_975("cuped_dof", "cuped_t_quantile", 1),
+            )
+            .replace(
+                "{cuped_t_quantile_2}",
+                &t_quantile_975("cuped_dof", "cuped_t_quantile", 2),
+            )
+            .replace("{min_visitors}", &MIN_VISITORS.to_string())
+            .replace("{min_conversions}", &MIN_CONVERSIONS.to_string())
             .replace("{sessions_select}", SESSIONS_SELECT)
             .replace("{visitors_select_11}", &visitors_select_11())
             .replace("{visitors_select}", VISITORS_SELECT)
@@ -185,6 +210,83 @@ impl ServerCaps {
             .replace("{first_exposure_hour}", first_exposure_hour)
             .replace("{to_ms}", to_ms)
     }
+}
+
+/// Migration 12: a visitor's value from the aggregates prefixed `prefix` by `aggregate`.
+fn metric_value(prefix: &str, aggregate: &str) -> String {
+    METRIC_VALUE_12
+        .replace("{x}", prefix)
+        .replace("{agg}", aggregate)
+}
+
+/// Migration 12: an arm's statistics from its sums suffixed `sums`, as columns suffixed
+/// `_{arm}`.
+fn arm_statistics(sums: &str, arm: &str) -> String {
+    ARM_STATISTICS_12.replace("{c}", sums).replace("{arm}", arm)
+}
+
+/// Student's t with `nu` degrees of freedom: P(0 < T < t) for t >= 0, with `terms` terms of
+/// the series. ClickHouse has no t distribution; this is
+/// `t Γ((ν+1)/2) / (√(νπ) Γ(ν/2)) (1 + t²/ν)^(-(ν+1)/2) ₂F₁(1, (ν+1)/2; 3/2; t²/(ν+t²))`
+/// (the hypergeometric form of the t CDF after Pfaff's transformation), whose series has
+/// positive terms only. The terms are cumulative sums of logarithms (an `lgamma` of a large
+/// ν loses digits), the gamma ratio is its asymptotic series from ν = 1000 on, and log1p
+/// (not in 18.x) its series for small arguments. Against scipy: within 1e-9 relative or
+/// 1e-12 absolute for ν >= 49 (the guard's fewest visitors) and |t| <= 40 with 4000 terms.
+fn t_half(t: &str, nu: &str, terms: u32) -> String {
+    let x = format!("(pow({t}, 2) / ({nu}))");
+    let log1p = format!(
+        "if({x} < 1e-4, {x} - pow({x}, 2) / 2 + pow({x}, 3) / 3 - pow({x}, 4) / 4, log(1 + {x}))"
+    );
+    let half_nu = format!("(({nu}) / 2)");
+    let gamma_ratio = format!(
+        "if({half_nu} < 500, exp(lgamma({half_nu} + 0.5) - lgamma({half_nu})), \
+         sqrt({half_nu}) * (1 - 1 / (8 * {half_nu}) + 1 / (128 * pow({half_nu}, 2)) \
+         + 5 / (1024 * pow({half_nu}, 3)) - 21 / (32768 * pow({half_nu}, 4))))"
+    );
+    let log_w = format!("log(pow({t}, 2) / (({nu}) + pow({t}, 2)))");
+    let b = format!("((({nu}) + 1) / 2)");
+    format!(
+        "(({t}) * {gamma_ratio} / sqrt(({nu}) * pi()) * exp(-{b} * {log1p}) \
+         * arraySum(arrayMap(l -> exp(l), arrayCumSum(arrayMap( \
+         (k, b, lw) -> if(k = 0, 0, log(b + k - 1) - log(0.5 + k) + lw), \
+         range({terms}), arrayResize([{b}], {terms}, {b}), \
+         arrayResize([{log_w}], {terms}, {log_w}))))))"
+    )
+}
+
+/// The two-sided p-value of Student's t statistic `t` with `nu` degrees of freedom (0
+/// beyond |t| = 40, where it is below 1e-40 for ν >= 49).
+fn t_p_value(t: &str, nu: &str) -> String {
+    let half = t_half(&format!("abs({t})"), nu, 4000);
+    format!("if(abs({t}) > 40, 0, greatest(0, 1 - 2 * {half}))")
+}
+
+/// The 97.5% quantile of Student's t with `nu` degrees of freedom, as the column `name`:
+/// `step` 0 is the Cornish-Fisher expansion (as `name_0`), 1 and 2 are Newton steps on
+/// [`t_half`] (as `name_1`, then `name`), each in a SELECT of its own over the one before
+/// (18.x expands aliases, and the steps nested in one SELECT outgrow its limit). Within
+/// 1e-12 of scipy for ν >= 49.
+fn t_quantile_975(nu: &str, name: &str, step: u32) -> String {
+    let z = "1.959963984540054";
+    if step == 0 {
+        return format!(
+            "{z} + (pow({z}, 3) + {z}) / (4 * ({nu})) \
+             + (5 * pow({z}, 5) + 16 * pow({z}, 3) + 3 * {z}) / (96 * pow({nu}, 2)) \
+             AS {name}_0"
+        );
+    }
+    let t = format!("{name}_{}", step - 1);
+    let pdf = format!(
+        "(exp(lgamma((({nu}) + 1) / 2) - lgamma(({nu}) / 2)) / sqrt(({nu}) * pi()) \
+         * pow(1 + pow({t}, 2) / ({nu}), -(({nu}) + 1) / 2))"
+    );
+    let alias = if step == 2 {
+        name.to_owned()
+    } else {
+        format!("{name}_{step}")
+    };
+    format!("{t} - ({} - 0.475) / {pdf} AS {alias}", t_half(&t, nu, 100))
 }
 
 /// What the topology changes in the statements.

@@ -50,6 +50,12 @@ pub(super) const RESULTS_DERIVED_11: &str = sql!("migrations/011_results_derived
 pub(super) const RESULTS_HEAD_11: &str = sql!("migrations/011_results_head.sql");
 pub(super) const RESULTS_TAIL_11: &str = sql!("migrations/011_results_tail.sql");
 pub(super) const SRM_SEQUENTIAL_11: &str = sql!("migrations/011_srm_sequential.sql");
+/// Migration 12: one visitor's value of a metric from its aggregates (`{x}` the prefix of
+/// the numerator, denominator or covariate, `{agg}` the aggregate's column).
+pub(super) const METRIC_VALUE_12: &str = sql!("migrations/012_metric_value.sql");
+/// Migration 12: one arm's mean and variance per metric kind (`{c}` the suffix of the
+/// arm's sums, `{arm}` of the columns made).
+pub(super) const ARM_STATISTICS_12: &str = sql!("migrations/012_arm_statistics.sql");
 
 /// The sample-ratio check of [`MIGRATIONS`] 6 and every results view after it
 /// (`{srm_chi_square}`): chi-square, in closed form for 1 to 9 degrees of freedom.
@@ -386,6 +392,10 @@ pub(super) const MIGRATIONS: &[Migration] = &[
                 engine: "ReplacingMergeTree",
                 create: sql!("migrations/012_experiment_metrics.sql"),
             },
+            Step::Once(sql!("migrations/012_experiment_metric_definitions.sql")),
+            // Per visitor and metric: the value, the denominator, the covariate.
+            Step::Once(sql!("migrations/012_experiment_metric_visitors.sql")),
+            Step::Once(sql!("migrations/012_experiment_metric_results.sql")),
         ],
     },
 ];

@@ -9,7 +9,11 @@ Reads one JSON document on stdin and writes the answers as one JSON document on 
                 "tuning": 5000}, ...],
      "families": [[p, ...], ...],
      "welch": [{"variant": [n, mean, variance], "control": [n, mean, variance]}, ...],
-     "srm": [{"counts": [n, ...], "weights": [w, ...]}, ...]}
+     "srm": [{"counts": [n, ...], "weights": [w, ...]}, ...],
+     "metrics": [{"events": [...], "metrics": [...], "controls": [...], "treatments": k,
+                  "tuning": 5000}, ...]}
+
+(see `metrics` below for the last).
 
 A statistic that comes out infinite, NaN, or as an interval of zero width is answered
 null: the Rust side must give none either.
@@ -176,6 +180,174 @@ def srm_sequential(case):
     return out
 
 
+FIELDS = {"time_on_page": "timeOnPage", "scroll_depth": "scrollDepth", "load_time": "loadTime"}
+
+
+def metric_values(case, metric):
+    """Each exposed visitor's (variant, numerator, denominator, covariate) for one metric,
+    from the raw events: post-exposure events of the experiment and phase from the first
+    impression on; pre-exposure events of any experiment in the lookback before it."""
+    events = case["events"]
+    first = {}
+    for e in events:
+        if e["name"] == "impression" and e["experiment"] == case["experiment"]:
+            v = e["visitor"]
+            if v not in first or e["t"] < first[v][0]:
+                first[v] = (e["t"], e["variant"])
+
+    def measure(spec, chosen):
+        def matches(e):
+            return (
+                (not spec.get("event") or e["name"] == spec["event"])
+                and (not spec.get("target") or e.get("target", "") == spec["target"])
+                and (not spec.get("conversion") or e["name"] == "conversion" or e.get("conversion") == 1)
+            )
+        hits = [e for e in chosen if matches(e)]
+        field = spec.get("field")
+        values = [e[FIELDS[field]] for e in hits if field and e.get(FIELDS[field]) is not None]
+        agg = spec["aggregate"]
+        if agg == "any":
+            return 1.0 if hits else 0.0
+        if agg == "count":
+            return float(len(hits))
+        if agg == "sum":
+            return float(sum(values))
+        if agg == "max":
+            return float(max(values)) if values else 0.0
+        if agg == "mean":
+            return float(np.mean(values)) if values else 0.0
+        if agg == "sessions":
+            return float(len({e["session"] for e in hits}))
+        raise ValueError(agg)
+
+    rows = []
+    lookback = metric.get("lookback_days", 14) * 86400000
+    for visitor, (t0, variant) in sorted(first.items()):
+        mine = [e for e in events if e["visitor"] == visitor]
+        post = [e for e in mine if e["experiment"] == case["experiment"] and e["t"] >= t0]
+        pre = [e for e in mine if t0 - lookback <= e["t"] < t0]
+        y = measure(metric["numerator"], post)
+        d = measure(metric["denominator"], post) if metric.get("denominator") else 1.0
+        x = measure(metric["numerator"], pre)
+        rows.append((variant, y, d, x))
+    cap = metric.get("cap_value", 0)
+    if not cap and metric.get("cap_percentile", 0):
+        cap = float(np.percentile([r[1] for r in rows], metric["cap_percentile"] * 100))
+    if cap:
+        rows = [(v, min(y, cap), d, min(x, cap)) for v, y, d, x in rows]
+    return rows, cap
+
+
+def metrics(case):
+    """Every statistic of experiment_metric_results, per metric and treatment, from gbstats
+    on the statistics of the raw events: TwoSidedTTest (fixed horizon),
+    SequentialTwoSidedTTest at 5% / treatments (always valid), EffectBayesianABTest with
+    its default prior (chance to beat the control), RegressionAdjustedStatistic with
+    compute_theta (CUPED); and the one-sided harm test of a guardrail by numerical
+    integration of the normal mixture over harmful effects."""
+    from gbstats.bayesian.tests import EffectBayesianABTest, EffectBayesianConfig
+    from gbstats.frequentist.tests import FrequentistConfig, TwoSidedTTest
+    from gbstats.models.statistics import (
+        RatioStatistic,
+        RegressionAdjustedStatistic,
+        SampleMeanStatistic,
+        compute_theta,
+    )
+    from scipy import integrate
+
+    k = case["treatments"]
+    alpha = ALPHA / k
+    out = []
+    for metric in case["metrics"]:
+        rows, cap = metric_values(case, metric)
+        kind = metric["kind"]
+
+        def stat(ys, n):
+            if kind == "proportion":
+                return ProportionStatistic(n=n, sum=sum(ys))
+            return SampleMeanStatistic(n=n, sum=sum(ys), sum_squares=sum(y * y for y in ys))
+
+        def arm(variant):
+            mine = [r for r in rows if r[0] == variant]
+            n = len(mine)
+            ys, ds, xs = [r[1] for r in mine], [r[2] for r in mine], [r[3] for r in mine]
+            if kind == "ratio":
+                plain = RatioStatistic(
+                    n=n,
+                    m_statistic=SampleMeanStatistic(n=n, sum=sum(ys), sum_squares=sum(y * y for y in ys)),
+                    d_statistic=SampleMeanStatistic(n=n, sum=sum(ds), sum_squares=sum(d * d for d in ds)),
+                    m_d_sum_of_products=sum(y * d for y, d in zip(ys, ds)),
+                )
+                return n, plain, None
+            adjusted = RegressionAdjustedStatistic(
+                n=n,
+                post_statistic=stat(ys, n),
+                pre_statistic=stat(xs, n),
+                post_pre_sum_of_products=sum(y * x for y, x in zip(ys, xs)),
+                theta=0,
+            )
+            return n, stat(ys, n), adjusted
+
+        n_a, a, a_adj = arm(metric["control"])
+        for variant in metric["variants"]:
+            n_b, b, b_adj = arm(variant)
+            absolute = FrequentistConfig(difference_type="absolute")
+            fixed = TwoSidedTTest(a, b, absolute)
+            sequential = SequentialTwoSidedTTest(
+                a, b, SequentialConfig(difference_type="absolute", alpha=alpha,
+                                       sequential_tuning_parameter=case["tuning"]))
+            better = metric.get("higher_is_better", True)
+            bayes = EffectBayesianABTest(
+                a, b, EffectBayesianConfig(difference_type="absolute", inverse=not better)
+            ).compute_result()
+            row = {
+                "metric": metric["id"],
+                "variant": variant,
+                "visitors": n_b,
+                "value": float(b.mean),
+                "diff": float(fixed.point_estimate),
+                "ci": [float(c) for c in fixed.confidence_interval],
+                "p_value": float(fixed.p_value),
+                "always_valid_p_value": float(min(1.0, k * sequential.p_value)),
+                "always_valid_ci": [float(c) for c in sequential.confidence_interval],
+                "chance_to_beat_control": float(bayes.chance_to_win),
+                "cap": cap,
+            }
+            if metric.get("role") == "guardrail":
+                # The mixture N(0, tau^2) of the always-valid test (tau^2 = N rho^2 V),
+                # restricted to the harmful half-line (density doubled), integrated.
+                variance = fixed.variance
+                n_rho2 = (n_a + n_b) * sequential.rho ** 2
+                tau2 = n_rho2 * variance
+                d = fixed.point_estimate
+
+                def ratio(theta):
+                    return math.exp((2 * theta * d - theta * theta) / (2 * variance)) \
+                        * 2 * stats.norm.pdf(theta, 0, math.sqrt(tau2))
+                lo, hi = (-np.inf, 0) if better else (0, np.inf)
+                mixture = integrate.quad(ratio, lo, hi, epsabs=0, epsrel=1e-12, limit=200)[0]
+                row["harm_p_value"] = min(1.0, k / mixture)
+            if a_adj is not None:
+                theta = compute_theta(a_adj, b_adj)
+                a_adj.theta = theta
+                b_adj.theta = theta
+                fixed_adj = TwoSidedTTest(a_adj, b_adj, absolute)
+                seq_adj = SequentialTwoSidedTTest(
+                    a_adj, b_adj, SequentialConfig(difference_type="absolute", alpha=alpha,
+                                                   sequential_tuning_parameter=case["tuning"]))
+                row["cuped"] = {
+                    "theta": float(theta),
+                    "diff": float(fixed_adj.point_estimate),
+                    "ci": [float(c) for c in fixed_adj.confidence_interval],
+                    "p_value": float(fixed_adj.p_value),
+                    "always_valid_p_value": float(min(1.0, k * seq_adj.p_value)),
+                    "always_valid_ci": [float(c) for c in seq_adj.confidence_interval],
+                    "variance_reduction": float(1 - fixed_adj.variance / fixed.variance),
+                }
+            out.append(row)
+    return out
+
+
 def main():
     request = json.load(sys.stdin)
     with warnings.catch_warnings():
@@ -186,6 +358,7 @@ def main():
             "welch": [welch(c) for c in request.get("welch", [])],
             "srm": [srm(c) for c in request.get("srm", [])],
             "srm_sequential": [srm_sequential(c) for c in request.get("srm_sequential", [])],
+            "metrics": [metrics(c) for c in request.get("metrics", [])],
         }
     json.dump(answer, sys.stdout)
 

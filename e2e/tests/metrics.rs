@@ -1,0 +1,521 @@
+//! `experiment_metric_results` against an independent implementation: each metric's
+//! per-visitor values computed in Python from the same raw events (`reference.py`'s
+//! `metrics`), then gbstats' statistics on them, to 1e-9 (the harm test, integrated
+//! numerically, to 1e-7). And the metrics' rules that an analyst relies on: the guard, a
+//! changed definition applied to stored events, the lookback.
+
+mod stats;
+
+use std::fmt::Write;
+
+use clickhouse::Row;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use stats::{Rng, assert_close};
+
+const KEY: &str = "pk_metrics";
+const EXPERIMENT: &str = "exp_metrics";
+/// The first exposures' time, milliseconds since the Unix epoch.
+const START: i64 = 1_790_000_000_000;
+const DAY: i64 = 86_400_000;
+
+/// One event as both sides read it.
+#[derive(Clone, Debug)]
+struct Event {
+    visitor: String,
+    variant: &'static str,
+    session: String,
+    name: &'static str,
+    experiment: &'static str,
+    t: i64,
+    target: &'static str,
+    conversion: Option<u8>,
+    time_on_page: Option<f64>,
+    scroll_depth: Option<f64>,
+    load_time: Option<f64>,
+}
+
+impl Event {
+    fn reference(&self) -> Value {
+        json!({
+            "visitor": self.visitor, "variant": self.variant, "session": self.session,
+            "name": self.name, "experiment": self.experiment, "t": self.t,
+            "target": self.target, "conversion": self.conversion,
+            "timeOnPage": self.time_on_page, "scrollDepth": self.scroll_depth,
+            "loadTime": self.load_time,
+        })
+    }
+
+    fn row(&self, id: usize) -> Value {
+        json!({
+            "event_id": format!("00000000-0000-4000-8000-{id:012x}"),
+            "received_at": self.t / 1000, "received_at_ms": self.t, "event_time": self.t,
+            "public_key": KEY, "event_name": self.name, "experiment_id": self.experiment,
+            "variant_id": if self.name == "impression" { self.variant } else { "" },
+            "session_id": self.session, "conversion": self.conversion,
+            "load_time": self.load_time, "scroll_depth": self.scroll_depth,
+            "time_on_page": self.time_on_page, "click_target": self.target,
+            "visitor_id": self.visitor, "phase": 1, "test": 0, "is_bot": 0,
+        })
+    }
+}
+
+/// A metric as the snapshot defines it, flattened as `experiment_metrics` has it.
+struct Metric {
+    id: &'static str,
+    role: &'static str,
+    kind: &'static str,
+    /// (event, click target, conversion, field, aggregate)
+    numerator: (&'static str, &'static str, u8, &'static str, &'static str),
+    denominator: Option<(&'static str, &'static str, u8, &'static str, &'static str)>,
+    cap_value: f64,
+    cap_percentile: f64,
+    higher_is_better: bool,
+    lookback_days: f64,
+}
+
+fn metrics() -> Vec<Metric> {
+    let plain = |id, role, kind, numerator| Metric {
+        id,
+        role,
+        kind,
+        numerator,
+        denominator: None,
+        cap_value: 0.0,
+        cap_percentile: 0.0,
+        higher_is_better: true,
+        lookback_days: 14.0,
+    };
+    vec![
+        plain("conversion", "goal", "proportion", ("", "", 1, "", "any")),
+        plain(
+            "signup",
+            "secondary",
+            "proportion",
+            ("conversion", "signup", 0, "", "any"),
+        ),
+        plain("clicks", "secondary", "mean", ("click", "", 0, "", "count")),
+        Metric {
+            cap_percentile: 0.9,
+            ..plain(
+                "time_on_page",
+                "guardrail",
+                "mean",
+                ("dwell_time", "", 0, "time_on_page", "max"),
+            )
+        },
+        Metric {
+            cap_value: 80.0,
+            ..plain(
+                "scroll",
+                "secondary",
+                "mean",
+                ("scroll_depth", "", 0, "scroll_depth", "mean"),
+            )
+        },
+        Metric {
+            higher_is_better: false,
+            lookback_days: 7.0,
+            ..plain(
+                "load_time",
+                "guardrail",
+                "mean",
+                ("performance", "", 0, "load_time", "sum"),
+            )
+        },
+        Metric {
+            denominator: Some(("", "", 0, "", "sessions")),
+            ..plain(
+                "clicks_per_session",
+                "secondary",
+                "ratio",
+                ("click", "", 0, "", "count"),
+            )
+        },
+    ]
+}
+
+/// Visitors in three arms (A the control), each with an activity level that drives both
+/// their events before exposure (in another experiment, some older than the lookback, some
+/// visitors none) and after it; B clicks more, converts more and loads slower; one visitor
+/// of C stays a whole day on a page.
+fn events(seed: u64, per_arm: usize) -> Vec<Event> {
+    let mut rng = Rng::new(seed);
+    let mut out = Vec::new();
+    for i in 0..per_arm * 3 {
+        let variant = ["A", "B", "C"][i % 3];
+        let visitor = format!("v{seed}_{i}");
+        let t0 = START + i as i64 * 1000;
+        let activity = rng.uniform();
+        let lift = if variant == "B" { 1.0 } else { 0.0 };
+        let event = |name, experiment, t, session: &str| Event {
+            visitor: visitor.clone(),
+            variant,
+            session: session.to_owned(),
+            name,
+            experiment,
+            t,
+            target: "",
+            conversion: None,
+            time_on_page: None,
+            scroll_depth: None,
+            load_time: None,
+        };
+        if rng.bernoulli(0.8) {
+            for k in 0..rng.poisson(1.0 + 6.0 * activity) {
+                out.push(event("click", "other", t0 - 3 * DAY + k as i64, "pre"));
+            }
+            out.push(Event {
+                time_on_page: Some((20_000.0 * activity + 5_000.0 * rng.uniform()).round()),
+                ..event("dwell_time", "other", t0 - 2 * DAY, "pre")
+            });
+            out.push(Event {
+                load_time: Some(300.0 + 400.0 * activity),
+                ..event("performance", "other", t0 - 10 * DAY, "old")
+            });
+            if rng.bernoulli(0.1 + 0.5 * activity) {
+                out.push(Event {
+                    target: "signup",
+                    conversion: Some(1),
+                    ..event("conversion", "other", t0 - DAY, "pre")
+                });
+            }
+        }
+        // Outside every lookback.
+        out.push(event("click", "other", t0 - 20 * DAY, "old"));
+        out.push(event("impression", EXPERIMENT, t0, "s1"));
+        let sessions = 1 + rng.range(0, 2);
+        for k in 0..rng.poisson(0.5 + 6.0 * activity + lift) {
+            let session = format!("s{}", 1 + k % sessions);
+            out.push(event("click", EXPERIMENT, t0 + 1000 + k as i64, &session));
+        }
+        for k in 0..rng.range(0, 2) {
+            let long = variant == "C" && i == 5;
+            out.push(Event {
+                time_on_page: Some(if long {
+                    86_400_000.0
+                } else {
+                    (20_000.0 * activity + 8_000.0 * rng.uniform()).round()
+                }),
+                ..event("dwell_time", EXPERIMENT, t0 + 5000 + k as i64, "s1")
+            });
+        }
+        for k in 0..rng.range(1, 3) {
+            out.push(Event {
+                scroll_depth: Some((100.0 * rng.uniform()).round()),
+                ..event("scroll_depth", EXPERIMENT, t0 + 6000 + k as i64, "s1")
+            });
+        }
+        out.push(Event {
+            load_time: Some(300.0 + 400.0 * activity + 60.0 * lift + 50.0 * rng.uniform()),
+            ..event("performance", EXPERIMENT, t0 + 200, "s1")
+        });
+        if rng.bernoulli(0.1 + 0.3 * activity + 0.1 * lift) {
+            out.push(Event {
+                target: if rng.bernoulli(0.7) {
+                    "signup"
+                } else {
+                    "purchase"
+                },
+                conversion: Some(1),
+                ..event("conversion", EXPERIMENT, t0 + 9000, "s1")
+            });
+        }
+    }
+    out
+}
+
+struct Database {
+    name: String,
+    client: clickhouse::Client,
+    http: reqwest::Client,
+}
+
+impl Database {
+    async fn new() -> Self {
+        let name = e2e::unique("metrics_");
+        let client = e2e::clickhouse(&name);
+        consumer::schema::migrate(&client, &name)
+            .await
+            .expect("migrations");
+        Self {
+            name,
+            client,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    async fn insert(&self, table: &str, rows: &[Value]) {
+        let mut body = String::new();
+        for row in rows {
+            let _ = writeln!(body, "{row}");
+        }
+        let query = format!("INSERT INTO {}.{table} FORMAT JSONEachRow", self.name);
+        let response = self
+            .http
+            .post(e2e::clickhouse_url())
+            .query(&[("query", query.as_str())])
+            .body(body)
+            .send()
+            .await
+            .expect("ClickHouse answers");
+        let status = response.status();
+        assert!(
+            status.is_success(),
+            "insert into {table}: {status} {}",
+            response.text().await.unwrap_or_default()
+        );
+    }
+
+    async fn define(&self, metrics: &[Metric], loaded_at: i64) {
+        let variants: Vec<Value> = [("A", 1), ("B", 0), ("C", 0)]
+            .iter()
+            .map(|(variant, control)| {
+                json!({"experiment_id": EXPERIMENT, "variant_id": variant, "version": "v1",
+                    "weight": 1.0, "is_control": control, "status": "live", "parts": "{}",
+                    "loaded_at": START - DAY, "phase": 1, "public_keys": [KEY]})
+            })
+            .collect();
+        self.insert("experiment_variants", &variants).await;
+        let rows: Vec<Value> = metrics
+            .iter()
+            .enumerate()
+            .map(|(position, m)| {
+                let (ne, nt, nc, nf, na) = m.numerator;
+                let (de, dt, dc, df, da) = m.denominator.unwrap_or(("", "", 0, "", ""));
+                json!({"experiment_id": EXPERIMENT, "version": "v1", "phase": 1,
+                    "metric_id": m.id, "role": m.role, "position": position, "kind": m.kind,
+                    "num_event": ne, "num_click_target": nt, "num_conversion": nc,
+                    "num_field": nf, "num_aggregate": na, "den_event": de,
+                    "den_click_target": dt, "den_conversion": dc, "den_field": df,
+                    "den_aggregate": da, "cap_value": m.cap_value,
+                    "cap_percentile": m.cap_percentile,
+                    "higher_is_better": u8::from(m.higher_is_better),
+                    "cuped_lookback_days": m.lookback_days, "definition": "{}",
+                    "loaded_at": loaded_at, "public_keys": [KEY]})
+            })
+            .collect();
+        self.insert("experiment_metrics", &rows).await;
+    }
+
+    async fn store(&self, events: &[Event]) {
+        let rows: Vec<Value> = events.iter().enumerate().map(|(i, e)| e.row(i)).collect();
+        self.insert("events", &rows).await;
+    }
+
+    async fn results(&self) -> Vec<Result> {
+        self.client
+            .query(
+                "SELECT ?fields FROM experiment_metric_results WHERE experiment_id = ? \
+                 ORDER BY position, variant_id",
+            )
+            .bind(EXPERIMENT)
+            .fetch_all()
+            .await
+            .expect("experiment_metric_results")
+    }
+}
+
+#[derive(Debug, Deserialize, Row)]
+struct Result {
+    metric_id: String,
+    role: String,
+    kind: String,
+    variant_id: String,
+    is_control: u8,
+    visitors: u64,
+    value: f64,
+    diff: Option<f64>,
+    ci_low: Option<f64>,
+    ci_high: Option<f64>,
+    p_value: Option<f64>,
+    always_valid_p_value: Option<f64>,
+    always_valid_ci_low: Option<f64>,
+    always_valid_ci_high: Option<f64>,
+    chance_to_beat_control: Option<f64>,
+    always_valid_harm_p_value: Option<f64>,
+    cuped_theta: Option<f64>,
+    cuped_diff: Option<f64>,
+    cuped_ci_low: Option<f64>,
+    cuped_ci_high: Option<f64>,
+    cuped_p_value: Option<f64>,
+    cuped_always_valid_p_value: Option<f64>,
+    cuped_always_valid_ci_low: Option<f64>,
+    cuped_always_valid_ci_high: Option<f64>,
+    cuped_variance_reduction: Option<f64>,
+    cap: f64,
+    treatments: u64,
+    no_test_reason: String,
+}
+
+fn request(metrics: &[Metric], events: &[Event]) -> Value {
+    let spec = |(event, target, conversion, field, aggregate): (&str, &str, u8, &str, &str)| {
+        json!({"event": event, "target": target, "conversion": conversion == 1,
+            "field": if field.is_empty() { Value::Null } else { json!(field) },
+            "aggregate": aggregate})
+    };
+    let metrics: Vec<Value> = metrics
+        .iter()
+        .map(|m| {
+            json!({"id": m.id, "kind": m.kind, "role": m.role,
+                "numerator": spec(m.numerator),
+                "denominator": m.denominator.map(spec),
+                "cap_value": m.cap_value, "cap_percentile": m.cap_percentile,
+                "higher_is_better": m.higher_is_better, "lookback_days": m.lookback_days,
+                "control": "A", "variants": ["B", "C"]})
+        })
+        .collect();
+    json!({"metrics": [{
+        "experiment": EXPERIMENT,
+        "events": events.iter().map(Event::reference).collect::<Vec<_>>(),
+        "metrics": metrics, "treatments": 2, "tuning": 5000.0,
+    }]})
+}
+
+#[track_caller]
+fn same(what: &str, got: Option<f64>, want: &Value) {
+    let got = got.unwrap_or_else(|| panic!("{what}: the view gives none, reference {want}"));
+    assert_close(what, got, want);
+}
+
+#[tokio::test]
+async fn every_metric_kind_and_its_cuped_equal_gbstats_on_the_raw_events() {
+    let db = Database::new().await;
+    let metrics = metrics();
+    let events = events(7, 150);
+    db.define(&metrics, START - DAY).await;
+    db.store(&events).await;
+    let results = db.results().await;
+    let answers = stats::reference(&request(&metrics, &events));
+    let answers = answers["metrics"][0].as_array().expect("answers").clone();
+
+    assert_eq!(
+        results.len(),
+        metrics.len() * 3,
+        "a row per metric and arm: {results:?}"
+    );
+    for want in &answers {
+        let metric = want["metric"].as_str().expect("metric");
+        let variant = want["variant"].as_str().expect("variant");
+        let got = results
+            .iter()
+            .find(|r| r.metric_id == metric && r.variant_id == variant)
+            .unwrap_or_else(|| panic!("no row for {metric} {variant}"));
+        let what = format!("{metric} ({}) {variant}", got.kind);
+        assert_eq!(
+            got.visitors,
+            want["visitors"].as_u64().expect("n"),
+            "{what}"
+        );
+        assert_eq!(got.treatments, 2, "{what}");
+        assert_eq!(got.no_test_reason, "", "{what}");
+        assert_close(&format!("{what}: value"), got.value, &want["value"]);
+        assert_close(&format!("{what}: cap"), got.cap, &want["cap"]);
+        same(&format!("{what}: diff"), got.diff, &want["diff"]);
+        same(&format!("{what}: ci low"), got.ci_low, &want["ci"][0]);
+        same(&format!("{what}: ci high"), got.ci_high, &want["ci"][1]);
+        same(&format!("{what}: p"), got.p_value, &want["p_value"]);
+        same(
+            &format!("{what}: always-valid p"),
+            got.always_valid_p_value,
+            &want["always_valid_p_value"],
+        );
+        same(
+            &format!("{what}: always-valid low"),
+            got.always_valid_ci_low,
+            &want["always_valid_ci"][0],
+        );
+        same(
+            &format!("{what}: always-valid high"),
+            got.always_valid_ci_high,
+            &want["always_valid_ci"][1],
+        );
+        same(
+            &format!("{what}: chance to beat the control"),
+            got.chance_to_beat_control,
+            &want["chance_to_beat_control"],
+        );
+        match (&want["harm_p_value"], got.always_valid_harm_p_value) {
+            (Value::Null, None) => assert_ne!(got.role, "guardrail", "{what}"),
+            (want, Some(got)) => {
+                let want = want.as_f64().expect("harm p");
+                assert!(
+                    (got - want).abs() <= 1e-7 * want.abs().max(1e-12),
+                    "{what}: harm p {got:e}, integrated {want:e}"
+                );
+            }
+            (want, got) => panic!("{what}: harm p {got:?}, reference {want}"),
+        }
+        let cuped = &want["cuped"];
+        if cuped.is_null() {
+            assert_eq!(got.cuped_diff, None, "{what}: a ratio has no CUPED");
+            continue;
+        }
+        same(&format!("{what}: theta"), got.cuped_theta, &cuped["theta"]);
+        same(
+            &format!("{what}: CUPED diff"),
+            got.cuped_diff,
+            &cuped["diff"],
+        );
+        same(
+            &format!("{what}: CUPED low"),
+            got.cuped_ci_low,
+            &cuped["ci"][0],
+        );
+        same(
+            &format!("{what}: CUPED high"),
+            got.cuped_ci_high,
+            &cuped["ci"][1],
+        );
+        same(
+            &format!("{what}: CUPED p"),
+            got.cuped_p_value,
+            &cuped["p_value"],
+        );
+        same(
+            &format!("{what}: CUPED always-valid p"),
+            got.cuped_always_valid_p_value,
+            &cuped["always_valid_p_value"],
+        );
+        same(
+            &format!("{what}: CUPED always-valid low"),
+            got.cuped_always_valid_ci_low,
+            &cuped["always_valid_ci"][0],
+        );
+        same(
+            &format!("{what}: CUPED always-valid high"),
+            got.cuped_always_valid_ci_high,
+            &cuped["always_valid_ci"][1],
+        );
+        same(
+            &format!("{what}: variance reduction"),
+            got.cuped_variance_reduction,
+            &cuped["variance_reduction"],
+        );
+    }
+    // The data are made so that each part is at work: CUPED cuts the variance of the
+    // activity-driven metrics, but not where the only earlier events are older than the
+    // lookback (load time: 10 days, its lookback 7); the cap binds; a guardrail is harmed.
+    let row = |metric: &str, variant: &str| {
+        results
+            .iter()
+            .find(|r| r.metric_id == metric && r.variant_id == variant)
+            .expect("row")
+    };
+    assert!(row("clicks", "B").cuped_variance_reduction.expect("CUPED") > 0.1);
+    assert!(
+        row("time_on_page", "C")
+            .cuped_variance_reduction
+            .expect("CUPED")
+            > 0.05
+    );
+    assert_eq!(row("load_time", "B").cuped_theta, Some(0.0));
+    assert!(row("time_on_page", "C").cap < 86_400_000.0);
+    assert!(
+        row("load_time", "B")
+            .always_valid_harm_p_value
+            .expect("harm")
+            < 0.05
+    );
+    assert!(row("conversion", "A").is_control == 1 && row("conversion", "A").diff == Some(0.0));
+}
