@@ -12,7 +12,7 @@ Two things of a cluster cannot run in chdb, which has no server threads:
   definition is checked), it is made again with the same definition and the plain engine,
   so that the statements after it (ALTERs, materialized views, inserts) are checked too.
 Prints one line per statement; exits 1 on the first refusal. In the single-server layout,
-it then writes three events and two definitions and reads the results views, one line
+it then writes three events, two variants and two metrics and reads the results views, one line
 each (`view NAME: N rows`), so that a view modern ClickHouse creates but cannot answer
 fails too.
 """
@@ -75,13 +75,22 @@ DEFINITIONS = """INSERT INTO analytics.experiment_variants (experiment_id, varia
     weight, is_control, status, parts, loaded_at, phase) VALUES
     ('exp', 'a', 'v', 50, 1, 'live', '{}', now64(3), 1),
     ('exp', 'b', 'v', 50, 0, 'live', '{}', now64(3), 1)"""
-VIEWS = ["experiment_results", "experiment_variant_counts_over_time", "experiment_results_over_time"]
+METRICS = """INSERT INTO analytics.experiment_metrics (experiment_id, version, phase, metric_id,
+    role, position, kind, num_event, num_conversion, num_aggregate, num_field, den_event,
+    den_aggregate, cap_percentile, cuped_lookback_days, loaded_at) VALUES
+    ('exp', 'v', 1, 'conversion', 'goal', 0, 'proportion', '', 1, 'any', '', '', '', 0, 14,
+     '2026-11-01 09:00:00.000'),
+    ('exp', 'v', 1, 'clicks_per_session', 'secondary', 1, 'ratio', 'click', 0, 'count', '', '',
+     'sessions', 0.9, 14, '2026-11-01 09:00:00.000')"""
+VIEWS = ["experiment_results", "experiment_variant_counts_over_time", "experiment_results_over_time",
+         "experiment_metric_results"]
 
 
 def read_views(db) -> int:
     try:
         db.query(EVENTS)
         db.query(DEFINITIONS)
+        db.query(METRICS)
         for view in VIEWS:
             rows = str(db.query(f"SELECT * FROM analytics.{view}", "TSV")).strip().splitlines()
             print(f"view {view}: {len(rows)} rows")

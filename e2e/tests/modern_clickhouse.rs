@@ -82,11 +82,13 @@ fn every_schema_statement_runs_on_modern_clickhouse() {
         let out = check(layout, &schema(caps, cluster, "analytics"));
         if cluster.is_none() {
             // Two visitors of two variants, first exposed in two hours: a row per variant
-            // now, and per variant and hour over time (b from its first hour on).
+            // now, and per variant and hour over time (b from its first hour on), and per
+            // variant and metric.
             for expected in [
                 "view experiment_results: 2 rows",
                 "view experiment_variant_counts_over_time: 3 rows",
                 "view experiment_results_over_time: 3 rows",
+                "view experiment_metric_results: 4 rows",
             ] {
                 assert!(out.contains(expected), "{expected}:\n{out}");
             }
