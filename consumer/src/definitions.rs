@@ -1,7 +1,9 @@
-//! Keeps `experiment_variants` in step with the experiments snapshot, so that analysts
-//! join events to the weights, controls and texts they were served under. Every version
-//! the consumer loads is written once (again after a restart, which replaces the same
-//! rows); older versions stay. A failed write is retried until it lands or shutdown.
+//! Keeps `experiment_variants` and `experiment_metrics` in step with the experiments
+//! snapshot, so that analysts join events to the weights, controls and texts they were
+//! served under, and the results views read each experiment's metrics. Every version the
+//! consumer loads is written once (again after a restart, which replaces the same rows);
+//! older versions stay. A failed write is retried, both tables again, until it lands or
+//! shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use arc_swap::ArcSwap;
 use clickhouse::{Client, Row};
+use contract::metric::{Cap, Events, Field, Metric};
 use contract::snapshot::{Snapshot, Status};
 use http_kit::reload::{Build, load_and_watch};
 use serde::Serialize;
@@ -61,10 +64,55 @@ pub struct VariantRow {
     pub sequential_tuning: f64,
 }
 
-/// The rows of every variant of every experiment of `snapshot`.
-pub fn rows(snapshot: &Snapshot, loaded_at: i64) -> Vec<VariantRow> {
-    let seconds =
-        |t: Option<time::OffsetDateTime>| t.map(|t| u32::try_from(t.unix_timestamp()).unwrap_or(0));
+/// One row of `experiment_metrics`: a metric of an experiment's list.
+#[derive(Clone, Debug, PartialEq, Row, Serialize)]
+pub struct MetricRow {
+    pub experiment_id: String,
+    pub version: String,
+    pub phase: u32,
+    pub metric_id: String,
+    pub role: &'static str,
+    /// The place in the experiment's list, the default goal (when it has no goal) first.
+    pub position: u32,
+    pub kind: &'static str,
+    pub num_event: String,
+    pub num_click_target: String,
+    pub num_conversion: u8,
+    /// The events' column; '' none.
+    pub num_field: &'static str,
+    /// `any` for a proportion.
+    pub num_aggregate: &'static str,
+    pub den_event: String,
+    pub den_click_target: String,
+    pub den_conversion: u8,
+    pub den_field: &'static str,
+    /// '' but for a ratio.
+    pub den_aggregate: &'static str,
+    /// 0: none.
+    pub cap_value: f64,
+    pub cap_percentile: f64,
+    pub higher_is_better: u8,
+    pub cuped_lookback_days: f64,
+    /// The definition as the snapshot gave it, JSON.
+    pub definition: String,
+    /// Milliseconds since the Unix epoch, as the variants' rows of the same write.
+    pub loaded_at: i64,
+    /// The keys that list the experiment, sorted.
+    pub public_keys: Vec<String>,
+}
+
+/// The column of `events` that holds `field`.
+fn column(field: Option<Field>) -> &'static str {
+    match field {
+        None => "",
+        Some(Field::TimeOnPage) => "time_on_page",
+        Some(Field::ScrollDepth) => "scroll_depth",
+        Some(Field::LoadTime) => "load_time",
+    }
+}
+
+/// Each experiment's keys, sorted, indexed as `snapshot.experiments`.
+fn keys_of(snapshot: &Snapshot) -> Vec<Vec<String>> {
     let mut keys_of: Vec<Vec<String>> = vec![Vec::new(); snapshot.experiments.len()];
     for key in snapshot.keys() {
         for &i in &key.experiments {
@@ -72,6 +120,78 @@ pub fn rows(snapshot: &Snapshot, loaded_at: i64) -> Vec<VariantRow> {
         }
     }
     keys_of.iter_mut().for_each(|keys| keys.sort_unstable());
+    keys_of
+}
+
+/// The rows of every metric of every experiment of `snapshot`.
+pub fn metric_rows(snapshot: &Snapshot, loaded_at: i64) -> Vec<MetricRow> {
+    let events = |e: Option<&Events>| {
+        let text = |t: Option<&String>| t.cloned().unwrap_or_default();
+        (
+            text(e.and_then(|e| e.event_name.as_ref())),
+            text(e.and_then(|e| e.click_target.as_ref())),
+            u8::from(e.is_some_and(|e| e.conversion)),
+            column(e.and_then(|e| e.field)),
+            e.map_or("", |e| e.aggregate.map_or("any", |a| a.as_str())),
+        )
+    };
+    let mut rows = Vec::new();
+    for (e, public_keys) in snapshot.experiments.iter().zip(keys_of(snapshot)) {
+        for (position, (role, metric)) in snapshot.metrics_of(e).into_iter().enumerate() {
+            let Metric {
+                id,
+                kind,
+                numerator,
+                denominator,
+                cap,
+                higher_is_better,
+                cuped_lookback_days,
+                definition,
+            } = metric;
+            let num = events(Some(numerator));
+            let den = events(denominator.as_ref());
+            rows.push(MetricRow {
+                experiment_id: e.id.clone(),
+                version: snapshot.version.clone(),
+                phase: e.phase,
+                metric_id: id.clone(),
+                role: role.as_str(),
+                position: u32::try_from(position).unwrap_or(u32::MAX),
+                kind: kind.as_str(),
+                num_event: num.0,
+                num_click_target: num.1,
+                num_conversion: num.2,
+                num_field: num.3,
+                num_aggregate: num.4,
+                den_event: den.0,
+                den_click_target: den.1,
+                den_conversion: den.2,
+                den_field: den.3,
+                den_aggregate: den.4,
+                cap_value: match cap {
+                    Some(Cap::Value(v)) => *v,
+                    _ => 0.0,
+                },
+                cap_percentile: match cap {
+                    Some(Cap::Percentile(p)) => *p,
+                    _ => 0.0,
+                },
+                higher_is_better: u8::from(*higher_is_better),
+                cuped_lookback_days: *cuped_lookback_days,
+                definition: definition.clone(),
+                loaded_at,
+                public_keys: public_keys.clone(),
+            });
+        }
+    }
+    rows
+}
+
+/// The rows of every variant of every experiment of `snapshot`.
+pub fn rows(snapshot: &Snapshot, loaded_at: i64) -> Vec<VariantRow> {
+    let seconds =
+        |t: Option<time::OffsetDateTime>| t.map(|t| u32::try_from(t.unix_timestamp()).unwrap_or(0));
+    let keys_of = keys_of(snapshot);
     snapshot
         .experiments
         .iter()
@@ -102,17 +222,37 @@ pub fn rows(snapshot: &Snapshot, loaded_at: i64) -> Vec<VariantRow> {
         .collect()
 }
 
-async fn write(client: &Client, snapshot: &Snapshot) -> anyhow::Result<usize> {
-    let rows = rows(snapshot, contract::event::now_millis());
+/// Inserts `rows` into `table`, whole.
+async fn insert<T: clickhouse::RowOwned + clickhouse::RowWrite>(
+    client: &Client,
+    table: &str,
+    rows: &[T],
+) -> anyhow::Result<()> {
     let mut insert = client
-        .insert::<VariantRow>("experiment_variants")
+        .insert::<T>(table)
         .await
-        .context("cannot start the insert")?;
-    for row in &rows {
-        insert.write(row).await.context("cannot write a row")?;
+        .with_context(|| format!("cannot start the insert into {table}"))?;
+    for row in rows {
+        insert
+            .write(row)
+            .await
+            .with_context(|| format!("cannot write a row of {table}"))?;
     }
-    insert.end().await.context("cannot end the insert")?;
-    Ok(rows.len())
+    insert
+        .end()
+        .await
+        .with_context(|| format!("cannot end the insert into {table}"))
+}
+
+/// Writes the variants, then the metrics, of `snapshot`, both stamped with one time:
+/// how many of each.
+async fn write(client: &Client, snapshot: &Snapshot) -> anyhow::Result<(usize, usize)> {
+    let loaded_at = contract::event::now_millis();
+    let variants = rows(snapshot, loaded_at);
+    insert(client, "experiment_variants", &variants).await?;
+    let metrics = metric_rows(snapshot, loaded_at);
+    insert(client, "experiment_metrics", &metrics).await?;
+    Ok((variants.len(), metrics.len()))
 }
 
 /// Writes each snapshot `current` holds, until `stop`, to one of `servers` (in a cluster
@@ -132,8 +272,8 @@ pub(crate) async fn mirror(
         } else {
             let server = &servers[next % servers.len()];
             match write(&server.client, &snapshot).await {
-                Ok(count) => {
-                    tracing::info!(version = %snapshot.version, variants = count,
+                Ok((variants, metrics)) => {
+                    tracing::info!(version = %snapshot.version, variants, metrics,
                         "Experiment definitions written.");
                     metrics::counter!("consumer_definitions_written_total").increment(1);
                     written = Some(snapshot);
