@@ -174,9 +174,9 @@ impl ServerCaps {
                 &by_hour(RESULTS_STATISTICS_10),
             )
             .replace("{srm_chi_square}", SRM_CHI_SQUARE)
-            .replace("{value_of_n}", &metric_value("n", "any(n_agg)"))
-            .replace("{value_of_d}", &metric_value("d", "any(d_agg)"))
-            .replace("{value_of_p}", &metric_value("p", "any(n_agg)"))
+            .replace("{value_of_n}", &metric_value("n", "n_agg"))
+            .replace("{value_of_d}", &metric_value("d", "d_agg"))
+            .replace("{value_of_p}", &metric_value("p", "n_agg"))
             .replace("{arm_statistics_b}", &arm_statistics("", "b"))
             .replace("{arm_statistics_a}", &arm_statistics("_a", "a"))
             .replace("{t_p_value}", &t_p_value("t_stat", "dof"))

@@ -519,3 +519,243 @@ async fn every_metric_kind_and_its_cuped_equal_gbstats_on_the_raw_events() {
     );
     assert!(row("conversion", "A").is_control == 1 && row("conversion", "A").diff == Some(0.0));
 }
+
+/// A uniform draw in [0, 1) of visitor `number` (a SQL expression), draw `k`: the
+/// simulation's events are made inside ClickHouse, deterministic.
+fn draw(k: u32) -> String {
+    format!("(cityHash64(number, {k}) / 18446744073709551616.)")
+}
+
+/// A/A experiments of every kind, made in SQL: `experiments` experiments of two equal arms
+/// of `per_arm` visitors. Each visitor has an activity level `a`; 80% of them were active
+/// before exposure (in another experiment) at the same level, as real returning visitors
+/// are.
+async fn simulate(db: &Database, experiments: u64, per_arm: u64) {
+    let visitors = experiments * per_arm * 2;
+    let (a, active) = (draw(0), draw(1));
+    let experiment = format!(
+        "concat('exp_aa_', toString(intDiv(number, {})))",
+        per_arm * 2
+    );
+    let common = format!(
+        "generateUUIDv4(), toDateTime(intDiv(t, 1000)), t, t, '{KEY}', name, experiment, \
+         variant, session, conversion, CAST(NULL AS Nullable(Float64)), \
+         CAST(NULL AS Nullable(Float64)), time_on_page, '', concat('aa_', toString(number)), \
+         1, 0, 0"
+    );
+    let columns = "event_id, received_at, received_at_ms, event_time, public_key, event_name, \
+                   experiment_id, variant_id, session_id, conversion, load_time, scroll_depth, \
+                   time_on_page, click_target, visitor_id, phase, test, is_bot";
+    let start = START;
+    // (event, experiment, variant, time, session, conversion, time on page, how many)
+    let kinds = [
+        (
+            "'impression'",
+            experiment.clone(),
+            "if(number % 2 = 0, 'A', 'B')",
+            "0",
+            "'s1'",
+            "CAST(NULL AS Nullable(UInt8))",
+            "CAST(NULL AS Nullable(Float64))",
+            "1".to_owned(),
+        ),
+        (
+            "'click'",
+            experiment.clone(),
+            "''",
+            "1000 + k",
+            "if(k % 2 = 0, 's1', 's2')",
+            "CAST(NULL AS Nullable(UInt8))",
+            "CAST(NULL AS Nullable(Float64))",
+            format!("toUInt64(floor(6 * {a} + 2 * {}))", draw(3)),
+        ),
+        (
+            "'click'",
+            "'other'".to_owned(),
+            "''",
+            "-259200000 + k",
+            "'pre'",
+            "CAST(NULL AS Nullable(UInt8))",
+            "CAST(NULL AS Nullable(Float64))",
+            format!(
+                "if({active} < 0.8, toUInt64(floor(6 * {a} + 2 * {})), 0)",
+                draw(2)
+            ),
+        ),
+        (
+            "'dwell_time'",
+            experiment.clone(),
+            "''",
+            "5000",
+            "'s1'",
+            "CAST(NULL AS Nullable(UInt8))",
+            &*format!("toNullable(round(20000 * {a} + 8000 * {}))", draw(4)),
+            "1".to_owned(),
+        ),
+        (
+            "'dwell_time'",
+            "'other'".to_owned(),
+            "''",
+            "-172800000",
+            "'pre'",
+            "CAST(NULL AS Nullable(UInt8))",
+            &*format!("toNullable(round(20000 * {a} + 8000 * {}))", draw(5)),
+            format!("toUInt64({active} < 0.8)"),
+        ),
+        (
+            "'conversion'",
+            experiment.clone(),
+            "''",
+            "9000",
+            "'s1'",
+            "toNullable(toUInt8(1))",
+            "CAST(NULL AS Nullable(Float64))",
+            format!("toUInt64({} < 0.1 + 0.3 * {a})", draw(6)),
+        ),
+        (
+            "'conversion'",
+            "'other'".to_owned(),
+            "''",
+            "-86400000",
+            "'pre'",
+            "toNullable(toUInt8(1))",
+            "CAST(NULL AS Nullable(Float64))",
+            format!("toUInt64({active} < 0.8 AND {} < 0.1 + 0.3 * {a})", draw(7)),
+        ),
+    ];
+    for (name, experiment, variant, offset, session, conversion, time_on_page, count) in kinds {
+        let sql = format!(
+            "INSERT INTO {db}.events ({columns}) SELECT {common} FROM (SELECT number, \
+             {name} AS name, {experiment} AS experiment, {variant} AS variant, \
+             arrayJoin(range({count})) AS k, {start} + toInt64(number) * 1000 + {offset} AS t, \
+             {session} AS session, {conversion} AS conversion, {time_on_page} AS time_on_page \
+             FROM numbers({visitors}))",
+            db = db.name
+        );
+        db.client
+            .query(&sql)
+            .execute()
+            .await
+            .expect("simulated events");
+    }
+    let defined = |sql: String| async move { db.client.query(&sql).execute().await };
+    defined(format!(
+        "INSERT INTO {db}.experiment_variants (experiment_id, variant_id, version, weight, \
+         is_control, status, parts, loaded_at, phase, public_keys) SELECT \
+         concat('exp_aa_', toString(intDiv(number, 2))), if(number % 2 = 0, 'A', 'B'), 'v1', 1, \
+         toUInt8(number % 2 = 0), 'live', '{{}}', {loaded}, 1, ['{KEY}'] \
+         FROM numbers({arms})",
+        db = db.name,
+        loaded = START - DAY,
+        arms = experiments * 2
+    ))
+    .await
+    .expect("variants");
+    let metrics: Vec<Metric> = metrics()
+        .into_iter()
+        .filter(|m| ["conversion", "clicks", "time_on_page", "clicks_per_session"].contains(&m.id))
+        .collect();
+    for (position, m) in metrics.iter().enumerate() {
+        let (ne, nt, nc, nf, na) = m.numerator;
+        let (de, dt, dc, df, da) = m.denominator.unwrap_or(("", "", 0, "", ""));
+        defined(format!(
+            "INSERT INTO {db}.experiment_metrics (experiment_id, version, phase, metric_id, \
+             role, position, kind, num_event, num_click_target, num_conversion, num_field, \
+             num_aggregate, den_event, den_click_target, den_conversion, den_field, \
+             den_aggregate, cap_value, cap_percentile, higher_is_better, \
+             cuped_lookback_days, definition, loaded_at, public_keys) SELECT \
+             concat('exp_aa_', toString(number)), 'v1', 1, '{id}', '{role}', {position}, \
+             '{kind}', '{ne}', '{nt}', {nc}, '{nf}', '{na}', '{de}', '{dt}', {dc}, '{df}', \
+             '{da}', {cv}, {cp}, 1, 14, '{{}}', {loaded}, ['{KEY}'] \
+             FROM numbers({experiments})",
+            db = db.name,
+            id = m.id,
+            role = m.role,
+            kind = m.kind,
+            cv = m.cap_value,
+            cp = m.cap_percentile,
+            loaded = START - DAY,
+        ))
+        .await
+        .expect("metrics");
+    }
+}
+
+#[derive(Debug, Deserialize, Row)]
+struct Tally {
+    metric_id: String,
+    tested: u64,
+    fixed: u64,
+    always_valid: u64,
+    cuped_fixed: u64,
+    cuped_always_valid: u64,
+    reduction: f64,
+}
+
+/// 400 A/A experiments of 2 x 60 visitors: for each kind, the fixed-horizon test (plain
+/// and CUPED) calls within the 99.9% band of 5%, the always-valid test no more than its
+/// top, and CUPED cuts the variance where the visitors' activity carries over.
+#[tokio::test]
+async fn a_a_tests_of_every_kind_hold_their_error_rate_with_and_without_cuped() {
+    const EXPERIMENTS: u64 = 400;
+    let db = Database::new().await;
+    simulate(&db, EXPERIMENTS, 60).await;
+    let tallies: Vec<Tally> = db
+        .client
+        .query(
+            "SELECT metric_id, count() AS tested, countIf(ifNull(p_value, 1) < 0.05) AS fixed, \
+             countIf(ifNull(always_valid_p_value, 1) < 0.05) AS always_valid, \
+             countIf(ifNull(cuped_p_value, 1) < 0.05) AS cuped_fixed, \
+             countIf(ifNull(cuped_always_valid_p_value, 1) < 0.05) AS cuped_always_valid, \
+             avg(ifNull(cuped_variance_reduction, 0)) AS reduction \
+             FROM experiment_metric_results WHERE is_control = 0 AND p_value IS NOT NULL \
+             GROUP BY metric_id ORDER BY metric_id",
+        )
+        .fetch_all()
+        .await
+        .expect("tallies");
+    let (lo, hi) = band(EXPERIMENTS, 0.05);
+    println!("A/A, {EXPERIMENTS} experiments (99.9% band of 5%: {lo}..={hi}):");
+    for t in &tallies {
+        println!(
+            "  {:<20} tested {:>3}  fixed {:>3}  always-valid {:>3}  CUPED fixed {:>3}  \
+             CUPED always-valid {:>3}  CUPED variance reduction {:.1}%",
+            t.metric_id,
+            t.tested,
+            t.fixed,
+            t.always_valid,
+            t.cuped_fixed,
+            t.cuped_always_valid,
+            100.0 * t.reduction
+        );
+    }
+    assert_eq!(tallies.len(), 4, "{tallies:?}");
+    for t in &tallies {
+        assert!(t.tested >= EXPERIMENTS * 95 / 100, "{t:?}: most are tested");
+        let (lo, hi) = band(t.tested, 0.05);
+        assert!((lo..=hi).contains(&t.fixed), "{t:?}: fixed horizon");
+        assert!(t.always_valid <= hi, "{t:?}: always valid");
+        if t.metric_id != "clicks_per_session" {
+            assert!((lo..=hi).contains(&t.cuped_fixed), "{t:?}: CUPED");
+            assert!(t.cuped_always_valid <= hi, "{t:?}: CUPED always valid");
+        }
+    }
+    let reduction = |id: &str| {
+        tallies
+            .iter()
+            .find(|t| t.metric_id == id)
+            .expect(id)
+            .reduction
+    };
+    assert!(reduction("clicks") > 0.2, "{tallies:?}");
+    assert!(reduction("time_on_page") > 0.2, "{tallies:?}");
+}
+
+/// The 99.9% band of a binomial count of `n` trials at rate `p`.
+fn band(n: u64, p: f64) -> (u64, u64) {
+    use statrs::distribution::{Binomial, DiscreteCDF};
+    let b = Binomial::new(p, n).expect("binomial");
+    let lo = (0..=n).find(|k| b.cdf(*k) >= 0.0005).expect("lo");
+    let hi = (0..=n).find(|k| b.cdf(*k) >= 0.9995).expect("hi");
+    (lo, hi)
+}

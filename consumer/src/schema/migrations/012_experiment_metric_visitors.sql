@@ -4,131 +4,166 @@ CREATE VIEW IF NOT EXISTS {db}.experiment_metric_visitors{on_cluster} AS
 -- `denominator` (1 but for a ratio) from their events in the experiment and phase within
 -- their window, and `pre_value` the same numerator from their events of the key (any
 -- experiment) in the metric's lookback before their first exposure (CUPED's covariate).
--- Uncapped; a visitor with no matching event counts 0.
+-- Uncapped; a visitor with no matching event counts 0. Every metric of an experiment is
+-- read in one pass: an array per visitor, an element per metric, split at the end.
 SELECT
-    public_key, experiment_id, phase, visitor_id, variant_id, metric_id,
-    any(metric_role) AS role, any(metric_position) AS position, any(metric_kind) AS kind,
-    any(higher) AS higher_is_better, any(cap_abs) AS cap_value, any(cap_pct) AS cap_percentile,
-    any(lookback_days) AS cuped_lookback_days,
-    min(first_ms) AS first_exposure_ms,
+    public_key, experiment_id, phase, visitor_id, variant_id, metric_id, role, position,
+    kind, higher_is_better, cap_value, cap_percentile, cuped_lookback_days,
+    first_exposure_ms,
     {value_of_n} AS value,
-    if(any(d_agg) = '', 1, {value_of_d}) AS denominator,
+    if(d_agg = '', 1, {value_of_d}) AS denominator,
     {value_of_p} AS pre_value
 FROM (
-    -- Per session first: its matching events' count, sum, max and how many carried the
-    -- field, for the numerator after exposure (n_), before it (p_) and the denominator
-    -- (d_).
     SELECT
-        public_key, experiment_id, phase, visitor_id, variant_id, metric_id, session_id,
-        any(m_role) AS metric_role, any(m_position) AS metric_position,
-        any(m_kind) AS metric_kind, any(m_higher) AS higher, any(m_cap_value) AS cap_abs,
-        any(m_cap_percentile) AS cap_pct, any(m_lookback) AS lookback_days,
-        any(m_n_aggregate) AS n_agg, any(m_d_aggregate) AS d_agg,
-        min(first_exposure_ms) AS first_ms,
-        countIf(post AND n_match) AS n_count,
-        sumIf(n_field_value, post AND n_match AND n_has) AS n_sum,
-        maxIf(n_field_value, post AND n_match AND n_has) AS n_max,
-        countIf(post AND n_match AND n_has) AS n_values,
-        countIf(pre AND n_match) AS p_count,
-        sumIf(n_field_value, pre AND n_match AND n_has) AS p_sum,
-        maxIf(n_field_value, pre AND n_match AND n_has) AS p_max,
-        countIf(pre AND n_match AND n_has) AS p_values,
-        countIf(post AND d_match) AS d_count,
-        sumIf(d_field_value, post AND d_match AND d_has) AS d_sum,
-        maxIf(d_field_value, post AND d_match AND d_has) AS d_max,
-        countIf(post AND d_match AND d_has) AS d_values
+        public_key, experiment_id, phase, visitor_id, variant_id,
+        any(first_ms) AS first_exposure_ms,
+        any(metric_ids) AS ids, any(roles) AS metric_roles, any(positions) AS metric_positions,
+        any(kinds) AS metric_kinds, any(highers) AS metric_highers,
+        any(cap_values) AS metric_cap_values, any(cap_percentiles) AS metric_cap_percentiles,
+        any(lookbacks) AS metric_lookbacks, any(n_aggregates) AS metric_n_aggregates,
+        any(d_aggregates) AS metric_d_aggregates,
+        sumForEach(n_counts) AS n_counts_all, sumForEach(n_sums) AS n_sums_all,
+        maxForEach(n_maxes) AS n_maxes_all, sumForEach(n_values) AS n_values_all,
+        sumForEach(arrayMap(c -> toUInt64(c > 0), n_counts)) AS n_sessions_all,
+        sumForEach(p_counts) AS p_counts_all, sumForEach(p_sums) AS p_sums_all,
+        maxForEach(p_maxes) AS p_maxes_all, sumForEach(p_values) AS p_values_all,
+        sumForEach(arrayMap(c -> toUInt64(c > 0), p_counts)) AS p_sessions_all,
+        sumForEach(d_counts) AS d_counts_all, sumForEach(d_sums) AS d_sums_all,
+        maxForEach(d_maxes) AS d_maxes_all, sumForEach(d_values) AS d_values_all,
+        sumForEach(arrayMap(c -> toUInt64(c > 0), d_counts)) AS d_sessions_all
     FROM (
+        -- Per session first, for the aggregate `sessions`.
         SELECT
             public_key, experiment_id, phase, visitor_id, variant_id, session_id,
-            first_exposure_ms,
-            metric_id, m_role, m_position, m_kind, m_higher, m_cap_value, m_cap_percentile,
-            m_lookback, m_n_aggregate, m_d_aggregate,
-            event_experiment = experiment_id AND event_phase = phase
-                AND t >= first_exposure_ms AND (window_end_ms = 0 OR t <= window_end_ms)
-                AS post,
-            t < first_exposure_ms
-                AND t >= first_exposure_ms - toInt64(m_lookback * 86400000) AS pre,
-            (m_n_event = '' OR name = m_n_event)
-                AND (m_n_target = '' OR target = m_n_target)
-                AND (m_n_conversion = 0 OR is_conversion = 1) AS n_match,
-            (m_d_event = '' OR name = m_d_event)
-                AND (m_d_target = '' OR target = m_d_target)
-                AND (m_d_conversion = 0 OR is_conversion = 1) AS d_match,
-            multiIf(m_n_field = 'time_on_page', time_on_page,
-                m_n_field = 'scroll_depth', scroll_depth,
-                m_n_field = 'load_time', load_time, NULL) AS n_field_raw,
-            isNotNull(n_field_raw) AS n_has,
-            ifNull(n_field_raw, 0) AS n_field_value,
-            multiIf(m_d_field = 'time_on_page', time_on_page,
-                m_d_field = 'scroll_depth', scroll_depth,
-                m_d_field = 'load_time', load_time, NULL) AS d_field_raw,
-            isNotNull(d_field_raw) AS d_has,
-            ifNull(d_field_raw, 0) AS d_field_value
+            any(first_exposure_ms) AS first_ms,
+            any(metric_ids) AS metric_ids, any(roles) AS roles, any(positions) AS positions,
+            any(kinds) AS kinds, any(highers) AS highers, any(cap_values) AS cap_values,
+            any(cap_percentiles) AS cap_percentiles, any(lookbacks) AS lookbacks,
+            any(n_aggregates) AS n_aggregates, any(d_aggregates) AS d_aggregates,
+            sumForEach(n_hit) AS n_counts, sumForEach(n_add) AS n_sums,
+            maxForEach(n_add) AS n_maxes, sumForEach(n_had) AS n_values,
+            sumForEach(p_hit) AS p_counts, sumForEach(p_add) AS p_sums,
+            maxForEach(p_add) AS p_maxes, sumForEach(p_had) AS p_values,
+            sumForEach(d_hit) AS d_counts, sumForEach(d_add) AS d_sums,
+            maxForEach(d_add) AS d_maxes, sumForEach(d_had) AS d_values
         FROM (
-            -- Each event of an exposed visitor's key, beside each of their exposures it
-            -- may count for: in the experiment's phase after the first exposure, or before
-            -- it within the longest lookback.
-            SELECT *
+            SELECT
+                *,
+                length(metric_ids) AS m,
+                -- The event's own values, one per metric (a lambda reads arrays only).
+                arrayResize([post], m, post) AS posts,
+                arrayResize([t], m, t) AS times,
+                arrayResize([first_exposure_ms], m, first_exposure_ms) AS firsts,
+                arrayResize([name], m, name) AS names,
+                arrayResize([target], m, target) AS targets,
+                arrayResize([is_conversion], m, is_conversion) AS conversions,
+                arrayResize([time_on_page], m, time_on_page) AS times_on_page,
+                arrayResize([scroll_depth], m, scroll_depth) AS scroll_depths,
+                arrayResize([load_time], m, load_time) AS load_times,
+                arrayMap((lb, tt, f) -> tt < f AND tt >= f - toInt64(lb * 86400000),
+                    lookbacks, times, firsts) AS pres,
+                arrayMap((e, g, c, nm, tg, cv) -> (e = '' OR nm = e) AND (g = '' OR tg = g)
+                    AND (c = 0 OR cv = 1),
+                    n_events, n_targets, n_conversions, names, targets, conversions)
+                    AS n_matches,
+                arrayMap((e, g, c, nm, tg, cv) -> (e = '' OR nm = e) AND (g = '' OR tg = g)
+                    AND (c = 0 OR cv = 1),
+                    d_events, d_targets, d_conversions, names, targets, conversions)
+                    AS d_matches,
+                arrayMap((f, a, b, c) -> multiIf(f = 'time_on_page', a, f = 'scroll_depth', b,
+                    f = 'load_time', c, NULL), n_fields, times_on_page, scroll_depths,
+                    load_times) AS n_fielded,
+                arrayMap((f, a, b, c) -> multiIf(f = 'time_on_page', a, f = 'scroll_depth', b,
+                    f = 'load_time', c, NULL), d_fields, times_on_page, scroll_depths,
+                    load_times) AS d_fielded,
+                arrayMap((x, p) -> toUInt64(x AND p), n_matches, posts) AS n_hit,
+                arrayMap((x, p, v) -> if(x AND p AND isNotNull(v), assumeNotNull(v), 0.),
+                    n_matches, posts, n_fielded) AS n_add,
+                arrayMap((x, p, v) -> toUInt64(x AND p AND isNotNull(v)),
+                    n_matches, posts, n_fielded) AS n_had,
+                arrayMap((x, p) -> toUInt64(x AND p), n_matches, pres) AS p_hit,
+                arrayMap((x, p, v) -> if(x AND p AND isNotNull(v), assumeNotNull(v), 0.),
+                    n_matches, pres, n_fielded) AS p_add,
+                arrayMap((x, p, v) -> toUInt64(x AND p AND isNotNull(v)),
+                    n_matches, pres, n_fielded) AS p_had,
+                arrayMap((x, p) -> toUInt64(x AND p), d_matches, posts) AS d_hit,
+                arrayMap((x, p, v) -> if(x AND p AND isNotNull(v), assumeNotNull(v), 0.),
+                    d_matches, posts, d_fielded) AS d_add,
+                arrayMap((x, p, v) -> toUInt64(x AND p AND isNotNull(v)),
+                    d_matches, posts, d_fielded) AS d_had
             FROM (
+                -- Each event of an exposed visitor's key, beside each of their exposures
+                -- it may count for: in the experiment's phase after the first exposure,
+                -- or before it within the longest lookback.
                 SELECT
-                    toString(public_key) AS public_key, visitor_id, session_id,
-                    toString(experiment_id) AS event_experiment, phase AS event_phase,
-                    toString(event_name) AS name, click_target AS target,
-                    toUInt8(event_name = 'conversion' OR ifNull(conversion, 0) = 1)
-                        AS is_conversion,
-                    time_on_page, scroll_depth, load_time, {to_ms}(event_time) AS t
-                FROM {db}.events FINAL
-            ) AS visitor_events
-            ALL INNER JOIN (
-                SELECT
-                    public_key, visitor_id, experiment_id, phase, variant_id,
-                    first_exposure_ms, window_end_ms, longest_lookback,
-                    metric_ids, roles, positions, kinds, highers, cap_values,
-                    cap_percentiles, lookbacks, n_events, n_targets, n_conversions,
-                    n_fields, n_aggregates, d_events, d_targets, d_conversions, d_fields,
-                    d_aggregates
-                FROM {db}.experiment_visitor_exposures
+                    *,
+                    event_experiment = experiment_id AND event_phase = phase
+                        AND t >= first_exposure_ms
+                        AND (window_end_ms = 0 OR t <= window_end_ms) AS post
+                FROM (
+                    SELECT
+                        toString(public_key) AS public_key, visitor_id, session_id,
+                        toString(experiment_id) AS event_experiment, phase AS event_phase,
+                        toString(event_name) AS name, click_target AS target,
+                        toUInt8(event_name = 'conversion' OR ifNull(conversion, 0) = 1)
+                            AS is_conversion,
+                        time_on_page, scroll_depth, load_time, {to_ms}(event_time) AS t
+                    FROM {db}.events FINAL
+                ) AS visitor_events
                 ALL INNER JOIN (
                     SELECT
-                        experiment_id,
-                        max(cuped_lookback_days) AS longest_lookback,
-                        groupArray(metric_id) AS metric_ids,
-                        groupArray(toString(role)) AS roles,
-                        groupArray(position) AS positions,
-                        groupArray(toString(kind)) AS kinds,
-                        groupArray(higher_is_better) AS highers,
-                        groupArray(cap_value) AS cap_values,
-                        groupArray(cap_percentile) AS cap_percentiles,
-                        groupArray(cuped_lookback_days) AS lookbacks,
-                        groupArray(num_event) AS n_events,
-                        groupArray(num_click_target) AS n_targets,
-                        groupArray(num_conversion) AS n_conversions,
-                        groupArray(num_field) AS n_fields,
-                        groupArray(toString(num_aggregate)) AS n_aggregates,
-                        groupArray(den_event) AS d_events,
-                        groupArray(den_click_target) AS d_targets,
-                        groupArray(den_conversion) AS d_conversions,
-                        groupArray(den_field) AS d_fields,
-                        groupArray(toString(den_aggregate)) AS d_aggregates
-                    FROM {db}.experiment_metric_definitions
-                    GROUP BY experiment_id
-                ) AS metrics USING (experiment_id)
-            ) AS exposures USING (public_key, visitor_id)
-            WHERE (event_experiment = experiment_id AND event_phase = phase
-                    AND t >= first_exposure_ms)
-                OR (t < first_exposure_ms
-                    AND t >= first_exposure_ms - toInt64(longest_lookback * 86400000))
-        ) AS candidates
-        ARRAY JOIN
-            metric_ids AS metric_id, roles AS m_role, positions AS m_position,
-            kinds AS m_kind, highers AS m_higher, cap_values AS m_cap_value,
-            cap_percentiles AS m_cap_percentile, lookbacks AS m_lookback,
-            n_events AS m_n_event, n_targets AS m_n_target,
-            n_conversions AS m_n_conversion, n_fields AS m_n_field,
-            n_aggregates AS m_n_aggregate, d_events AS m_d_event,
-            d_targets AS m_d_target, d_conversions AS m_d_conversion,
-            d_fields AS m_d_field, d_aggregates AS m_d_aggregate
-    ) AS rows
-    GROUP BY public_key, experiment_id, phase, visitor_id, variant_id, metric_id, session_id
-) AS sessions
-GROUP BY public_key, experiment_id, phase, visitor_id, variant_id, metric_id
+                        public_key, visitor_id, experiment_id, phase, variant_id,
+                        first_exposure_ms, window_end_ms, longest_lookback,
+                        metric_ids, roles, positions, kinds, highers, cap_values,
+                        cap_percentiles, lookbacks, n_events, n_targets, n_conversions,
+                        n_fields, n_aggregates, d_events, d_targets, d_conversions, d_fields,
+                        d_aggregates
+                    FROM {db}.experiment_visitor_exposures
+                    ALL INNER JOIN (
+                        SELECT
+                            experiment_id,
+                            max(cuped_lookback_days) AS longest_lookback,
+                            groupArray(metric_id) AS metric_ids,
+                            groupArray(toString(role)) AS roles,
+                            groupArray(position) AS positions,
+                            groupArray(toString(kind)) AS kinds,
+                            groupArray(higher_is_better) AS highers,
+                            groupArray(cap_value) AS cap_values,
+                            groupArray(cap_percentile) AS cap_percentiles,
+                            groupArray(cuped_lookback_days) AS lookbacks,
+                            groupArray(num_event) AS n_events,
+                            groupArray(num_click_target) AS n_targets,
+                            groupArray(num_conversion) AS n_conversions,
+                            groupArray(num_field) AS n_fields,
+                            groupArray(toString(num_aggregate)) AS n_aggregates,
+                            groupArray(den_event) AS d_events,
+                            groupArray(den_click_target) AS d_targets,
+                            groupArray(den_conversion) AS d_conversions,
+                            groupArray(den_field) AS d_fields,
+                            groupArray(toString(den_aggregate)) AS d_aggregates
+                        FROM {db}.experiment_metric_definitions
+                        GROUP BY experiment_id
+                    ) AS metrics USING (experiment_id)
+                ) AS exposures USING (public_key, visitor_id)
+                WHERE (event_experiment = experiment_id AND event_phase = phase
+                        AND t >= first_exposure_ms)
+                    OR (t < first_exposure_ms
+                        AND t >= first_exposure_ms - toInt64(longest_lookback * 86400000))
+            ) AS candidates
+        ) AS rows
+        GROUP BY public_key, experiment_id, phase, visitor_id, variant_id, session_id
+    ) AS sessions
+    GROUP BY public_key, experiment_id, phase, visitor_id, variant_id
+) AS visitors
+ARRAY JOIN
+    ids AS metric_id, metric_roles AS role, metric_positions AS position,
+    metric_kinds AS kind, metric_highers AS higher_is_better,
+    metric_cap_values AS cap_value, metric_cap_percentiles AS cap_percentile,
+    metric_lookbacks AS cuped_lookback_days, metric_n_aggregates AS n_agg,
+    metric_d_aggregates AS d_agg,
+    n_counts_all AS n_count, n_sums_all AS n_sum, n_maxes_all AS n_max,
+    n_values_all AS n_values, n_sessions_all AS n_sessions,
+    p_counts_all AS p_count, p_sums_all AS p_sum, p_maxes_all AS p_max,
+    p_values_all AS p_values, p_sessions_all AS p_sessions,
+    d_counts_all AS d_count, d_sums_all AS d_sum, d_maxes_all AS d_max,
+    d_values_all AS d_values, d_sessions_all AS d_sessions

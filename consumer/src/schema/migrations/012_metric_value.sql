@@ -1,7 +1,7 @@
-multiIf({agg} = 'any', toFloat64(sum({x}_count) > 0),
-        {agg} = 'count', toFloat64(sum({x}_count)),
-        {agg} = 'sum', sum({x}_sum),
-        {agg} = 'max', max({x}_max),
-        {agg} = 'mean', if(sum({x}_values) > 0, sum({x}_sum) / sum({x}_values), 0),
-        {agg} = 'sessions', toFloat64(countIf({x}_count > 0)),
+multiIf({agg} = 'any', toFloat64({x}_count > 0),
+        {agg} = 'count', toFloat64({x}_count),
+        {agg} = 'sum', {x}_sum,
+        {agg} = 'max', {x}_max,
+        {agg} = 'mean', if({x}_values > 0, {x}_sum / {x}_values, 0),
+        {agg} = 'sessions', toFloat64({x}_sessions),
         0)
