@@ -1,9 +1,9 @@
 //! `analytics-access` on real 18.16 servers, tried as a hostile analyst would: a granted
 //! analyst reads exactly their keys' rows (those stored before the grant and those inserted
-//! after) through every table and view with a `public_key`, and by no path reads anything
-//! else: not through subqueries in any position (which 18.x would once run with another
-//! user's rights), error messages, table functions, dictionaries, settings, another
-//! analyst's copy or the feeds. Their queries are capped in time, memory, concurrency,
+//! after) through every table and view with a `public_key`, and their experiments' variants
+//! and metrics, and by no path reads anything else: not through subqueries in any position
+//! (which 18.x would once run with another user's rights), error messages, table functions,
+//! dictionaries, settings, another analyst's copy or the feeds. Their queries are capped in time, memory, concurrency,
 //! result size and per hour, and cannot hold up the operators or the consumer. Erasure
 //! reaches their copy; a revoked analyst is let in no more and their copy is gone.
 
@@ -124,6 +124,41 @@ fn definitions(version: &str, listed: bool) -> String {
     )
 }
 
+/// The metrics of both experiments at `version`, as the consumer writes them (the default
+/// goal, then a metric named after the key), or, `listed` false, listing no keys.
+fn metric_definitions(version: &str, listed: bool) -> String {
+    let keys = |k: &str| {
+        if listed {
+            format!("['{k}']")
+        } else {
+            "[]".to_owned()
+        }
+    };
+    let rows: Vec<String> = [("exp_a", "pk_a"), ("exp_b", "pk_b")]
+        .iter()
+        .flat_map(|(experiment, key)| {
+            let keys = keys(key);
+            [
+                format!(
+                    "('{experiment}', '{version}', 'conversion', 'goal', 0, 'proportion', '', \
+                     1, 'any', '', '{{}}', 0, {keys})"
+                ),
+                format!(
+                    "('{experiment}', '{version}', 'metric_{key}', 'guardrail', 1, 'ratio', \
+                     'secret_{key}', 0, 'count', 'sessions', \
+                     '{{\"id\":\"metric_{key}\"}}', 0, {keys})"
+                ),
+            ]
+        })
+        .collect();
+    format!(
+        "INSERT INTO analytics.experiment_metrics (experiment_id, version, metric_id, role, \
+         position, kind, num_event, num_conversion, num_aggregate, den_aggregate, definition, \
+         loaded_at, public_keys) VALUES {}",
+        rows.join(", ")
+    )
+}
+
 /// An order-free digest of every row of `from` (`FINAL` for a table of the MergeTree
 /// family: each row once, as the views read them).
 fn digest(from: &str) -> String {
@@ -137,7 +172,9 @@ async fn refused_all(url: &str, user: &str, password: &str, other: &str, attacks
         let answer = query(url, user, password, sql).await;
         match answer {
             Err(text) => assert!(
-                !text.contains(&format!("{other}_v")) && !text.contains("'pk_b']"),
+                !text.contains(&format!("{other}_v"))
+                    && !text.contains("'pk_b']")
+                    && !text.contains(&format!("metric_{other}")),
                 "{user}: {sql}: the refusal prints another key's data: {text}"
             ),
             Ok(rows) => panic!("{user} ran {sql}: {rows}"),
@@ -224,6 +261,68 @@ fn attacks(own: &str, other_user: &str) -> Vec<String> {
         "SYSTEM RELOAD CONFIG".to_owned(),
         "SYSTEM SHUTDOWN".to_owned(),
     ];
+    // The metric definitions of the other site's experiments, by the same paths: the
+    // table itself, subqueries and joins over their own copy, error messages, the other
+    // analyst's copy and feed, table functions.
+    let metric = "SELECT any(metric_id) FROM analytics.experiment_metrics \
+                  WHERE metric_id != 'conversion'";
+    sql.extend([
+        "SELECT count() FROM analytics.experiment_metrics".to_owned(),
+        "SELECT * FROM analytics.experiment_metrics FINAL".to_owned(),
+        format!(
+            "SELECT count() FROM {own}.experiment_metrics WHERE metric_id IN \
+             (SELECT metric_id FROM analytics.experiment_metrics)"
+        ),
+        format!(
+            "SELECT count() FROM {own}.experiment_metrics WHERE experiment_id GLOBAL IN \
+             (SELECT experiment_id FROM analytics.experiment_metrics)"
+        ),
+        format!(
+            "SELECT count() FROM {own}.events WHERE experiment_id IN \
+             (SELECT experiment_id FROM analytics.experiment_metrics)"
+        ),
+        format!(
+            "SELECT count() FROM {own}.experiment_metrics PREWHERE has(public_keys, \
+             (SELECT any(arrayJoin(public_keys)) FROM analytics.experiment_metrics))"
+        ),
+        format!(
+            "SELECT (SELECT count() FROM analytics.experiment_metrics) \
+             FROM {own}.experiment_metrics LIMIT 1"
+        ),
+        format!(
+            "SELECT count() FROM {own}.experiment_metrics ANY LEFT JOIN \
+             (SELECT experiment_id, metric_id AS m FROM analytics.experiment_metrics) \
+             USING experiment_id"
+        ),
+        format!(
+            "SELECT count() FROM {own}.experiment_metrics ALL INNER JOIN \
+             analytics.experiment_metrics USING metric_id"
+        ),
+        format!(
+            "SELECT count() FROM {own}.experiment_variants GLOBAL ANY LEFT JOIN \
+             (SELECT experiment_id, metric_id FROM analytics.experiment_metrics) \
+             USING experiment_id"
+        ),
+        format!(
+            "SELECT * FROM {own}.experiment_metrics UNION ALL \
+             SELECT * FROM analytics.experiment_metrics"
+        ),
+        format!("WITH ({metric}) AS m SELECT m FROM {own}.experiment_metrics LIMIT 1"),
+        format!("SELECT toUInt8(({metric}))"),
+        format!("SELECT toUInt8(({metric})) FROM {own}.experiment_metrics"),
+        format!("SELECT throwIf(1, ({metric}))"),
+        format!("SELECT count() FROM analytics_access.{other_user}__experiment_metrics"),
+        format!("SELECT count() FROM analyst_{other_user}.experiment_metrics"),
+        format!(
+            "SELECT count() FROM {own}.experiment_metrics WHERE metric_id IN \
+             (SELECT metric_id FROM analyst_{other_user}.experiment_metrics)"
+        ),
+        "SELECT count() FROM remote('127.0.0.1', analytics.experiment_metrics, 'default', '')"
+            .to_owned(),
+        "SELECT count() FROM merge('analytics', '^experiment_metrics$')".to_owned(),
+        format!("INSERT INTO {own}.experiment_metrics (metric_id) VALUES ('x')"),
+        format!("ALTER TABLE {own}.experiment_metrics DELETE WHERE 1"),
+    ]);
     // Each again through the native format's favourite: a subquery in a view of theirs.
     sql.push(format!(
         "SELECT count() FROM {own}.experiment_results_over_time WHERE experiment_id IN \
@@ -258,6 +357,8 @@ async fn an_analyst_reads_only_their_keys_rows_by_every_path_within_caps() {
     fill(&url, 0).await;
     admin(definitions("v1", false)).await;
     admin(definitions("v2", true)).await;
+    admin(metric_definitions("v1", false)).await;
+    admin(metric_definitions("v2", true)).await;
     let users = root.join("users.d");
 
     // Refused before anything is sent: exit code 2 from the binary, nothing made.
@@ -323,6 +424,7 @@ async fn an_analyst_reads_only_their_keys_rows_by_every_path_within_caps() {
     // Rows that arrive after the grant reach the copies too.
     fill(&url, 1).await;
     admin(definitions("v3", true)).await;
+    admin(metric_definitions("v3", true)).await;
 
     // Every table and view with a public_key, as the analyst sees it and as the operator
     // sees the key's rows: the same rows.
@@ -395,6 +497,38 @@ async fn an_analyst_reads_only_their_keys_rows_by_every_path_within_caps() {
             .await
             .as_str()),
             "{user}'s definitions"
+        );
+        // Their experiments' metrics likewise, by the same rule.
+        let theirs = query(
+            &url,
+            user,
+            password,
+            &digest(&format!("analyst_{user}.experiment_metrics FINAL")),
+        )
+        .await;
+        let truth = admin(digest(&format!(
+            "analytics.experiment_metrics FINAL WHERE experiment_id = '{experiment}'"
+        )))
+        .await;
+        assert_eq!(theirs.as_deref(), Ok(truth.as_str()), "{user}'s metrics");
+        assert!(
+            truth.starts_with("6\t"),
+            "v1 to v3, two metrics each: {truth}"
+        );
+        assert_eq!(
+            query(
+                &url,
+                user,
+                password,
+                &format!(
+                    "SELECT count() FROM analyst_{user}.experiment_metrics \
+                     WHERE experiment_id != '{experiment}' OR metric_id = 'metric_{other}'"
+                ),
+            )
+            .await
+            .as_deref(),
+            Ok("0"),
+            "{user} reads another site's metrics"
         );
         refused_all(
             &url,

@@ -388,17 +388,27 @@ fn copy_of(user: &str) -> String {
 /// materialized view on another's writes.
 const FED: &[(&str, &str, &str)] = &[
     ("events", "events", "public_key IN ({keys})"),
-    // The experiments of the analyst's keys; the rows of an experiment written before the
-    // keys were recorded (none listed) go to whoever has its events, at grant.
+    // The experiments of the analyst's keys, their variants and their metrics; the rows
+    // of an experiment written before the keys were recorded (none listed) go to whoever
+    // has its events, at grant ([`LISTS_KEYS`]).
     (
         "experiment_variants",
         "experiment_variants",
+        "hasAny(public_keys, [{keys}])",
+    ),
+    (
+        "experiment_metrics",
+        "experiment_metrics",
         "hasAny(public_keys, [{keys}])",
     ),
     // The operators' tuning of the statistics, and its history: no site's data.
     ("results_settings", "results_settings", "1"),
     ("results_settings_log", "results_settings", "1"),
 ];
+
+/// 18.x: the fed tables whose rows name the keys that list their experiment
+/// (`public_keys`), empty in rows written before the keys were recorded.
+const LISTS_KEYS: &[&str] = &["experiment_variants", "experiment_metrics"];
 
 /// 18.x: a feed, the materialized view in `analytics_access` named `USER__TABLE` that
 /// copies rows into the analyst's copy as they are inserted.
@@ -467,7 +477,7 @@ fn legacy_backfill(
     FED.iter()
         .map(|(table, _, filter)| {
             let mut filter = filter.replace("{keys}", &keys);
-            if *table == "experiment_variants" {
+            if LISTS_KEYS.contains(table) {
                 filter = format!(
                     "{filter} OR (empty(public_keys) AND experiment_id IN \
                      (SELECT DISTINCT experiment_id FROM {database}.events \
