@@ -33,6 +33,8 @@ struct Event {
     time_on_page: Option<f64>,
     scroll_depth: Option<f64>,
     load_time: Option<f64>,
+    /// The visitor's campaign, on every event.
+    source: &'static str,
 }
 
 impl Event {
@@ -56,6 +58,7 @@ impl Event {
             "load_time": self.load_time, "scroll_depth": self.scroll_depth,
             "time_on_page": self.time_on_page, "click_target": self.target,
             "visitor_id": self.visitor, "phase": 1, "test": 0, "is_bot": 0,
+            "utm_source": self.source,
         })
     }
 }
@@ -160,6 +163,7 @@ fn events(seed: u64, per_arm: usize) -> Vec<Event> {
             time_on_page: None,
             scroll_depth: None,
             load_time: None,
+            source: ["ads", "mail", ""][i / 3 % 3],
         };
         if rng.bernoulli(0.8) {
             for k in 0..rng.poisson(1.0 + 6.0 * activity) {
@@ -207,7 +211,7 @@ fn events(seed: u64, per_arm: usize) -> Vec<Event> {
             });
         }
         out.push(Event {
-            load_time: Some(300.0 + 400.0 * activity + 60.0 * lift + 50.0 * rng.uniform()),
+            load_time: Some(300.0 + 400.0 * activity + 120.0 * lift + 50.0 * rng.uniform()),
             ..event("performance", EXPERIMENT, t0 + 200, "s1")
         });
         if rng.bernoulli(0.1 + 0.3 * activity + 0.1 * lift) {
@@ -758,4 +762,109 @@ fn band(n: u64, p: f64) -> (u64, u64) {
     let lo = (0..=n).find(|k| b.cdf(*k) >= 0.0005).expect("lo");
     let hi = (0..=n).find(|k| b.cdf(*k) >= 0.9995).expect("hi");
     (lo, hi)
+}
+
+/// `experiment-results` on the metrics: goal first, then secondary, then guardrails, a
+/// harmed guardrail flagged above them; `--by utm_source` gives each segment the
+/// statistics of its visitors alone (the reference on that segment's events), says how
+/// many segments were tested and adjusts for them.
+#[tokio::test]
+async fn the_command_shows_every_metric_in_order_and_per_segment() {
+    let db = Database::new().await;
+    let metrics = metrics();
+    let events = events(11, 150);
+    db.define(&metrics, START - DAY).await;
+    db.store(&events).await;
+    let args = |extra: &[&str]| {
+        let mut args = vec![
+            "experiment-results",
+            EXPERIMENT,
+            "--clickhouse-url",
+            "",
+            "--clickhouse-database",
+            &db.name,
+        ];
+        args.extend_from_slice(extra);
+        let url = e2e::clickhouse_url();
+        let mut config = <tools::results::ResultsConfig as clap::Parser>::parse_from(args);
+        config.clickhouse.clickhouse_url = url;
+        config
+    };
+
+    let text = tools::results::run(&args(&[])).await.expect("the command");
+    let order: Vec<usize> = [
+        "\nconversion ",
+        "\nsignup ",
+        "\nclicks ",
+        "\ntime_on_page ",
+        "\nload_time ",
+    ]
+    .iter()
+    .map(|m| text.find(m).unwrap_or_else(|| panic!("{m:?} in:\n{text}")))
+    .collect();
+    assert!(
+        order[0] < order[1] && order[1] < order[2] && order[2] < order[3],
+        "goal, then secondary, then guardrails:\n{text}"
+    );
+    let flag = text
+        .find("GUARDRAIL HARMED: load_time in B")
+        .unwrap_or_else(|| panic!("the harmed guardrail flagged:\n{text}"));
+    assert!(flag < order[0], "flagged above the metrics:\n{text}");
+    assert!(text.contains("load time, ms"), "units:\n{text}");
+
+    let json: Value = serde_json::from_str(
+        &tools::results::run(&args(&["--json", "--by", "utm_source"]))
+            .await
+            .expect("--by"),
+    )
+    .expect("JSON");
+    let report = &json[0]["metrics"];
+    assert_eq!(report["segments_tested"], 3, "{report}");
+    // Clicks per segment against the reference on the segment's events alone (clicks has
+    // no cap, so the segment's statistics are its visitors' only).
+    for (segment, source) in [("ads", "ads"), ("mail", "mail"), ("", "")] {
+        let mine: Vec<Event> = events
+            .iter()
+            .filter(|e| e.source == source)
+            .cloned()
+            .collect();
+        let clicks: Vec<Metric> = self::metrics()
+            .into_iter()
+            .filter(|m| m.id == "clicks")
+            .collect();
+        let want = stats::reference(&request(&clicks, &mine));
+        let got = report["metrics"]
+            .as_array()
+            .expect("metrics")
+            .iter()
+            .find(|m| m["metric_id"] == "clicks" && m["segment"] == segment)
+            .unwrap_or_else(|| panic!("clicks [{segment}] in {report}"));
+        let mut raw = Vec::new();
+        for want in want["metrics"][0].as_array().expect("answers") {
+            let variant = got["variants"]
+                .as_array()
+                .expect("variants")
+                .iter()
+                .find(|v| v["variant_id"] == want["variant"])
+                .expect("variant");
+            let what = format!("clicks [{segment}] {}", want["variant"]);
+            assert_close(
+                &format!("{what}: p"),
+                variant["p_value"].as_f64().expect("p"),
+                &want["p_value"],
+            );
+            assert_close(
+                &format!("{what}: diff"),
+                variant["diff"].as_f64().expect("diff"),
+                &want["diff"],
+            );
+            raw.push(variant["p_value"].as_f64().expect("p"));
+            let adjusted = variant["p_adjusted"].as_f64().expect("adjusted");
+            assert!(
+                adjusted >= variant["p_value"].as_f64().expect("p"),
+                "{what}: adjusted up"
+            );
+        }
+        assert_eq!(raw.len(), 2);
+    }
 }

@@ -8,6 +8,7 @@
 
 pub mod access;
 pub mod erase;
+pub mod metrics;
 pub mod plan;
 mod replay;
 pub mod report;

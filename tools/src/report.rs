@@ -433,6 +433,7 @@ pub fn page(experiment: &str, sections: &[Section]) -> String {
             );
         }
         html.push_str("</ul>");
+        html.push_str(&crate::metrics::html(&report.metrics, escape));
         let series = series_of(section);
         if series.is_empty() {
             html.push_str("<p class=\"meta\">No chart: no variant has an interval yet.</p>");
@@ -593,6 +594,7 @@ mod tests {
             srm_p_value: Some(0.0001),
             correction: crate::stats::Correction::Holm,
             variants: vec![row("a", true, None), row("b", false, Some((0.01, 0.07)))],
+            metrics: crate::metrics::Metrics::default(),
         };
         let section = Section {
             report: &report,

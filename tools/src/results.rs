@@ -46,6 +46,11 @@ pub struct ResultsConfig {
     #[arg(long, value_enum, default_value_t = Correction::Holm)]
     pub correction: Correction,
 
+    /// Each metric per segment of the visitors' first exposure, the p-values adjusted
+    /// across the segments tested (`--correction`).
+    #[arg(long, value_enum, value_name = "SEGMENT")]
+    pub by: Option<crate::metrics::Segment>,
+
     #[command(flatten)]
     pub clickhouse: consumer::ClickHouseArgs,
 }
@@ -195,6 +200,8 @@ pub struct Report {
     pub srm_p_value: Option<f64>,
     pub correction: Correction,
     pub variants: Vec<VariantReport>,
+    /// The experiment's metrics (`experiment_metric_results`), goal first.
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// Each visitor's longest time on page, per public key, phase and variant of the
@@ -249,6 +256,7 @@ pub async fn report(
                 srm_p_value: row.srm_p_value,
                 correction: settings.correction,
                 variants: Vec::new(),
+                metrics: crate::metrics::Metrics::default(),
             });
         }
         let control = rows
@@ -488,6 +496,10 @@ pub fn render(reports: &[Report], settings: Settings) -> String {
         for note in notes {
             let _ = writeln!(out, "{note}");
         }
+        out.push_str(&crate::metrics::render(
+            &report.metrics,
+            settings.correction,
+        ));
         out.push('\n');
     }
     if reports.is_empty() {
@@ -516,13 +528,31 @@ pub async fn run(config: &ResultsConfig) -> anyhow::Result<String> {
         },
         correction: config.correction,
     };
-    let reports = report(
+    let mut reports = report(
         &client,
         &config.experiment,
         config.public_key.as_deref(),
         settings,
     )
     .await?;
+    let caps = consumer::schema::ServerCaps::of(&client).await?;
+    let metrics = crate::metrics::read(
+        &client,
+        caps,
+        &config.clickhouse.clickhouse_database,
+        &config.experiment,
+        config.by,
+        config.correction,
+    )
+    .await?;
+    for ((key, phase), metrics) in metrics {
+        if let Some(report) = reports
+            .iter_mut()
+            .find(|r| r.public_key == key && r.phase == phase)
+        {
+            report.metrics = metrics;
+        }
+    }
     if let Some(path) = &config.html {
         crate::report::write(&client, &config.experiment, &reports, path).await?;
     }
@@ -561,6 +591,7 @@ mod tests {
                 variant("a_rather_long_control_variant_name", true),
                 variant("b", false),
             ],
+            metrics: crate::metrics::Metrics::default(),
         };
         let settings = Settings {
             minimums: crate::stats::Minimums {
