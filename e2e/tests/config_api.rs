@@ -1,5 +1,5 @@
 //! The config-api over HTTP: keys, live gate, filter, test mode, caching headers, CORS,
-//! hot reload and the refusal of an invalid snapshot.
+//! hot reload and the refusal of an invalid snapshot; metric definitions never served.
 
 use std::time::Duration;
 
@@ -163,6 +163,91 @@ async fn live_gate_filter_test_mode_and_key_isolation() {
         body,
         r#"{"experiments":[{"id":"exp_live","phase":1,"variants":[{"id":"var_exp_live_1","weight":33.5,"control":true,"parts":{"t":"é"}},{"id":"var_exp_live_2","weight":66.5,"control":false,"parts":{}}]}]}"#
     );
+    f.api.stop().await.expect("clean stop");
+}
+
+/// The document of [`document`] with metric definitions, and exp_live listing two.
+fn document_with_metrics(version: u32) -> Value {
+    let mut doc = document(version);
+    doc["metrics"] = json!([
+        { "id": "signup", "kind": "proportion", "eventName": "conversion",
+          "clickTarget": "signup" },
+        { "id": "time_on_page", "kind": "mean", "eventName": "dwell_time",
+          "field": "timeOnPage", "aggregate": "max", "cap": { "percentile": 0.99 } }
+    ]);
+    doc["experiments"][0]["metrics"] = json!([
+        { "id": "signup", "role": "goal" }, { "id": "time_on_page", "role": "guardrail" }]);
+    doc
+}
+
+#[tokio::test]
+async fn metric_definitions_are_never_served_and_a_bad_one_is_refused() {
+    let file = SnapshotFile::new(&document_with_metrics(1));
+    let api = e2e::start_config_api(&file.path).await;
+    let f = Fixture {
+        file,
+        api,
+        http: reqwest::Client::new(),
+    };
+    let text = |request: reqwest::RequestBuilder| async move {
+        let response = request.send().await.expect("answer");
+        assert_eq!(response.status(), StatusCode::OK);
+        response.text().await.expect("text")
+    };
+    // Exactly what the same snapshot without metrics serves.
+    assert_eq!(
+        text(f.get("pk_cfg").header("X-experiment-ids", "exp_live")).await,
+        r#"{"experiments":[{"id":"exp_live","phase":1,"variants":[{"id":"var_exp_live_1","weight":33.5,"control":true,"parts":{"t":"é"}},{"id":"var_exp_live_2","weight":66.5,"control":false,"parts":{}}]}]}"#
+    );
+    // Nothing of them in any answer, in test mode or not.
+    for key in ["pk_cfg", "pk_other"] {
+        for test in ["false", "true"] {
+            let body = text(f.get(key).header("X-service-test", test)).await;
+            for secret in [
+                "metrics",
+                "signup",
+                "time_on_page",
+                "goal",
+                "guardrail",
+                "dwell",
+            ] {
+                assert!(
+                    !body.contains(secret),
+                    "{key} test={test}: {secret} in {body}"
+                );
+            }
+        }
+    }
+
+    // A snapshot with a bad metric is refused and the last good one keeps serving.
+    for (what, bad) in [
+        (
+            "a reserved id",
+            json!({ "id": "conversion", "kind": "proportion", "eventName": "x" }),
+        ),
+        (
+            "a field on a proportion",
+            json!({ "id": "m", "kind": "proportion", "eventName": "x", "field": "timeOnPage" }),
+        ),
+    ] {
+        let mut next = document_with_metrics(2);
+        next["metrics"][1] = bad;
+        // exp_draft goes live: taken, the snapshot would serve it.
+        next["experiments"][1]["status"] = json!("live");
+        let before = f.invalid_reloads().await;
+        f.file.replace(&next);
+        e2e::eventually(
+            RELOAD,
+            &format!("the snapshot with {what} refused"),
+            || async { (f.invalid_reloads().await > before).then_some(()) },
+        )
+        .await;
+        assert_eq!(
+            experiment_ids(f.get("pk_cfg")).await,
+            ["exp_live", "exp_started"],
+            "the snapshot with {what} was taken"
+        );
+    }
     f.api.stop().await.expect("clean stop");
 }
 
