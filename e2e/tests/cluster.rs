@@ -238,6 +238,10 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                 ("events", "Distributed"),
                 ("events_local", "ReplicatedReplacingMergeTree"),
                 ("experiment_daily", "View"),
+                ("experiment_metric_definitions", "View"),
+                ("experiment_metric_results", "View"),
+                ("experiment_metric_visitors", "View"),
+                ("experiment_metrics", "ReplicatedReplacingMergeTree"),
                 ("experiment_phase_settings", "View"),
                 ("experiment_phase_variants", "View"),
                 ("experiment_results", "View"),
@@ -288,11 +292,72 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                     .fetch_all()
                     .await
                     .ok()?;
-                (v.len() == 11).then_some(v)
+                (v.len() == 12).then_some(v)
             },
         )
         .await;
         assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+    }
+    cluster.drop_database(&database).await;
+}
+
+/// The per-metric results answer through the Distributed tables, read on any server: two
+/// visitors on (most likely) two shards, the default goal of their experiment.
+#[tokio::test]
+async fn metric_results_answer_on_the_cluster() {
+    let (_turn, cluster) = Cluster::take_turn().await;
+    let database = e2e::unique("cluster_");
+    consumer::schema::migrate_topology(&cluster.topology(&database), &database, u32::MAX)
+        .await
+        .expect("migrates");
+    let first = cluster.client(1, &database);
+    for sql in [
+        "INSERT INTO events (event_id, received_at, public_key, event_name, experiment_id, \
+         variant_id, session_id, visitor_id, phase, event_time) VALUES \
+         (toUUID('00000000-0000-4000-8000-000000000001'), toDateTime(1790000000), 'pk', 'impression', 'exp', 'a', 's1', \
+          'visitor-1', 1, 1790000000000), \
+         (toUUID('00000000-0000-4000-8000-000000000002'), toDateTime(1790000000), 'pk', 'impression', 'exp', 'b', 's2', \
+          'visitor-2', 1, 1790000000000), \
+         (toUUID('00000000-0000-4000-8000-000000000003'), toDateTime(1790000001), 'pk', 'conversion', 'exp', '', 's2', \
+          'visitor-2', 1, 1790000001000)",
+        "INSERT INTO experiment_variants (experiment_id, variant_id, version, weight, \
+         is_control, status, parts, loaded_at, phase) VALUES \
+         ('exp', 'a', 'v', 1, 1, 'live', '{}', 1789990000000, 1), \
+         ('exp', 'b', 'v', 1, 0, 'live', '{}', 1789990000000, 1)",
+        "INSERT INTO experiment_metrics (experiment_id, version, phase, metric_id, role, \
+         kind, num_conversion, num_aggregate, cuped_lookback_days, loaded_at) VALUES \
+         ('exp', 'v', 1, 'conversion', 'goal', 'proportion', 1, 'any', 14, 1789990000000)",
+    ] {
+        first
+            .query(sql)
+            .with_option("insert_distributed_sync", "1")
+            .execute()
+            .await
+            .expect("inserted");
+    }
+    for n in 1..=4 {
+        let client = cluster.client(n, &database);
+        let rows: Vec<(String, u64, f64)> = e2e::eventually(
+            Duration::from_secs(30),
+            "both arms on every server",
+            || async {
+                let rows: Vec<(String, u64, f64)> = client
+                    .query(
+                        "SELECT variant_id, visitors, value FROM experiment_metric_results \
+                         WHERE metric_id = 'conversion' ORDER BY variant_id",
+                    )
+                    .fetch_all()
+                    .await
+                    .ok()?;
+                (rows.len() == 2).then_some(rows)
+            },
+        )
+        .await;
+        assert_eq!(
+            rows,
+            [("a".to_owned(), 1, 0.0), ("b".to_owned(), 1, 1.0)],
+            "server {n}"
+        );
     }
     cluster.drop_database(&database).await;
 }
