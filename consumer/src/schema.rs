@@ -12,8 +12,8 @@ use crate::topology::{LOCAL_SUFFIX, Server, Topology, first_answering, is_sql_na
 mod migrations;
 
 use migrations::{
-    ARM_STATISTICS_12, BOOTSTRAP, FIRST_CONVERSION_11, METRIC_VALUE_12, MIGRATIONS,
-    RESULTS_DERIVED_11, RESULTS_HEAD_11, RESULTS_STATISTICS, RESULTS_STATISTICS_10,
+    ARM_STATISTICS_12, BOOTSTRAP, FIRST_CONVERSION_11, METRIC_RESULTS_SELECT_12, METRIC_VALUE_12,
+    MIGRATIONS, RESULTS_DERIVED_11, RESULTS_HEAD_11, RESULTS_STATISTICS, RESULTS_STATISTICS_10,
     RESULTS_STATISTICS_11, RESULTS_TAIL_11, SESSIONS_SELECT, SRM_CHI_SQUARE, SRM_SEQUENTIAL_11,
     Step, VISITORS_SELECT,
 };
@@ -147,6 +147,7 @@ impl ServerCaps {
             )
         };
         statement
+            .replace("{metric_results_select}", &metric_results_select(None))
             .replace(
                 "{results_statistics_11}",
                 &statistics_11("experiment_variant_counts", "", "", false),
@@ -210,6 +211,44 @@ impl ServerCaps {
             .replace("{first_exposure_hour}", first_exposure_hour)
             .replace("{to_ms}", to_ms)
     }
+}
+
+/// Migration 12's per-metric statistics: over every visitor (the view), or with `segment`
+/// (an expression of an `events` row) per segment, each visitor's taken from the
+/// impression of their first exposure. The cap stays the metric's over every segment.
+fn metric_results_select(segment: Option<&str>) -> String {
+    let Some(segment) = segment else {
+        return METRIC_RESULTS_SELECT_12
+            .replace("{segment}", "")
+            .replace("{segments_collected}", "")
+            .replace("{segments_split}", "")
+            .replace("{metric_visitors}", "{db}.experiment_metric_visitors");
+    };
+    let visitors = format!(
+        "(SELECT * FROM {{db}}.experiment_metric_visitors \
+         ANY INNER JOIN (SELECT toString(public_key) AS public_key, \
+         toString(experiment_id) AS experiment_id, phase, visitor_id, \
+         argMin(toString({segment}), event_time) AS segment FROM {{db}}.events \
+         WHERE event_name = 'impression' AND variant_id != '' \
+         GROUP BY public_key, experiment_id, phase, visitor_id) AS segments \
+         USING (public_key, experiment_id, phase, visitor_id))"
+    );
+    METRIC_RESULTS_SELECT_12
+        .replace("{segment}", ", segment")
+        .replace("{segments_collected}", ", groupArray(segment) AS segments")
+        .replace("{segments_split}", ", segments AS segment")
+        .replace("{metric_visitors}", &visitors)
+}
+
+/// `experiment_metric_results` per segment: its columns with `segment` after `phase`,
+/// for a server of version `caps` and the analysts' `database`. `segment` is an
+/// expression of an `events` row (a column, or a function of one), trusted.
+pub fn metric_results_by(caps: ServerCaps, database: &str, segment: &str) -> String {
+    caps.render(
+        &metric_results_select(Some(segment)),
+        database,
+        &Layout::new(None),
+    )
 }
 
 /// Migration 12: a visitor's value from the aggregates prefixed `prefix` by `aggregate`.

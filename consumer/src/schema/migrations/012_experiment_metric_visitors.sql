@@ -92,64 +92,69 @@ FROM (
                 arrayMap((x, p, v) -> toUInt64(x AND p AND isNotNull(v)),
                     d_matches, posts, d_fielded) AS d_had
             FROM (
-                -- Each event of an exposed visitor's key, beside each of their exposures
-                -- it may count for: in the experiment's phase after the first exposure,
-                -- or before it within the longest lookback.
-                SELECT
-                    *,
-                    event_experiment = experiment_id AND event_phase = phase
-                        AND t >= first_exposure_ms
-                        AND (window_end_ms = 0 OR t <= window_end_ms) AS post
+                SELECT *
                 FROM (
+                    -- Each event of an exposed visitor's key, beside each of their
+                    -- exposures it may count for: in the experiment's phase after the
+                    -- first exposure, or before it within the longest lookback.
                     SELECT
-                        toString(public_key) AS public_key, visitor_id, session_id,
-                        toString(experiment_id) AS event_experiment, phase AS event_phase,
-                        toString(event_name) AS name, click_target AS target,
-                        toUInt8(event_name = 'conversion' OR ifNull(conversion, 0) = 1)
-                            AS is_conversion,
-                        time_on_page, scroll_depth, load_time, {to_ms}(event_time) AS t
-                    FROM {db}.events FINAL
-                ) AS visitor_events
-                ALL INNER JOIN (
-                    SELECT
-                        public_key, visitor_id, experiment_id, phase, variant_id,
-                        first_exposure_ms, window_end_ms, longest_lookback,
-                        metric_ids, roles, positions, kinds, highers, cap_values,
-                        cap_percentiles, lookbacks, n_events, n_targets, n_conversions,
-                        n_fields, n_aggregates, d_events, d_targets, d_conversions, d_fields,
-                        d_aggregates
-                    FROM {db}.experiment_visitor_exposures
+                        *,
+                        event_experiment = experiment_id AND event_phase = phase
+                            AND t >= first_exposure_ms
+                            AND (window_end_ms = 0 OR t <= window_end_ms) AS post
+                    FROM (
+                        SELECT
+                            toString(public_key) AS public_key, visitor_id, session_id,
+                            toString(experiment_id) AS event_experiment, phase AS event_phase,
+                            toString(event_name) AS name, click_target AS target,
+                            toUInt8(event_name = 'conversion' OR ifNull(conversion, 0) = 1)
+                                AS is_conversion,
+                            time_on_page, scroll_depth, load_time, {to_ms}(event_time) AS t
+                        FROM {db}.events FINAL
+                    ) AS visitor_events
                     ALL INNER JOIN (
                         SELECT
-                            experiment_id,
-                            max(cuped_lookback_days) AS longest_lookback,
-                            groupArray(metric_id) AS metric_ids,
-                            groupArray(toString(role)) AS roles,
-                            groupArray(position) AS positions,
-                            groupArray(toString(kind)) AS kinds,
-                            groupArray(higher_is_better) AS highers,
-                            groupArray(cap_value) AS cap_values,
-                            groupArray(cap_percentile) AS cap_percentiles,
-                            groupArray(cuped_lookback_days) AS lookbacks,
-                            groupArray(num_event) AS n_events,
-                            groupArray(num_click_target) AS n_targets,
-                            groupArray(num_conversion) AS n_conversions,
-                            groupArray(num_field) AS n_fields,
-                            groupArray(toString(num_aggregate)) AS n_aggregates,
-                            groupArray(den_event) AS d_events,
-                            groupArray(den_click_target) AS d_targets,
-                            groupArray(den_conversion) AS d_conversions,
-                            groupArray(den_field) AS d_fields,
-                            groupArray(toString(den_aggregate)) AS d_aggregates
-                        FROM {db}.experiment_metric_definitions
-                        GROUP BY experiment_id
-                    ) AS metrics USING (experiment_id)
-                ) AS exposures USING (public_key, visitor_id)
-                WHERE (event_experiment = experiment_id AND event_phase = phase
-                        AND t >= first_exposure_ms)
-                    OR (t < first_exposure_ms
-                        AND t >= first_exposure_ms - toInt64(longest_lookback * 86400000))
-            ) AS candidates
+                            public_key, visitor_id, experiment_id, phase, variant_id,
+                            first_exposure_ms, window_end_ms, longest_lookback
+                        FROM {db}.experiment_visitor_exposures
+                        ANY INNER JOIN (
+                            SELECT experiment_id, max(cuped_lookback_days) AS longest_lookback
+                            FROM {db}.experiment_metric_definitions
+                            GROUP BY experiment_id
+                        ) AS lookbacks USING (experiment_id)
+                    ) AS exposures USING (public_key, visitor_id)
+                    WHERE (event_experiment = experiment_id AND event_phase = phase
+                            AND t >= first_exposure_ms)
+                        OR (t < first_exposure_ms
+                            AND t >= first_exposure_ms - toInt64(longest_lookback * 86400000))
+                ) AS candidates
+                -- The experiment's metrics, once per row (joined after the exposures, so
+                -- that the exposures held for the join stay small).
+                ANY INNER JOIN (
+                    SELECT
+                        experiment_id,
+                        groupArray(metric_id) AS metric_ids,
+                        groupArray(toString(role)) AS roles,
+                        groupArray(position) AS positions,
+                        groupArray(toString(kind)) AS kinds,
+                        groupArray(higher_is_better) AS highers,
+                        groupArray(cap_value) AS cap_values,
+                        groupArray(cap_percentile) AS cap_percentiles,
+                        groupArray(cuped_lookback_days) AS lookbacks,
+                        groupArray(num_event) AS n_events,
+                        groupArray(num_click_target) AS n_targets,
+                        groupArray(num_conversion) AS n_conversions,
+                        groupArray(num_field) AS n_fields,
+                        groupArray(toString(num_aggregate)) AS n_aggregates,
+                        groupArray(den_event) AS d_events,
+                        groupArray(den_click_target) AS d_targets,
+                        groupArray(den_conversion) AS d_conversions,
+                        groupArray(den_field) AS d_fields,
+                        groupArray(toString(den_aggregate)) AS d_aggregates
+                    FROM {db}.experiment_metric_definitions
+                    GROUP BY experiment_id
+                ) AS metrics USING (experiment_id)
+            ) AS with_metrics
         ) AS rows
         GROUP BY public_key, experiment_id, phase, visitor_id, variant_id, session_id
     ) AS sessions

@@ -1,0 +1,236 @@
+SELECT
+    public_key, experiment_id, phase{segment}, metric_id, role, position, kind, higher_is_better,
+    variant_id, is_control,
+    toUInt64(n) AS visitors,
+    value,
+    if(comparable, if(is_control = 1, 0, raw_diff), NULL) AS diff,
+    -- The fixed horizon: gbstats' TwoSidedTTest, Welch's t.
+    if(testable, raw_diff - t_quantile * se, NULL) AS ci_low,
+    if(testable, raw_diff + t_quantile * se, NULL) AS ci_high,
+    if(testable, {t_p_value}, NULL) AS p_value,
+    if(testable,
+        least(1, family * sqrt(1 + n_rho2)
+            * exp(-pow(raw_diff / se, 2) / 2 * n_rho2 / (1 + n_rho2))),
+        NULL) AS always_valid_p_value,
+    if(testable, raw_diff - se * always_valid_factor, NULL) AS always_valid_ci_low,
+    if(testable, raw_diff + se * always_valid_factor, NULL) AS always_valid_ci_high,
+    -- GrowthBook's Bayesian normal approximation with its default (improper) prior.
+    if(testable, 0.5 * erfc(-better_sign * raw_diff / se / sqrt(2)), NULL)
+        AS chance_to_beat_control,
+    -- A guardrail: the always-valid one-sided test that the variant harms (the mixture of
+    -- the two-sided test restricted to harmful effects).
+    if(testable AND role = 'guardrail',
+        least(1, family * sqrt(1 + n_rho2)
+            * exp(-pow(raw_diff / se, 2) / 2 * n_rho2 / (1 + n_rho2))
+            / (2 * 0.5 * erfc(better_sign * raw_diff / se * sqrt(n_rho2 / (1 + n_rho2))
+                / sqrt(2)))),
+        NULL) AS always_valid_harm_p_value,
+    -- CUPED: the covariate is the same metric in the lookback before exposure, its
+    -- coefficient theta pooled over this arm and the control.
+    if(cuped_testable, theta, NULL) AS cuped_theta,
+    if(cuped_testable, cuped_raw_diff, NULL) AS cuped_diff,
+    if(cuped_testable, cuped_raw_diff - cuped_t_quantile * cuped_se, NULL) AS cuped_ci_low,
+    if(cuped_testable, cuped_raw_diff + cuped_t_quantile * cuped_se, NULL) AS cuped_ci_high,
+    if(cuped_testable, {cuped_t_p_value}, NULL) AS cuped_p_value,
+    if(cuped_testable,
+        least(1, family * sqrt(1 + n_rho2)
+            * exp(-pow(cuped_raw_diff / cuped_se, 2) / 2 * n_rho2 / (1 + n_rho2))),
+        NULL) AS cuped_always_valid_p_value,
+    if(cuped_testable, cuped_raw_diff - cuped_se * always_valid_factor, NULL)
+        AS cuped_always_valid_ci_low,
+    if(cuped_testable, cuped_raw_diff + cuped_se * always_valid_factor, NULL)
+        AS cuped_always_valid_ci_high,
+    if(cuped_testable, 1 - cuped_variance / variance, NULL) AS cuped_variance_reduction,
+    cap,
+    tuning AS sequential_tuning,
+    family AS treatments,
+    no_test_reason
+FROM (
+-- Student's t quantile for the intervals, one Newton step per SELECT.
+SELECT *, {t_quantile_2}, {cuped_t_quantile_2} FROM (
+SELECT *, {t_quantile_1}, {cuped_t_quantile_1} FROM (
+SELECT *, {t_quantile_0}, {cuped_t_quantile_0} FROM (
+    SELECT
+        *,
+        if(higher_is_better = 1, 1, -1) AS better_sign,
+        -- Each arm's mean and the variance of one visitor's value, as gbstats has them:
+        -- ProportionStatistic, SampleMeanStatistic, RatioStatistic (delta method).
+        {arm_statistics_b},
+        {arm_statistics_a},
+        value_b AS value,
+        value_b - value_a AS raw_diff,
+        var_b / n + var_a / n_a AS variance,
+        sqrt(variance) AS se,
+        -- CUPED (gbstats' RegressionAdjustedStatistic and compute_theta).
+        n + n_a AS joint_n,
+        multiIf(kind = 'proportion',
+                (sy + sy_a) / joint_n * (1 - (sy + sy_a) / joint_n),
+            joint_n > 1,
+                (syy + syy_a - pow(sy + sy_a, 2) / joint_n) / (joint_n - 1),
+            0) AS joint_var_y,
+        multiIf(kind = 'proportion',
+                (sx + sx_a) / joint_n * (1 - (sx + sx_a) / joint_n),
+            joint_n > 1,
+                (sxx + sxx_a - pow(sx + sx_a, 2) / joint_n) / (joint_n - 1),
+            0) AS joint_var_x,
+        if(joint_n > 1,
+            (sxy + sxy_a - (sy + sy_a) * (sx + sx_a) / joint_n) / (joint_n - 1), 0)
+            AS joint_cov,
+        if(joint_var_x > 0 AND joint_var_y > 0, joint_cov / joint_var_x, 0) AS theta,
+        (sy / n - theta * sx / n) - (sy_a / n_a - theta * sx_a / n_a) AS cuped_raw_diff,
+        cuped_var_b / n + cuped_var_a / n_a AS cuped_variance,
+        sqrt(greatest(cuped_variance, 0)) AS cuped_se,
+        -- Welch-Satterthwaite's degrees of freedom, as gbstats has them.
+        pow(variance, 2) / (pow(var_b, 2) / (pow(n, 2) * (n - 1))
+            + pow(var_a, 2) / (pow(n_a, 2) * (n_a - 1))) AS dof,
+        raw_diff / se AS t_stat,
+        var_b + theta * theta * var_x_b - 2 * theta * cov_xy_b AS cuped_var_b,
+        var_a + theta * theta * var_x_a - 2 * theta * cov_xy_a AS cuped_var_a,
+        pow(cuped_variance, 2) / (pow(cuped_var_b, 2) / (pow(n, 2) * (n - 1))
+            + pow(cuped_var_a, 2) / (pow(n_a, 2) * (n_a - 1))) AS cuped_dof,
+        cuped_raw_diff / cuped_se AS cuped_t_stat,
+        controls = 1 AND n_a > 0 AND variant_id != '__multiple__' AS comparable,
+        n >= {min_visitors} AND n_a >= {min_visitors}
+            AND (kind != 'proportion' OR (sy + sy_a >= {min_conversions}
+                AND n + n_a - sy - sy_a >= {min_conversions})) AS enough,
+        var_a > 0 AND var_b > 0 AS variances,
+        comparable AND is_control = 0 AND enough AND variances AND variance > 0 AS testable,
+        testable AND kind != 'ratio' AND cuped_lookback_days > 0 AND cuped_variance > 0
+            AS cuped_testable,
+        multiIf(NOT comparable OR is_control = 1, '',
+            NOT enough, 'not enough data',
+            NOT variances, 'an arm has no variance',
+            '') AS no_test_reason,
+        -- The always-valid test (gbstats' SequentialTwoSidedTTest) at 5% / treatments.
+        greatest(toUInt64(ifNull(phase_treatments, 0)), 1) AS family,
+        5.991464547107982 + 2 * log(family) AS family_bound,
+        if(snapshot_tuning > 0, snapshot_tuning,
+            if(default_tuning > 0, default_tuning, 5000)) AS tuning,
+        arraySort((
+            SELECT groupArray((toInt64(toUnixTimestamp(set_at)), value))
+            FROM {db}.results_settings_log
+            WHERE name = 'sequential_tuning' AND value > 0 AND isFinite(value)
+        )) AS tuning_log,
+        arrayElement(arrayFilter((s, start) -> s.1 <= start, tuning_log,
+            arrayResize([intDiv(phase_start_ms, 1000)], length(tuning_log),
+                intDiv(phase_start_ms, 1000))), -1).2 AS default_tuning,
+        (n + n_a) * (family_bound + log(family_bound + 1)) / tuning AS n_rho2,
+        sqrt((1 + n_rho2) / n_rho2 * (log(1 + n_rho2) + family_bound)) AS always_valid_factor
+    FROM (
+        -- Per metric: its arms in arrays with the control's sums beside, then a row per
+        -- arm.
+        SELECT
+            public_key, experiment_id, phase{segment}, metric_id, role, position, kind,
+            higher_is_better, cuped_lookback_days, cap, phase_start_ms, controls,
+            variant_id, is_control, n, sy, syy, sd, sdd, syd, sx, sxx, sxy,
+            n_a, sy_a, syy_a, sd_a, sdd_a, syd_a, sx_a, sxx_a, sxy_a
+        FROM (
+            SELECT
+                public_key, experiment_id, phase{segment}, metric_id,
+                any(metric_role) AS role, any(metric_position) AS position,
+                any(metric_kind) AS kind, any(higher) AS higher_is_better,
+                any(lookback) AS cuped_lookback_days, any(applied_cap) AS cap,
+                min(first_ms) AS phase_start_ms,
+                countIf(control_flag = 1) AS controls,
+                groupArray(variant) AS variant_ids,
+                groupArray(control_flag) AS control_flags,
+                groupArray(arm_n) AS ns, groupArray(arm_sy) AS sys,
+                groupArray(arm_syy) AS syys, groupArray(arm_sd) AS sds,
+                groupArray(arm_sdd) AS sdds, groupArray(arm_syd) AS syds,
+                groupArray(arm_sx) AS sxs, groupArray(arm_sxx) AS sxxs,
+                groupArray(arm_sxy) AS sxys,
+                sumIf(arm_n, control_flag = 1) AS n_a,
+                sumIf(arm_sy, control_flag = 1) AS sy_a,
+                sumIf(arm_syy, control_flag = 1) AS syy_a,
+                sumIf(arm_sd, control_flag = 1) AS sd_a,
+                sumIf(arm_sdd, control_flag = 1) AS sdd_a,
+                sumIf(arm_syd, control_flag = 1) AS syd_a,
+                sumIf(arm_sx, control_flag = 1) AS sx_a,
+                sumIf(arm_sxx, control_flag = 1) AS sxx_a,
+                sumIf(arm_sxy, control_flag = 1) AS sxy_a
+            FROM (
+                SELECT *, ifNull(defined_control, 0) AS control_flag
+                FROM (
+                    -- Each arm's sufficient statistics, on the capped values.
+                    SELECT
+                        public_key, experiment_id, phase{segment}, metric_id,
+                        variant_id AS variant,
+                        any(m_role) AS metric_role, any(m_position) AS metric_position,
+                        any(m_kind) AS metric_kind, any(m_higher) AS higher,
+                        any(m_lookback) AS lookback, any(cap_at) AS applied_cap,
+                        min(first_exposure_ms) AS first_ms,
+                        toFloat64(count()) AS arm_n,
+                        sum(y) AS arm_sy, sum(y * y) AS arm_syy,
+                        sum(d) AS arm_sd, sum(d * d) AS arm_sdd, sum(y * d) AS arm_syd,
+                        sum(x) AS arm_sx, sum(x * x) AS arm_sxx, sum(x * y) AS arm_sxy
+                    FROM (
+                        SELECT
+                            public_key, experiment_id, phase{segment}, metric_id, variant_id,
+                            m_role, m_position, m_kind, m_higher, m_lookback,
+                            first_exposure_ms, cap_at,
+                            if(cap_at > 0, least(raw_y, cap_at), raw_y) AS y,
+                            raw_d AS d,
+                            if(cap_at > 0, least(raw_x, cap_at), raw_x) AS x
+                        FROM (
+                            -- The cap: absolute, or the metric's percentile of its
+                            -- visitors' values in the phase (numpy's linear).
+                            SELECT
+                                public_key, experiment_id, phase, metric_id,
+                                any(role) AS m_role, any(position) AS m_position,
+                                any(kind) AS m_kind, any(higher_is_better) AS m_higher,
+                                any(cuped_lookback_days) AS m_lookback,
+                                any(cap_value) AS m_cap_value,
+                                any(cap_percentile) AS m_cap_percentile,
+                                groupArray(variant_id) AS variant_ids,
+                                groupArray(value) AS ys,
+                                groupArray(denominator) AS ds,
+                                groupArray(pre_value) AS xs,
+                                groupArray(first_exposure_ms) AS firsts{segments_collected},
+                                arraySort(ys) AS sorted,
+                                (length(sorted) - 1) * m_cap_percentile AS rank,
+                                toUInt64(floor(rank)) AS below,
+                                multiIf(m_cap_value > 0, m_cap_value,
+                                    m_cap_percentile > 0 AND length(sorted) > 0,
+                                        sorted[below + 1] + (rank - below)
+                                            * (sorted[least(below + 2, length(sorted))]
+                                                - sorted[below + 1]),
+                                    0) AS cap_at
+                            FROM {metric_visitors}
+                            GROUP BY public_key, experiment_id, phase, metric_id
+                        ) AS per_metric
+                        ARRAY JOIN
+                            variant_ids AS variant_id, ys AS raw_y, ds AS raw_d,
+                            xs AS raw_x, firsts AS first_exposure_ms{segments_split}
+                    ) AS visitors
+                    GROUP BY public_key, experiment_id, phase{segment}, metric_id, variant_id
+                ) AS arms
+                ANY LEFT JOIN (
+                    SELECT experiment_id, phase, variant_id AS variant,
+                        is_control AS defined_control
+                    FROM {db}.experiment_phase_variants
+                ) AS definitions USING (experiment_id, phase, variant)
+            ) AS defined_arms
+            GROUP BY public_key, experiment_id, phase{segment}, metric_id
+        ) AS per_metric
+        ARRAY JOIN
+            variant_ids AS variant_id, control_flags AS is_control, ns AS n, sys AS sy,
+            syys AS syy, sds AS sd, sdds AS sdd, syds AS syd, sxs AS sx, sxxs AS sxx,
+            sxys AS sxy
+    ) AS arms
+    ANY LEFT JOIN (
+        SELECT experiment_id, phase, phase_treatments, snapshot_tuning
+        FROM (
+            SELECT experiment_id, phase, countIf(is_control = 0) AS phase_treatments
+            FROM {db}.experiment_phase_variants
+            WHERE weight > 0
+            GROUP BY experiment_id, phase
+        ) AS weighted
+        ANY LEFT JOIN (
+            SELECT experiment_id, phase, sequential_tuning AS snapshot_tuning
+            FROM {db}.experiment_phase_settings
+        ) AS tunings USING (experiment_id, phase)
+    ) AS settings USING (experiment_id, phase)
+) AS statistics
+) AS start
+) AS step_1
+) AS step_2
