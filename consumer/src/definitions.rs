@@ -93,7 +93,7 @@ pub struct MetricRow {
     pub cap_percentile: f64,
     pub higher_is_better: u8,
     pub cuped_lookback_days: f64,
-    /// The definition as the snapshot gave it, JSON.
+    /// The definition as loaded (the same JSON value, written compact).
     pub definition: String,
     /// Milliseconds since the Unix epoch, as the variants' rows of the same write.
     pub loaded_at: i64,

@@ -138,7 +138,7 @@ pub struct Metric {
     pub higher_is_better: bool,
     /// 0: no CUPED.
     pub cuped_lookback_days: f64,
-    /// The definition as the snapshot gave it, JSON.
+    /// The definition as loaded (the same JSON value, written compact).
     pub definition: String,
 }
 

@@ -261,7 +261,7 @@ async fn the_consumer_writes_each_experiments_metrics_with_the_default_goal() {
     .await;
     assert_eq!(got, want);
 
-    // Stamped as the variants of the same write; the definition as the snapshot gave it.
+    // Stamped as the variants of the same write; the definition the same JSON value as given.
     let stamps: u64 = ch
         .query(
             "SELECT uniqExact(loaded_at) FROM (\
