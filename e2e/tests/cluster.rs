@@ -330,7 +330,7 @@ async fn metric_results_answer_on_the_cluster() {
     ] {
         first
             .query(sql)
-            .with_option("insert_distributed_sync", "1")
+            .with_setting("insert_distributed_sync", "1")
             .execute()
             .await
             .expect("inserted");

@@ -868,3 +868,62 @@ async fn the_command_shows_every_metric_in_order_and_per_segment() {
         assert_eq!(raw.len(), 2);
     }
 }
+
+/// One visitor of C stays a whole day on a page. Capped at the 99th percentile, the
+/// arm's mean moves by at most twice the cap over the arm's visitors (that one visitor at
+/// the cap, and the percentile's own shift); uncapped, by the day over the visitors.
+#[tokio::test]
+async fn a_capped_mean_is_not_moved_by_one_extreme_visitor() {
+    let top = |id: &'static str, cap_percentile: f64| Metric {
+        id,
+        role: "secondary",
+        kind: "mean",
+        numerator: ("dwell_time", "", 0, "time_on_page", "max"),
+        denominator: None,
+        cap_value: 0.0,
+        cap_percentile,
+        higher_is_better: true,
+        lookback_days: 14.0,
+    };
+    let metrics = [top("capped", 0.99), top("raw", 0.0)];
+    let with = events(7, 150);
+    let without: Vec<Event> = with
+        .iter()
+        .filter(|e| e.time_on_page != Some(86_400_000.0))
+        .cloned()
+        .collect();
+    assert_eq!(with.len(), without.len() + 1, "one extreme dwell");
+    let mut c = Vec::new();
+    for events in [&with, &without] {
+        let db = Database::new().await;
+        db.define(&metrics, START - DAY).await;
+        db.store(events).await;
+        let results = db.results().await;
+        let arm = |id: &str| {
+            results
+                .iter()
+                .find(|r| r.metric_id == id && r.variant_id == "C")
+                .expect("C")
+        };
+        c.push((
+            arm("capped").value,
+            arm("raw").value,
+            arm("capped").cap,
+            arm("capped").visitors,
+        ));
+    }
+    let ((capped, raw, cap, n), (capped_0, raw_0, _, _)) = (c[0], c[1]);
+    println!(
+        "C's mean time on page with and without the day-long visit: capped {capped:.0} / {capped_0:.0} ms, raw {raw:.0} / {raw_0:.0} ms (cap {cap:.0} ms)"
+    );
+    assert!(cap > 0.0 && cap < 86_400_000.0, "the cap binds: {cap}");
+    assert!(
+        (capped - capped_0).abs() <= 2.0 * cap / n as f64,
+        "capped: {capped} against {capped_0}, bound {}",
+        2.0 * cap / n as f64
+    );
+    assert!(
+        raw - raw_0 > 0.9 * 86_400_000.0 / n as f64,
+        "raw: {raw} against {raw_0}"
+    );
+}
