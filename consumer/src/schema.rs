@@ -12,10 +12,10 @@ use crate::topology::{LOCAL_SUFFIX, Server, Topology, first_answering, is_sql_na
 mod migrations;
 
 use migrations::{
-    ARM_STATISTICS_12, BOOTSTRAP, FIRST_CONVERSION_11, METRIC_RESULTS_SELECT_12, METRIC_VALUE_12,
-    MIGRATIONS, RESULTS_DERIVED_11, RESULTS_HEAD_11, RESULTS_STATISTICS, RESULTS_STATISTICS_10,
-    RESULTS_STATISTICS_11, RESULTS_TAIL_11, SESSIONS_SELECT, SRM_CHI_SQUARE, SRM_SEQUENTIAL_11,
-    Step, VISITORS_SELECT,
+    ARM_STATISTICS_12, BOOTSTRAP, FIRST_CONVERSION_11, METRIC_ARRAYS_12, METRIC_RESULTS_SELECT_12,
+    METRIC_VALUE_12, MIGRATIONS, RESULTS_DERIVED_11, RESULTS_HEAD_11, RESULTS_STATISTICS,
+    RESULTS_STATISTICS_10, RESULTS_STATISTICS_11, RESULTS_TAIL_11, SESSIONS_SELECT, SRM_CHI_SQUARE,
+    SRM_SEQUENTIAL_11, Step, VISITORS_SELECT,
 };
 
 /// The minimum-data guard of the results views and of `experiment-results`: fewest exposed
@@ -175,6 +175,7 @@ impl ServerCaps {
                 &by_hour(RESULTS_STATISTICS_10),
             )
             .replace("{srm_chi_square}", SRM_CHI_SQUARE)
+            .replace("{metric_arrays}", METRIC_ARRAYS_12)
             .replace("{value_of_n}", &metric_value("n", "n_agg"))
             .replace("{value_of_d}", &metric_value("d", "d_agg"))
             .replace("{value_of_p}", &metric_value("p", "n_agg"))

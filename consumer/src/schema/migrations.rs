@@ -56,6 +56,8 @@ pub(super) const METRIC_VALUE_12: &str = sql!("migrations/012_metric_value.sql")
 /// Migration 12: one arm's mean and variance per metric kind (`{c}` the suffix of the
 /// arm's sums, `{arm}` of the columns made).
 pub(super) const ARM_STATISTICS_12: &str = sql!("migrations/012_arm_statistics.sql");
+/// Migration 12: each experiment's metrics in arrays, in one order.
+pub(super) const METRIC_ARRAYS_12: &str = sql!("migrations/012_metric_arrays.sql");
 /// Migration 12: the per-metric statistics over `{metric_visitors}`, per `{segment}` if any.
 pub(super) const METRIC_RESULTS_SELECT_12: &str = sql!("migrations/012_metric_results_select.sql");
 

@@ -4,8 +4,15 @@ CREATE VIEW IF NOT EXISTS {db}.experiment_metric_visitors{on_cluster} AS
 -- `denominator` (1 but for a ratio) from their events in the experiment and phase within
 -- their window, and `pre_value` the same numerator from their events of the key (any
 -- experiment) in the metric's lookback before their first exposure (CUPED's covariate).
--- Uncapped; a visitor with no matching event counts 0. Every metric of an experiment is
--- read in one pass: an array per visitor, an element per metric, split at the end.
+-- Uncapped; a visitor with no matching event counts 0.
+--
+-- Every metric of an experiment is read in one pass: an array per event, an element per
+-- metric, summed per session, then per visitor, and split at the end. Per measure (n: the
+-- numerator after exposure, p: before it, d: the denominator) three sums: `sum` (matching
+-- events for count, any and sessions; their field's values for sum and mean), `values`
+-- (matching events with the field) and `max` (the field's largest value); and per visitor
+-- `sessions` (their sessions with a matching event). The definitions are joined again
+-- after the sums, in the same order, so that no sum carries them.
 SELECT
     public_key, experiment_id, phase, visitor_id, variant_id, metric_id, role, position,
     kind, higher_is_better, cap_value, cap_percentile, cuped_lookback_days,
@@ -14,161 +21,139 @@ SELECT
     if(d_agg = '', 1, {value_of_d}) AS denominator,
     {value_of_p} AS pre_value
 FROM (
-    SELECT
-        public_key, experiment_id, phase, visitor_id, variant_id,
-        any(first_ms) AS first_exposure_ms,
-        any(metric_ids) AS ids, any(roles) AS metric_roles, any(positions) AS metric_positions,
-        any(kinds) AS metric_kinds, any(highers) AS metric_highers,
-        any(cap_values) AS metric_cap_values, any(cap_percentiles) AS metric_cap_percentiles,
-        any(lookbacks) AS metric_lookbacks, any(n_aggregates) AS metric_n_aggregates,
-        any(d_aggregates) AS metric_d_aggregates,
-        sumForEach(n_counts) AS n_counts_all, sumForEach(n_sums) AS n_sums_all,
-        maxForEach(n_maxes) AS n_maxes_all, sumForEach(n_values) AS n_values_all,
-        sumForEach(arrayMap(c -> toUInt64(c > 0), n_counts)) AS n_sessions_all,
-        sumForEach(p_counts) AS p_counts_all, sumForEach(p_sums) AS p_sums_all,
-        maxForEach(p_maxes) AS p_maxes_all, sumForEach(p_values) AS p_values_all,
-        sumForEach(arrayMap(c -> toUInt64(c > 0), p_counts)) AS p_sessions_all,
-        sumForEach(d_counts) AS d_counts_all, sumForEach(d_sums) AS d_sums_all,
-        maxForEach(d_maxes) AS d_maxes_all, sumForEach(d_values) AS d_values_all,
-        sumForEach(arrayMap(c -> toUInt64(c > 0), d_counts)) AS d_sessions_all
+    SELECT *
     FROM (
-        -- Per session first, for the aggregate `sessions`.
         SELECT
-            public_key, experiment_id, phase, visitor_id, variant_id, session_id,
-            any(first_exposure_ms) AS first_ms,
-            any(metric_ids) AS metric_ids, any(roles) AS roles, any(positions) AS positions,
-            any(kinds) AS kinds, any(highers) AS highers, any(cap_values) AS cap_values,
-            any(cap_percentiles) AS cap_percentiles, any(lookbacks) AS lookbacks,
-            any(n_aggregates) AS n_aggregates, any(d_aggregates) AS d_aggregates,
-            sumForEach(n_hit) AS n_counts, sumForEach(n_add) AS n_sums,
-            maxForEach(n_add) AS n_maxes, sumForEach(n_had) AS n_values,
-            sumForEach(p_hit) AS p_counts, sumForEach(p_add) AS p_sums,
-            maxForEach(p_add) AS p_maxes, sumForEach(p_had) AS p_values,
-            sumForEach(d_hit) AS d_counts, sumForEach(d_add) AS d_sums,
-            maxForEach(d_add) AS d_maxes, sumForEach(d_had) AS d_values
+            public_key, experiment_id, phase, visitor_id, variant_id,
+            any(first_ms) AS first_exposure_ms,
+            sumForEach(n_sums) AS n_sums_all, sumForEach(n_values) AS n_values_all,
+            maxForEach(n_maxes) AS n_maxes_all,
+            sumForEach(arrayMap(x -> toFloat64(x > 0), n_sums)) AS n_sessions_all,
+            sumForEach(p_sums) AS p_sums_all, sumForEach(p_values) AS p_values_all,
+            maxForEach(p_maxes) AS p_maxes_all,
+            sumForEach(arrayMap(x -> toFloat64(x > 0), p_sums)) AS p_sessions_all,
+            sumForEach(d_sums) AS d_sums_all, sumForEach(d_values) AS d_values_all,
+            maxForEach(d_maxes) AS d_maxes_all,
+            sumForEach(arrayMap(x -> toFloat64(x > 0), d_sums)) AS d_sessions_all
         FROM (
             SELECT
-                *,
-                length(metric_ids) AS m,
-                -- The event's own values, one per metric (a lambda reads arrays only).
-                arrayResize([post], m, post) AS posts,
-                arrayResize([t], m, t) AS times,
-                arrayResize([first_exposure_ms], m, first_exposure_ms) AS firsts,
-                arrayResize([name], m, name) AS names,
-                arrayResize([target], m, target) AS targets,
-                arrayResize([is_conversion], m, is_conversion) AS conversions,
-                arrayResize([time_on_page], m, time_on_page) AS times_on_page,
-                arrayResize([scroll_depth], m, scroll_depth) AS scroll_depths,
-                arrayResize([load_time], m, load_time) AS load_times,
-                arrayMap((lb, tt, f) -> tt < f AND tt >= f - toInt64(lb * 86400000),
-                    lookbacks, times, firsts) AS pres,
-                arrayMap((e, g, c, nm, tg, cv) -> (e = '' OR nm = e) AND (g = '' OR tg = g)
-                    AND (c = 0 OR cv = 1),
-                    n_events, n_targets, n_conversions, names, targets, conversions)
-                    AS n_matches,
-                arrayMap((e, g, c, nm, tg, cv) -> (e = '' OR nm = e) AND (g = '' OR tg = g)
-                    AND (c = 0 OR cv = 1),
-                    d_events, d_targets, d_conversions, names, targets, conversions)
-                    AS d_matches,
-                arrayMap((f, a, b, c) -> multiIf(f = 'time_on_page', a, f = 'scroll_depth', b,
-                    f = 'load_time', c, NULL), n_fields, times_on_page, scroll_depths,
-                    load_times) AS n_fielded,
-                arrayMap((f, a, b, c) -> multiIf(f = 'time_on_page', a, f = 'scroll_depth', b,
-                    f = 'load_time', c, NULL), d_fields, times_on_page, scroll_depths,
-                    load_times) AS d_fielded,
-                arrayMap((x, p) -> toUInt64(x AND p), n_matches, posts) AS n_hit,
-                arrayMap((x, p, v) -> if(x AND p AND isNotNull(v), assumeNotNull(v), 0.),
-                    n_matches, posts, n_fielded) AS n_add,
-                arrayMap((x, p, v) -> toUInt64(x AND p AND isNotNull(v)),
-                    n_matches, posts, n_fielded) AS n_had,
-                arrayMap((x, p) -> toUInt64(x AND p), n_matches, pres) AS p_hit,
-                arrayMap((x, p, v) -> if(x AND p AND isNotNull(v), assumeNotNull(v), 0.),
-                    n_matches, pres, n_fielded) AS p_add,
-                arrayMap((x, p, v) -> toUInt64(x AND p AND isNotNull(v)),
-                    n_matches, pres, n_fielded) AS p_had,
-                arrayMap((x, p) -> toUInt64(x AND p), d_matches, posts) AS d_hit,
-                arrayMap((x, p, v) -> if(x AND p AND isNotNull(v), assumeNotNull(v), 0.),
-                    d_matches, posts, d_fielded) AS d_add,
-                arrayMap((x, p, v) -> toUInt64(x AND p AND isNotNull(v)),
-                    d_matches, posts, d_fielded) AS d_had
+                public_key, experiment_id, phase, visitor_id, variant_id, session_id,
+                any(first_exposure_ms) AS first_ms,
+                sumForEach(n_add) AS n_sums, sumForEach(n_had) AS n_values,
+                maxForEach(n_top) AS n_maxes,
+                sumForEach(p_add) AS p_sums, sumForEach(p_had) AS p_values,
+                maxForEach(p_top) AS p_maxes,
+                sumForEach(d_add) AS d_sums, sumForEach(d_had) AS d_values,
+                maxForEach(d_top) AS d_maxes
             FROM (
-                SELECT *
+                SELECT
+                    *,
+                    length(metric_ids) AS m,
+                    -- The event's own values, one per metric (a lambda reads arrays only).
+                    arrayResize([post], m, post) AS posts,
+                    arrayResize([t], m, t) AS times,
+                    arrayResize([first_exposure_ms], m, first_exposure_ms) AS firsts,
+                    arrayResize([name], m, name) AS names,
+                    arrayResize([target], m, target) AS targets,
+                    arrayResize([is_conversion], m, is_conversion) AS conversions,
+                    arrayResize([time_on_page], m, time_on_page) AS times_on_page,
+                    arrayResize([scroll_depth], m, scroll_depth) AS scroll_depths,
+                    arrayResize([load_time], m, load_time) AS load_times,
+                    arrayMap((lb, tt, f) -> tt < f AND tt >= f - toInt64(lb * 86400000),
+                        lookbacks, times, firsts) AS pres,
+                    arrayMap((e, g, c, nm, tg, cv) -> (e = '' OR nm = e)
+                        AND (g = '' OR tg = g) AND (c = 0 OR cv = 1),
+                        n_events, n_targets, n_conversions, names, targets, conversions)
+                        AS n_matches,
+                    arrayMap((e, g, c, nm, tg, cv) -> (e = '' OR nm = e)
+                        AND (g = '' OR tg = g) AND (c = 0 OR cv = 1),
+                        d_events, d_targets, d_conversions, names, targets, conversions)
+                        AS d_matches,
+                    arrayMap((f, a, b, c) -> multiIf(f = 'time_on_page', a,
+                        f = 'scroll_depth', b, f = 'load_time', c, NULL),
+                        n_fields, times_on_page, scroll_depths, load_times) AS n_fielded,
+                    arrayMap((f, a, b, c) -> multiIf(f = 'time_on_page', a,
+                        f = 'scroll_depth', b, f = 'load_time', c, NULL),
+                        d_fields, times_on_page, scroll_depths, load_times) AS d_fielded,
+                    -- Per measure: what a matching event adds to the sum (1, or its
+                    -- field's value), whether it has the field, the field's value.
+                    arrayMap((x, p, v, a) -> if(x AND p, if(a IN ('sum', 'mean'),
+                        ifNull(v, 0.), 1.), 0.), n_matches, posts, n_fielded, n_aggregates)
+                        AS n_add,
+                    arrayMap((x, p, v) -> toFloat64(x AND p AND isNotNull(v)),
+                        n_matches, posts, n_fielded) AS n_had,
+                    arrayMap((x, p, v) -> if(x AND p, ifNull(v, 0.), 0.),
+                        n_matches, posts, n_fielded) AS n_top,
+                    arrayMap((x, p, v, a) -> if(x AND p, if(a IN ('sum', 'mean'),
+                        ifNull(v, 0.), 1.), 0.), n_matches, pres, n_fielded, n_aggregates)
+                        AS p_add,
+                    arrayMap((x, p, v) -> toFloat64(x AND p AND isNotNull(v)),
+                        n_matches, pres, n_fielded) AS p_had,
+                    arrayMap((x, p, v) -> if(x AND p, ifNull(v, 0.), 0.),
+                        n_matches, pres, n_fielded) AS p_top,
+                    arrayMap((x, p, v, a) -> if(x AND p, if(a IN ('sum', 'mean'),
+                        ifNull(v, 0.), 1.), 0.), d_matches, posts, d_fielded, d_aggregates)
+                        AS d_add,
+                    arrayMap((x, p, v) -> toFloat64(x AND p AND isNotNull(v)),
+                        d_matches, posts, d_fielded) AS d_had,
+                    arrayMap((x, p, v) -> if(x AND p, ifNull(v, 0.), 0.),
+                        d_matches, posts, d_fielded) AS d_top
                 FROM (
-                    -- Each event of an exposed visitor's key, beside each of their
-                    -- exposures it may count for: in the experiment's phase after the
-                    -- first exposure, or before it within the longest lookback.
-                    SELECT
-                        *,
-                        event_experiment = experiment_id AND event_phase = phase
-                            AND t >= first_exposure_ms
-                            AND (window_end_ms = 0 OR t <= window_end_ms) AS post
+                    SELECT *
                     FROM (
+                        -- Each event of an exposed visitor's key, beside each of their
+                        -- exposures it may count for: in the experiment's phase after the
+                        -- first exposure, or before it within the longest lookback.
                         SELECT
-                            toString(public_key) AS public_key, visitor_id, session_id,
-                            toString(experiment_id) AS event_experiment, phase AS event_phase,
-                            toString(event_name) AS name, click_target AS target,
-                            toUInt8(event_name = 'conversion' OR ifNull(conversion, 0) = 1)
-                                AS is_conversion,
-                            time_on_page, scroll_depth, load_time, {to_ms}(event_time) AS t
-                        FROM {db}.events FINAL
-                    ) AS visitor_events
-                    ALL INNER JOIN (
-                        SELECT
-                            public_key, visitor_id, experiment_id, phase, variant_id,
-                            first_exposure_ms, window_end_ms, longest_lookback
-                        FROM {db}.experiment_visitor_exposures
-                        ANY INNER JOIN (
-                            SELECT experiment_id, max(cuped_lookback_days) AS longest_lookback
-                            FROM {db}.experiment_metric_definitions
-                            GROUP BY experiment_id
-                        ) AS lookbacks USING (experiment_id)
-                    ) AS exposures USING (public_key, visitor_id)
-                    WHERE (event_experiment = experiment_id AND event_phase = phase
-                            AND t >= first_exposure_ms)
-                        OR (t < first_exposure_ms
-                            AND t >= first_exposure_ms - toInt64(longest_lookback * 86400000))
-                ) AS candidates
-                -- The experiment's metrics, once per row (joined after the exposures, so
-                -- that the exposures held for the join stay small).
-                ANY INNER JOIN (
-                    SELECT
-                        experiment_id,
-                        groupArray(metric_id) AS metric_ids,
-                        groupArray(toString(role)) AS roles,
-                        groupArray(position) AS positions,
-                        groupArray(toString(kind)) AS kinds,
-                        groupArray(higher_is_better) AS highers,
-                        groupArray(cap_value) AS cap_values,
-                        groupArray(cap_percentile) AS cap_percentiles,
-                        groupArray(cuped_lookback_days) AS lookbacks,
-                        groupArray(num_event) AS n_events,
-                        groupArray(num_click_target) AS n_targets,
-                        groupArray(num_conversion) AS n_conversions,
-                        groupArray(num_field) AS n_fields,
-                        groupArray(toString(num_aggregate)) AS n_aggregates,
-                        groupArray(den_event) AS d_events,
-                        groupArray(den_click_target) AS d_targets,
-                        groupArray(den_conversion) AS d_conversions,
-                        groupArray(den_field) AS d_fields,
-                        groupArray(toString(den_aggregate)) AS d_aggregates
-                    FROM {db}.experiment_metric_definitions
-                    GROUP BY experiment_id
-                ) AS metrics USING (experiment_id)
-            ) AS with_metrics
-        ) AS rows
-        GROUP BY public_key, experiment_id, phase, visitor_id, variant_id, session_id
-    ) AS sessions
-    GROUP BY public_key, experiment_id, phase, visitor_id, variant_id
-) AS visitors
+                            *,
+                            event_experiment = experiment_id AND event_phase = phase
+                                AND t >= first_exposure_ms
+                                AND (window_end_ms = 0 OR t <= window_end_ms) AS post
+                        FROM (
+                            SELECT
+                                toString(public_key) AS public_key, visitor_id, session_id,
+                                toString(experiment_id) AS event_experiment,
+                                phase AS event_phase,
+                                toString(event_name) AS name, click_target AS target,
+                                toUInt8(event_name = 'conversion'
+                                    OR ifNull(conversion, 0) = 1) AS is_conversion,
+                                time_on_page, scroll_depth, load_time,
+                                {to_ms}(event_time) AS t
+                            FROM {db}.events FINAL
+                        ) AS visitor_events
+                        ALL INNER JOIN (
+                            SELECT
+                                public_key, visitor_id, experiment_id, phase, variant_id,
+                                first_exposure_ms, window_end_ms, longest_lookback
+                            FROM {db}.experiment_visitor_exposures
+                            ANY INNER JOIN (
+                                SELECT experiment_id,
+                                    max(cuped_lookback_days) AS longest_lookback
+                                FROM {db}.experiment_metric_definitions
+                                GROUP BY experiment_id
+                            ) AS lookbacks USING (experiment_id)
+                        ) AS exposures USING (public_key, visitor_id)
+                        WHERE (event_experiment = experiment_id AND event_phase = phase
+                                AND t >= first_exposure_ms)
+                            OR (t < first_exposure_ms AND t >= first_exposure_ms
+                                - toInt64(longest_lookback * 86400000))
+                    ) AS candidates
+                    ANY INNER JOIN {metric_arrays} AS metrics USING (experiment_id)
+                ) AS with_definitions
+            ) AS rows
+            GROUP BY public_key, experiment_id, phase, visitor_id, variant_id, session_id
+        ) AS sessions
+        GROUP BY public_key, experiment_id, phase, visitor_id, variant_id
+    ) AS visitors
+    ANY INNER JOIN {metric_arrays} AS metrics USING (experiment_id)
+) AS with_metrics
 ARRAY JOIN
-    ids AS metric_id, metric_roles AS role, metric_positions AS position,
-    metric_kinds AS kind, metric_highers AS higher_is_better,
-    metric_cap_values AS cap_value, metric_cap_percentiles AS cap_percentile,
-    metric_lookbacks AS cuped_lookback_days, metric_n_aggregates AS n_agg,
-    metric_d_aggregates AS d_agg,
-    n_counts_all AS n_count, n_sums_all AS n_sum, n_maxes_all AS n_max,
-    n_values_all AS n_values, n_sessions_all AS n_sessions,
-    p_counts_all AS p_count, p_sums_all AS p_sum, p_maxes_all AS p_max,
-    p_values_all AS p_values, p_sessions_all AS p_sessions,
-    d_counts_all AS d_count, d_sums_all AS d_sum, d_maxes_all AS d_max,
-    d_values_all AS d_values, d_sessions_all AS d_sessions
+    metric_ids AS metric_id, roles AS role, positions AS position, kinds AS kind,
+    highers AS higher_is_better, cap_values AS cap_value, cap_percentiles AS cap_percentile,
+    lookbacks AS cuped_lookback_days, n_aggregates AS n_agg, d_aggregates AS d_agg,
+    n_sums_all AS n_sum, n_values_all AS n_values, n_maxes_all AS n_max,
+    n_sessions_all AS n_sessions,
+    p_sums_all AS p_sum, p_values_all AS p_values, p_maxes_all AS p_max,
+    p_sessions_all AS p_sessions,
+    d_sums_all AS d_sum, d_values_all AS d_values, d_maxes_all AS d_max,
+    d_sessions_all AS d_sessions
