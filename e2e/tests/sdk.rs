@@ -33,13 +33,20 @@ const BROWSER_LIMIT: Duration = Duration::from_secs(240);
 
 /// The experiments of every browser run: a live one with text parts, a draft (the live
 /// gate), one that a single-page app shows on its second view, and one whose phase,
-/// weights and status `fresh.mjs` changes in the file (the services reload it).
+/// weights and status `fresh.mjs` changes in the file (the services reload it). The hero
+/// is judged by two metrics that the auto-capture's goal and conversion clicks feed.
 fn snapshot() -> e2e::SnapshotFile {
     e2e::SnapshotFile::new(&serde_json::json!({
         "version": "sdk-1",
+        "metrics": [
+            { "id": "signup", "kind": "proportion", "eventName": "click", "clickTarget": "signup" },
+            { "id": "buys", "kind": "mean", "eventName": "conversion", "clickTarget": "buy",
+              "aggregate": "count" }
+        ],
         "experiments": [{
             "id": "exp_sdk_hero",
             "status": "live",
+            "metrics": [{ "id": "signup", "role": "goal" }, { "id": "buys", "role": "secondary" }],
             "variants": [
                 { "id": "var_sdk_a", "weight": 50, "control": true,
                   "parts": { "headline": "Alpha <b>headline</b>", "cta": "Buy A" } },
@@ -126,7 +133,9 @@ async fn browser_run(files: &[&str]) {
     );
     let snapshot = snapshot();
     let names = ConsumerNames::unique();
-    let consumer = e2e::start_consumer(e2e::consumer_config(&names, &[])).await;
+    // The consumer mirrors the snapshot, so the metrics are in ClickHouse.
+    let mirrored = format!("--experiments-snapshot={}", snapshot.path.display());
+    let consumer = e2e::start_consumer(e2e::consumer_config(&names, &[&mirrored])).await;
     let ingest = e2e::start_ingest(e2e::ingest_config(&snapshot.path, &names.topic, &[])).await;
     let config_api = e2e::start_config_api(&snapshot.path).await;
     let front = e2e::Front::start(ingest.addr, config_api.addr).await;

@@ -52,6 +52,35 @@ test("goal and conversion clicks, errors (at most 5), and the page's measures at
   await ctx.close();
 });
 
+test("the snapshot's metrics read the goal and conversion clicks, per visitor and per variant", T, async () => {
+  const { ctx } = await context();
+  const p = await open(ctx, "/landing");
+  const session = await sessionOf(p);
+  await p.click("[data-split-goal]");
+  await p.click("[data-split-conversion]");
+  // Sent now, from the page (an unload beacon would carry Chromium's headless User-Agent,
+  // which makes the visitor a bot, left out of every result).
+  await p.evaluate(() => window.Split.flush());
+  const visitor = `(SELECT visitor_id FROM events WHERE session_id = '${session}')`;
+  const values = await rowsWhen(
+    "the visitor's metrics",
+    `SELECT metric_id, role, value FROM experiment_metric_visitors
+     WHERE experiment_id = '${EXP}' AND visitor_id IN ${visitor} ORDER BY position`,
+    (rows) => rows.length === 2 && rows.every((r) => r.value === 1),
+    30,
+  );
+  assert.deepEqual(values, [
+    { metric_id: "signup", role: "goal", value: 1 },
+    { metric_id: "buys", role: "secondary", value: 1 },
+  ]);
+  const [{ variant_id }] = await query(`SELECT variant_id FROM experiment_metric_visitors
+    WHERE experiment_id = '${EXP}' AND visitor_id IN ${visitor} LIMIT 1`);
+  const results = await query(`SELECT metric_id, visitors, value FROM experiment_metric_results
+    WHERE experiment_id = '${EXP}' AND variant_id = '${variant_id}' ORDER BY position`);
+  assert.deepEqual(results.map((r) => [r.metric_id, Number(r.visitors), r.value]), [["signup", 1, 1], ["buys", 1, 1]]);
+  await ctx.close();
+});
+
 test("a page left without any interaction is a bounce; a URL rule converts on /thanks", T, async () => {
   const { ctx } = await context();
   const p = await open(ctx, "/landing");
