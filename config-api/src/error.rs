@@ -1,5 +1,5 @@
 //! Every error answer of `GET /api/v1/experiments`: the match of
-//! [`ConfigApiError::status_and_code`] is the status table (the README's is checked
+//! [`ConfigApiError::status_and_code`] is the status table (docs/api.md's is checked
 //! against it).
 
 use axum::http::StatusCode;
@@ -24,7 +24,7 @@ impl ConfigApiError {
         }
     }
 
-    /// One of each variant: what the README's error table is checked against.
+    /// One of each variant: what docs/api.md's error table is checked against.
     pub fn examples() -> Vec<Self> {
         let all = vec![
             Self::MissingPublicKey,

@@ -1,5 +1,5 @@
 //! Every error answer of `POST /api/v1/analytics`: the match of
-//! [`IngestError::status_and_code`] is the status table (the README's is checked against it).
+//! [`IngestError::status_and_code`] is the status table (docs/api.md's is checked against it).
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -84,7 +84,7 @@ impl IngestError {
         }
     }
 
-    /// One of each variant: what the README's error table is checked against.
+    /// One of each variant: what docs/api.md's error table is checked against.
     pub fn examples() -> Vec<Self> {
         let json = serde_json::from_str::<Value>("{").expect_err("not JSON");
         let all = vec![
