@@ -927,3 +927,58 @@ async fn a_capped_mean_is_not_moved_by_one_extreme_visitor() {
         "raw: {raw} against {raw_0}"
     );
 }
+
+/// A metric changed in a later snapshot applies to the events already stored: the view
+/// reads each experiment's definitions as last loaded.
+#[tokio::test]
+async fn a_changed_metric_applies_to_the_stored_events() {
+    let db = Database::new().await;
+    let events = events(3, 60);
+    db.store(&events).await;
+    let goal = |target: &'static str| Metric {
+        id: "goal_clicks",
+        role: "goal",
+        kind: "proportion",
+        numerator: ("conversion", target, 0, "", "any"),
+        denominator: None,
+        cap_value: 0.0,
+        cap_percentile: 0.0,
+        higher_is_better: true,
+        lookback_days: 14.0,
+    };
+    // The share of B's visitors with a conversion on `target`, from the events.
+    let share = |target: &str| {
+        let visitors = |pick: &dyn Fn(&Event) -> bool| {
+            let mut v: Vec<&str> = events
+                .iter()
+                .filter(|e| e.variant == "B" && e.experiment == EXPERIMENT && pick(e))
+                .map(|e| e.visitor.as_str())
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v.len() as f64
+        };
+        visitors(&|e| e.name == "conversion" && e.target == target)
+            / visitors(&|e| e.name == "impression")
+    };
+    for (loaded_at, target) in [(START - DAY, "signup"), (START, "purchase")] {
+        db.define(&[goal(target)], loaded_at).await;
+        let b = db
+            .results()
+            .await
+            .into_iter()
+            .find(|r| r.variant_id == "B")
+            .expect("B");
+        assert_eq!(b.metric_id, "goal_clicks");
+        assert!(
+            (b.value - share(target)).abs() < 1e-12,
+            "{target}: {} against {}",
+            b.value,
+            share(target)
+        );
+    }
+    assert!(
+        (share("signup") - share("purchase")).abs() > 0.01,
+        "the change shows"
+    );
+}
