@@ -227,7 +227,7 @@ fn metric_results_select(segment: Option<&str>) -> String {
     };
     let visitors = format!(
         "(SELECT * FROM {{db}}.experiment_metric_visitors \
-         ANY INNER JOIN (SELECT toString(public_key) AS public_key, \
+         ALL INNER JOIN (SELECT toString(public_key) AS public_key, \
          toString(experiment_id) AS experiment_id, phase, visitor_id, \
          argMin(toString({segment}), event_time) AS segment FROM {{db}}.events \
          WHERE event_name = 'impression' AND variant_id != '' \

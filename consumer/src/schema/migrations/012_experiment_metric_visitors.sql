@@ -126,7 +126,7 @@ FROM (
                                 public_key, visitor_id, experiment_id, phase, variant_id,
                                 first_exposure_ms, window_end_ms, longest_lookback
                             FROM {db}.experiment_visitor_exposures
-                            ANY INNER JOIN (
+                            ALL INNER JOIN (
                                 SELECT experiment_id,
                                     max(cuped_lookback_days) AS longest_lookback
                                 FROM {db}.experiment_metric_definitions
@@ -138,14 +138,14 @@ FROM (
                             OR (t < first_exposure_ms AND t >= first_exposure_ms
                                 - toInt64(longest_lookback * 86400000))
                     ) AS candidates
-                    ANY INNER JOIN {metric_arrays} AS metrics USING (experiment_id)
+                    ALL INNER JOIN {metric_arrays} AS metrics USING (experiment_id)
                 ) AS with_definitions
             ) AS rows
             GROUP BY public_key, experiment_id, phase, visitor_id, variant_id, session_id
         ) AS sessions
         GROUP BY public_key, experiment_id, phase, visitor_id, variant_id
     ) AS visitors
-    ANY INNER JOIN {metric_arrays} AS metrics USING (experiment_id)
+    ALL INNER JOIN {metric_arrays} AS metrics USING (experiment_id)
 ) AS with_metrics
 ARRAY JOIN
     metric_ids AS metric_id, roles AS role, positions AS position, kinds AS kind,
