@@ -201,31 +201,19 @@ fn unit(d: Option<&DefinitionRow>, kind: &str) -> String {
     }
 }
 
-fn verdict(row: &MetricRow) -> String {
-    if row.is_control == 1 {
-        return "control".into();
-    }
-    if row.p_value.is_none() {
-        return if row.no_test_reason.is_empty() {
-            "not compared".into()
+/// The verdict of a tested treatment, from its always-valid tests (they hold however
+/// often the results are read).
+fn tested_verdict(guardrail: bool, higher_is_better: bool, v: &MetricVariant) -> String {
+    if guardrail {
+        return if v.harm_p_value.is_some_and(|p| p < 0.05) {
+            "HARMED".into()
         } else {
-            row.no_test_reason.clone()
+            "no harm detected".into()
         };
     }
-    if row.role == "guardrail" {
-        return match row.always_valid_harm_p_value {
-            Some(p) if p < 0.05 => "HARMED".into(),
-            _ => "no harm detected".into(),
-        };
-    }
-    match (row.always_valid_p_value, row.diff) {
-        (Some(p), Some(diff)) if p < 0.05 => {
-            if (diff > 0.0) == (row.higher_is_better == 1) {
-                "better".into()
-            } else {
-                "worse".into()
-            }
-        }
+    match (v.always_valid_p_value, v.diff) {
+        (Some(p), Some(diff)) if p < 0.05 && (diff > 0.0) == higher_is_better => "better".into(),
+        (Some(p), Some(_)) if p < 0.05 => "worse".into(),
         _ => "no difference shown yet".into(),
     }
 }
@@ -316,26 +304,34 @@ pub async fn read(
                 variance_reduction: row.cuped_variance_reduction?,
             })
         })();
-        metrics
-            .last_mut()
-            .expect("pushed")
-            .variants
-            .push(MetricVariant {
-                variant_id: row.variant_id.clone(),
-                is_control: row.is_control == 1,
-                visitors: row.visitors,
-                value: row.value,
-                diff: row.diff,
-                ci: both(row.ci_low, row.ci_high),
-                p_value: row.p_value,
-                p_adjusted: None,
-                always_valid_p_value: row.always_valid_p_value,
-                always_valid_ci: both(row.always_valid_ci_low, row.always_valid_ci_high),
-                chance_to_beat_control: row.chance_to_beat_control,
-                harm_p_value: row.always_valid_harm_p_value,
-                cuped,
-                verdict: verdict(row),
-            });
+        let mut variant = MetricVariant {
+            variant_id: row.variant_id.clone(),
+            is_control: row.is_control == 1,
+            visitors: row.visitors,
+            value: row.value,
+            diff: row.diff,
+            ci: both(row.ci_low, row.ci_high),
+            p_value: row.p_value,
+            p_adjusted: None,
+            always_valid_p_value: row.always_valid_p_value,
+            always_valid_ci: both(row.always_valid_ci_low, row.always_valid_ci_high),
+            chance_to_beat_control: row.chance_to_beat_control,
+            harm_p_value: row.always_valid_harm_p_value,
+            cuped,
+            verdict: String::new(),
+        };
+        variant.verdict = if variant.is_control {
+            "control".into()
+        } else if variant.p_value.is_none() {
+            if row.no_test_reason.is_empty() {
+                "not compared".into()
+            } else {
+                row.no_test_reason.clone()
+            }
+        } else {
+            tested_verdict(row.role == "guardrail", row.higher_is_better == 1, &variant)
+        };
+        metrics.last_mut().expect("pushed").variants.push(variant);
     }
     for (_, metrics) in &mut out {
         // Goal first, then secondary, then guardrails; the view's order within each.
@@ -385,19 +381,7 @@ fn adjust_across_segments(metrics: &mut Metrics, correction: Correction) {
     for m in &mut metrics.metrics {
         let (guardrail, higher) = (m.role == "guardrail", m.higher_is_better);
         for v in m.variants.iter_mut().filter(|v| v.p_value.is_some()) {
-            v.verdict = if guardrail {
-                if v.harm_p_value.is_some_and(|p| p < 0.05) {
-                    "HARMED".into()
-                } else {
-                    "no harm detected".into()
-                }
-            } else {
-                match (v.always_valid_p_value, v.diff) {
-                    (Some(p), Some(d)) if p < 0.05 && (d > 0.0) == higher => "better".into(),
-                    (Some(p), Some(_)) if p < 0.05 => "worse".into(),
-                    _ => "no difference shown yet".into(),
-                }
-            };
+            v.verdict = tested_verdict(guardrail, higher, v);
         }
     }
 }
