@@ -561,3 +561,62 @@ pub fn html(metrics: &Metrics, escape: impl Fn(&str) -> String) -> String {
     html.push_str("</tbody></table></div>");
     html
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn variant(id: &str, control: bool, harm: Option<f64>) -> MetricVariant {
+        MetricVariant {
+            variant_id: id.into(),
+            is_control: control,
+            visitors: 100,
+            value: 500.0,
+            diff: (!control).then_some(50.0),
+            ci: (!control).then_some([20.0, 80.0]),
+            p_value: (!control).then_some(0.001),
+            p_adjusted: None,
+            always_valid_p_value: (!control).then_some(0.01),
+            always_valid_ci: None,
+            chance_to_beat_control: (!control).then_some(0.001),
+            harm_p_value: harm,
+            cuped: None,
+            verdict: String::new(),
+        }
+    }
+
+    fn metrics(harm: f64) -> Metrics {
+        Metrics {
+            by: None,
+            segments_tested: None,
+            metrics: vec![MetricReport {
+                metric_id: "load_time".into(),
+                role: "guardrail".into(),
+                kind: "mean".into(),
+                unit: "sum load time, ms per visitor".into(),
+                higher_is_better: false,
+                segment: None,
+                variants: vec![variant("A", true, None), variant("B", false, Some(harm))],
+            }],
+        }
+    }
+
+    #[test]
+    fn a_harmed_guardrail_is_flagged_above_the_table_and_on_the_page() {
+        let text = render(&metrics(0.01), Correction::Holm);
+        let flag = text
+            .find("GUARDRAIL HARMED: load_time in B")
+            .expect("flagged");
+        assert!(flag < text.find("metric ").expect("header"), "{text}");
+        let html = html(&metrics(0.01), str::to_owned);
+        assert!(html.contains("Guardrail harmed: load_time in B"), "{html}");
+
+        let quiet = render(&metrics(0.2), Correction::Holm);
+        assert!(!quiet.contains("HARMED: "), "{quiet}");
+        assert!(!html_is_flagged(&metrics(0.2)));
+    }
+
+    fn html_is_flagged(m: &Metrics) -> bool {
+        html(m, str::to_owned).contains("Guardrail harmed")
+    }
+}
