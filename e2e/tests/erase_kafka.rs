@@ -664,7 +664,7 @@ fn kubernetes_topics_and_clickhouse_users_keep_the_same_horizon_and_no_open_defa
         "production replication"
     );
     let topics: Vec<Value> =
-        serde_yaml::Deserializer::from_str(&read("deploy/k8s/kafka-topics.yaml"))
+        serde_yaml::Deserializer::from_str(&read("deploy/k8s/operators/kafka-topics.yaml"))
             .map(|doc| serde::Deserialize::deserialize(doc).expect("YAML"))
             .collect();
     let names: Vec<&str> = topics
@@ -691,7 +691,7 @@ fn kubernetes_topics_and_clickhouse_users_keep_the_same_horizon_and_no_open_defa
         );
     }
     let users: Value =
-        serde_yaml::from_str(&read("deploy/k8s/clickhouse-users.yaml")).expect("YAML");
+        serde_yaml::from_str(&read("deploy/k8s/operators/clickhouse-installation.yaml")).expect("YAML");
     let users = &users["spec"]["configuration"]["users"];
     let networks: Vec<&str> = users["default/networks/ip"]
         .as_sequence()
