@@ -343,3 +343,23 @@ render_front() {
     -e "s|@CONFIG_API@|$4|g" -e "s|@ROUTES@|$REPO/deploy/nginx/routes.conf|g" \
     -e "s|@SDK_DIST@|$REPO/sdk/dist|g" -e "s|@SDK_HEADERS@|$REPO/deploy/nginx/sdk-headers.conf|g"
 }
+
+# kafka_answers PORT: a Kafka broker on 127.0.0.1:PORT answers a request (ApiVersions v0,
+# correlation id 1) within 2 s; an open port alone is not enough (a stopped or wedged
+# process still accepts connections).
+kafka_answers() {
+  local reply
+  reply=$(exec 2>/dev/null && exec 3<>"/dev/tcp/127.0.0.1/$1" &&
+    printf '\0\0\0\x0f\0\x12\0\0\0\0\0\x01\0\x05bench' >&3 &&
+    timeout 2 head -c 8 <&3 | od -An -tx1 | tr -d ' \n') || return 1
+  [ "${reply:8:8}" = 00000001 ]
+}
+
+# broker_alive PIDFILE PORT: the broker recorded in PIDFILE lives and answers on PORT
+# (kafka_answers); if not, prints why on stdout and fails.
+broker_alive() {
+  local pid
+  pid=$(cat "$1" 2>/dev/null) || { echo "no pid file $1"; return 1; }
+  is_running "$1" || { echo "its process (pid $pid) is gone"; return 1; }
+  kafka_answers "$2" || { echo "its process (pid $pid) lives but does not answer on port $2"; return 1; }
+}
