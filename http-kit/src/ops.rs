@@ -16,7 +16,7 @@ use serde_json::json;
 /// The `…_requests_total{route, status}` counter of a route. The statuses the services
 /// answer are registered once, at start (so they show at 0 before the first request);
 /// looking a counter up by its labels on every request cost the config-api 4% of its
-/// throughput (BENCHMARKS.md). Create it after the recorder is installed.
+/// throughput (docs/benchmarks.md). Create it after the recorder is installed.
 #[derive(Clone)]
 pub struct RequestCounter {
     name: &'static str,

@@ -60,7 +60,7 @@ enum Command {
     ClickhouseInsert(InsertArgs),
     /// Waits until a table holds N rows and reports the rate at which they arrived.
     WaitRows(WaitArgs),
-    /// ClickHouse's Kafka table engine as the consumer's peer (BENCHMARKS.md, Peers).
+    /// ClickHouse's Kafka table engine as the consumer's peer (docs/benchmarks.md, Peers).
     KafkaEngine {
         #[command(subcommand)]
         action: KafkaEngineAction,
