@@ -34,7 +34,7 @@ const VARY: &str = "X-public-key, X-experiment-ids, X-service-test";
 /// The config-api's whole HTTP service: its one API route answered here directly, with
 /// its CORS and `Allow` headers, and everything else (operations endpoints, 404) by the
 /// router. The route is kept out of the router: matching, boxing the route and the layers'
-/// futures took 12% of the config-api's CPU time, +9% requests/s without (BENCHMARKS.md).
+/// futures took 12% of the config-api's CPU time, +9% requests/s without (docs/benchmarks.md).
 #[derive(Clone)]
 pub(crate) struct Api {
     pub state: AppState,

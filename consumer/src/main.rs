@@ -1,7 +1,7 @@
 use clap::Parser;
 
 /// mimalloc: glibc malloc showed up in the profiles, with its arena lock contended
-/// between the runtime's threads (see BENCHMARKS.md).
+/// between the runtime's threads (see docs/benchmarks.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -130,7 +130,7 @@ impl Sink {
             }
         }
         if result == Outcome::Inserted && !rows.is_empty() {
-            self.clickhouse.set_ok(true);
+            self.clickhouse.pass();
             metrics::histogram!("consumer_batch_rows").record(rows.len() as f64);
             metrics::counter!("consumer_rows_inserted_total").increment(rows.len() as u64);
         }
@@ -166,7 +166,8 @@ impl Sink {
                     return Outcome::Rejected(e.to_string());
                 }
                 Err(e) => {
-                    self.clickhouse.set_ok(false);
+                    self.clickhouse
+                        .fail("Inserts into ClickHouse are failing; the consumer retries them.");
                     metrics::counter!("consumer_insert_retries_total").increment(1);
                     tracing::warn!(error = %e, rows = rows.len(), shard = shard + 1,
                         url = %server.url, "Insert failed; retrying.");

@@ -17,13 +17,13 @@ use crate::liveness::{GroupProbe, Membership};
 /// holds every fetch this long, data or not, so on Tansu it sets how fast a backlog drains
 /// (about 100 000 messages/s at 100 ms, 880 000 at 5 ms with memory storage) against the
 /// empty fetches of an idle consumer (Tansu's SQLite storage: 6% of a core at 100 ms, 28%
-/// at 10 ms). `KAFKA_PROPERTIES=fetch.wait.max.ms=…` changes it (BENCHMARKS.md).
+/// at 10 ms). `KAFKA_PROPERTIES=fetch.wait.max.ms=…` changes it (docs/benchmarks.md).
 pub const FETCH_WAIT_MAX_MS: &str = "100";
 
 /// librdkafka's `fetch.queue.backoff.ms`: how long the client waits before fetching again
 /// once its queue of prefetched messages is full. Its default of 1 s stalled a backlog's
 /// drain: while a batch is inserted the queue fills, and the next batch, read from it in a
-/// fraction of a second, then waited the rest of that second for messages (BENCHMARKS.md).
+/// fraction of a second, then waited the rest of that second for messages (docs/benchmarks.md).
 const FETCH_QUEUE_BACKOFF_MS: &str = "10";
 
 /// How often a consumer looks at its share of the group, and librdkafka reports its

@@ -174,20 +174,24 @@ impl Worker {
         );
         match verdict {
             Verdict::Healthy => {
-                self.group.set_ok(true);
+                self.group.pass();
                 metrics::gauge!("consumer_group_stalled").set(0.0);
                 false
             }
             Verdict::Suspect => false,
             Verdict::Rebalancing => {
-                self.group.set_ok(false);
+                self.group.fail(
+                    "This consumer owns no partitions while events wait: the broker is rebalancing the group.",
+                );
                 metrics::gauge!("consumer_group_stalled").set(1.0);
                 tracing::warn!(?group, group_id = %self.config.group_id,
                     "This consumer owns no partitions while work waits that nobody consumes, and the broker has not finished rebalancing the group; waiting for it to end (a broker that never does needs a restart).");
                 false
             }
             Verdict::Stalled => {
-                self.group.set_ok(false);
+                self.group.fail(
+                    "This consumer owns no partitions while events wait that nobody consumes; it rejoins the group.",
+                );
                 metrics::gauge!("consumer_group_stalled").set(1.0);
                 tracing::warn!(?group, group_id = %self.config.group_id,
                     "This consumer owns no partitions while work waits that nobody consumes; rejoining the group.");

@@ -44,5 +44,6 @@ pub use process::{
 pub use services::{
     Running, STOP_TIMEOUT, consumer_config, ingest_config, metric, metrics_text, start_config_api,
     start_config_api_with, start_consumer, start_consumer_counted, start_ingest,
+    start_ingest_unready,
 };
 pub use wait::{eventually, until_ready};

@@ -94,7 +94,20 @@ pub fn ingest_config(snapshot: &Path, topic: &str, extra: &[&str]) -> ingest::Co
     ingest::Config::parse_from(with_overrides(args, extra))
 }
 
+/// An ingest, once ready: its broker answered and its topic exists (the ingest creates it
+/// in the background, as in production, where readiness holds traffic back until then).
 pub async fn start_ingest(config: ingest::Config) -> Running {
+    let ingest = start_ingest_unready(config).await;
+    crate::wait::eventually(Duration::from_secs(30), "the ingest ready", || async {
+        let status = reqwest::get(ingest.url("/readyz")).await.ok()?.status();
+        status.is_success().then_some(())
+    })
+    .await;
+    ingest
+}
+
+/// An ingest as soon as it listens, ready or not (its broker may be down).
+pub async fn start_ingest_unready(config: ingest::Config) -> Running {
     http_kit::telemetry::init_test_logging();
     let app = ingest::Application::build(config)
         .await

@@ -691,7 +691,8 @@ fn kubernetes_topics_and_clickhouse_users_keep_the_same_horizon_and_no_open_defa
         );
     }
     let users: Value =
-        serde_yaml::from_str(&read("deploy/k8s/operators/clickhouse-installation.yaml")).expect("YAML");
+        serde_yaml::from_str(&read("deploy/k8s/operators/clickhouse-installation.yaml"))
+            .expect("YAML");
     let users = &users["spec"]["configuration"]["users"];
     let networks: Vec<&str> = users["default/networks/ip"]
         .as_sequence()

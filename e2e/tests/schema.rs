@@ -136,6 +136,11 @@ async fn the_events_table_has_the_rows_columns_and_no_other() {
     want.sort();
     got.sort();
     assert_eq!(got, want);
+    // A column of each of the client's fields, of the list's type.
+    for field in contract::event::FIELDS {
+        let column = (field.name.to_owned(), field.column.to_owned());
+        assert!(got.contains(&column), "{column:?} in {got:?}");
+    }
     e2e::drop_database(&database).await;
 }
 

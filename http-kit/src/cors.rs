@@ -26,7 +26,7 @@ impl HasSnapshot for contract::snapshot::Snapshot {
 /// value, so they are answered for any origin, with a day-long `Max-Age`.
 ///
 /// Written here rather than taken from tower-http: its `CorsLayer` cost the config-api 12%
-/// of its throughput (BENCHMARKS.md), building and merging header maps on every request;
+/// of its throughput (docs/benchmarks.md), building and merging header maps on every request;
 /// this one adds three prepared headers. The services call it in front of their routers,
 /// for their one API route ([`CorsPolicy::answer`], [`CorsPolicy::answer_later`]).
 pub struct CorsPolicy<T> {

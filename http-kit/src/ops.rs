@@ -3,8 +3,9 @@
 //! passing never hides another failing), `/metrics`, the per-route request counter, the
 //! request-duration histogram of the serving loop and the shutdown signal.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use axum::Json;
 use axum::Router;
@@ -15,7 +16,7 @@ use serde_json::json;
 /// The `…_requests_total{route, status}` counter of a route. The statuses the services
 /// answer are registered once, at start (so they show at 0 before the first request);
 /// looking a counter up by its labels on every request cost the config-api 4% of its
-/// throughput (BENCHMARKS.md). Create it after the recorder is installed.
+/// throughput (docs/benchmarks.md). Create it after the recorder is installed.
 #[derive(Clone)]
 pub struct RequestCounter {
     name: &'static str,
@@ -116,16 +117,19 @@ impl RequestDurations {
 /// Liveness is the process answering. Readiness is serving (cleared while draining at
 /// shutdown) and every dependency check passing: each check is a [`Dependency`] handle of
 /// its own, set by the part of the service that knows (ClickHouse inserts, the consumer
-/// group, the broker), so one check passing never hides another one failing.
+/// group, the broker), so one check passing never hides another one failing. A failing
+/// check says why, and `/readyz` lists every such cause.
 #[derive(Clone, Default)]
 pub struct Readiness(Arc<ReadinessState>);
 
 #[derive(Default)]
 struct ReadinessState {
     serving: AtomicBool,
-    /// One bit per failing check.
+    /// One bit per failing check: what `is_ready` reads, without a lock.
     failing: AtomicU32,
     checks: AtomicU32,
+    /// The cause of each failing check, by its bit; written only when a check changes.
+    causes: Mutex<BTreeMap<u32, String>>,
 }
 
 /// One dependency check of a [`Readiness`]; passing until it says otherwise.
@@ -154,15 +158,40 @@ impl Readiness {
     pub fn is_ready(&self) -> bool {
         self.0.serving.load(Ordering::SeqCst) && self.0.failing.load(Ordering::SeqCst) == 0
     }
+
+    /// Why the service is not ready: shutting down, and each failing check's cause.
+    pub fn causes(&self) -> Vec<String> {
+        let draining = !self.0.serving.load(Ordering::SeqCst);
+        let failing = self.0.failing.load(Ordering::SeqCst);
+        let causes = self.0.causes.lock().unwrap_or_else(|e| e.into_inner());
+        draining
+            .then(|| "The service is starting or shutting down.".to_owned())
+            .into_iter()
+            .chain(
+                causes
+                    .iter()
+                    .filter(|(bit, _)| failing & **bit != 0)
+                    .map(|(_, cause)| cause.clone()),
+            )
+            .collect()
+    }
 }
 
 impl Dependency {
-    pub fn set_ok(&self, ok: bool) {
-        if ok {
+    /// The check passes.
+    pub fn pass(&self) {
+        if self.state.failing.load(Ordering::SeqCst) & self.bit != 0 {
             self.state.failing.fetch_and(!self.bit, Ordering::SeqCst);
-        } else {
-            self.state.failing.fetch_or(self.bit, Ordering::SeqCst);
         }
+    }
+
+    /// The check fails, for `cause` (one sentence, for `/readyz` and the operator).
+    pub fn fail(&self, cause: &str) {
+        let mut causes = self.state.causes.lock().unwrap_or_else(|e| e.into_inner());
+        if causes.get(&self.bit).map(String::as_str) != Some(cause) {
+            causes.insert(self.bit, cause.to_owned());
+        }
+        self.state.failing.fetch_or(self.bit, Ordering::SeqCst);
     }
 }
 
@@ -176,17 +205,15 @@ pub fn ops_router<S: Clone + Send + Sync + 'static>(readiness: Readiness) -> Rou
         .route(
             "/readyz",
             get(move || {
-                let ready = readiness.is_ready();
-                async move {
-                    if ready {
-                        (StatusCode::OK, Json(json!({ "status": "ready" })))
-                    } else {
-                        (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            Json(json!({ "status": "not_ready" })),
-                        )
-                    }
-                }
+                let answer = if readiness.is_ready() {
+                    (StatusCode::OK, Json(json!({ "status": "ready" })))
+                } else {
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        Json(json!({ "status": "not_ready", "causes": readiness.causes() })),
+                    )
+                };
+                async move { answer }
             }),
         )
         .route(
@@ -269,14 +296,26 @@ mod tests {
         assert!(!readiness.is_ready(), "not serving yet");
         readiness.set(true);
         assert!(readiness.is_ready());
-        a.set_ok(false);
-        b.set_ok(false);
-        b.set_ok(true);
+        a.fail("A is down.");
+        b.fail("B is down.");
+        b.pass();
         assert!(!readiness.is_ready(), "one check passing hides no other");
-        a.set_ok(true);
+        assert_eq!(
+            readiness.causes(),
+            ["A is down."],
+            "only the failing check's cause"
+        );
+        a.fail("A is slow.");
+        assert_eq!(readiness.causes(), ["A is slow."], "the latest cause");
+        a.pass();
         assert!(readiness.is_ready());
+        assert!(readiness.causes().is_empty());
         readiness.set(false);
         assert!(!readiness.is_ready());
+        assert_eq!(
+            readiness.causes(),
+            ["The service is starting or shutting down."]
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The ingest's stack without the ingest's work, for `scripts/bench`'s decomposition of
-//! the ingest's CPU per event (BENCHMARKS.md, "The ingest's floor"): the same HTTP server
+//! the ingest's CPU per event (docs/benchmarks.md, "The ingest's floor"): the same HTTP server
 //! (`http_kit`'s serving loop, axum, hyper, tokio, mimalloc) answering
 //! `POST /api/v1/analytics` with a fixed 202 once it has read the body; with
 //! `KAFKA_BROKERS` set, after publishing five fixed messages (an enriched event of the

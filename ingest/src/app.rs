@@ -23,7 +23,7 @@ use crate::config::Config;
 use crate::limits::RateLimiter;
 use crate::routes;
 use crate::sink::EventSink;
-use crate::sink::kafka::{CLIENT_ID, KafkaSink};
+use crate::sink::kafka::KafkaSink;
 
 /// What every request handler needs.
 #[derive(Clone)]
@@ -59,13 +59,6 @@ impl Application {
         )
         .await?;
 
-        if let Err(e) = config
-            .kafka
-            .ensure_topics(CLIENT_ID, &[&config.kafka.topic])
-            .await
-        {
-            tracing::warn!(error = %format!("{e:#}"), "Topics not ensured; publishing will tell.");
-        }
         let producer_config = config.kafka.events_producer_config(
             config.linger_ms,
             config.delivery_timeout_ms,
@@ -74,7 +67,7 @@ impl Application {
         let sink = Arc::new(
             KafkaSink::new(
                 producer_config,
-                config.kafka.topic,
+                config.kafka.topic.clone(),
                 Duration::from_millis(config.delivery_timeout_ms),
             )
             .context("cannot create Kafka producer")?,
@@ -96,7 +89,10 @@ impl Application {
             ),
         };
         let router = router(state, http.readiness().clone());
-        let checker = tokio::spawn(sink.clone().watch_broker(http.readiness().dependency()));
+        // Not ready until the watch found the broker and the topic.
+        let broker = http.readiness().dependency();
+        broker.fail("The ingest has not reached Kafka yet.");
+        let checker = tokio::spawn(sink.clone().watch_broker(config.kafka, broker));
         Ok(Self {
             http,
             router,

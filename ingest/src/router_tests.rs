@@ -794,6 +794,10 @@ async fn a_sink_failure_gets_503_with_retry_after_and_its_reason() {
             SinkError::Failed,
             "Kafka did not take the events; retry later.",
         ),
+        (
+            SinkError::TopicMissing,
+            "Kafka has no events topic (deleted, or not created yet); retry later.",
+        ),
     ] {
         let ingest = Ingest::new();
         ingest.sink.fail_with(failure);

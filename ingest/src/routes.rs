@@ -40,7 +40,7 @@ pub(crate) const ALLOW: &str = "POST, OPTIONS";
 /// The ingest's whole HTTP service: the analytics route answered here directly, with its
 /// CORS and `Allow` headers, and everything else (operations endpoints, 404) by the router,
 /// as in the config-api: the router's matching, its boxed route and its layers' futures
-/// cost more than the route's own answer takes (BENCHMARKS.md, "The ingest, part by part").
+/// cost more than the route's own answer takes (docs/benchmarks.md, "The ingest, part by part").
 #[derive(Clone)]
 pub(crate) struct Api {
     pub state: Arc<AppState>,

@@ -35,6 +35,9 @@ pub enum SinkError {
     /// Kafka answered that it did not take them.
     #[error("Kafka did not take the events; retry later.")]
     Failed,
+    /// The broker has no events topic (deleted, or not created yet): nothing was taken.
+    #[error("Kafka has no events topic (deleted, or not created yet); retry later.")]
+    TopicMissing,
 }
 
 /// The future of [`EventSink::publish`]: one allocation per request, none per event.

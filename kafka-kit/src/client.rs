@@ -139,7 +139,7 @@ impl KafkaArgs {
     /// all in-sync replicas before the client hears 202. Not idempotent: a retry of
     /// librdkafka's own may write an event twice, with the same `event_id`, which the
     /// `events` table collapses like any other redelivery; and the idempotent producer cost
-    /// 2.3 times the CPU for 7% fewer events per second (BENCHMARKS.md).
+    /// 2.3 times the CPU for 7% fewer events per second (docs/benchmarks.md).
     /// `KAFKA_PROPERTIES=enable.idempotence=true` turns it back on. `queue_messages` bounds
     /// the messages waiting in the producer (a request waits for room for all its events
     /// before enqueuing any). The benchmark's reference producer runs with these settings.

@@ -15,7 +15,7 @@ use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 
-use crate::KafkaArgs;
+use crate::cli::KafkaArgs;
 use crate::traffic::Traffic;
 
 #[derive(Default)]

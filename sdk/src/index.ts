@@ -60,7 +60,35 @@ export interface Assignment {
 /** The contract's optional event fields (`conversion`, `loadTime`, `clickTarget`, …). */
 export type Fields = Record<string, string | number | boolean | undefined>;
 
-type Event = Record<string, string | number | boolean | undefined>;
+/**
+ * An event as sent: the contract's fields (docs/openapi.yaml's `Event`, checked against the
+ * service's list of them by its tests), and whatever else a caller's `fields` hold (the
+ * service ignores fields it does not know).
+ */
+interface Event {
+  eventName: string;
+  experimentId: string;
+  sessionId: string;
+  variantId?: string;
+  visitorId?: string;
+  eventId?: string;
+  timestamp?: number;
+  phase?: number;
+  conversion?: boolean;
+  loadTime?: number;
+  scrollDepth?: number;
+  timeOnPage?: number;
+  clickTarget?: string;
+  pathname?: string;
+  referrer?: string;
+  utm_source?: string;
+  utm_medium?: string;
+  utm_campaign?: string;
+  utm_term?: string;
+  utm_content?: string;
+  test?: boolean;
+  [field: string]: string | number | boolean | undefined;
+}
 
 const SESSION_IDLE_MS = 30 * 60 * 1000;
 const FAILSAFE_MS = 800;

@@ -1,15 +1,20 @@
 //! The production sink: each batch enqueued whole on the events topic through a
 //! [`BatchProducer`], then waited for until Kafka acknowledged every message of it; the
-//! broker watch behind readiness; the flush at shutdown. Only end-to-end tests reach it.
+//! watch of the broker and the topic behind readiness (which also creates the topic, at
+//! start and whenever it disappears, unless topic creation is off); the flush at shutdown.
+//! Only end-to-end tests reach it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use http_kit::ops::Dependency;
-use kafka_kit::producer::{BatchProducer, Enqueued, Outgoing};
+use kafka_kit::client::KafkaArgs;
+use kafka_kit::producer::{BatchProducer, EnqueueError, Enqueued, Outgoing};
 use rdkafka::ClientConfig;
-use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
+use rdkafka::metadata::Metadata;
 use rdkafka::producer::Producer;
 
 use super::{EventSink, Message, Publishing, SinkError};
@@ -22,6 +27,35 @@ pub struct KafkaSink {
     topic: String,
     /// How long a batch may wait for room in the producer, and for its acknowledgements.
     delivery_timeout: Duration,
+    /// The broker's last metadata said the topic does not exist (or has no partition):
+    /// what a failed batch is then answered with.
+    topic_missing: AtomicBool,
+}
+
+/// What the watch found of the broker and the topic.
+#[derive(Debug, PartialEq, Eq)]
+enum TopicState {
+    Present,
+    /// The broker answered, without the topic or with no partition of it.
+    Missing,
+    Unreachable,
+}
+
+impl TopicState {
+    fn of(metadata: Option<&Metadata>, topic: &str) -> Self {
+        let Some(metadata) = metadata else {
+            return Self::Unreachable;
+        };
+        let present = metadata
+            .topics()
+            .iter()
+            .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty());
+        if present {
+            Self::Present
+        } else {
+            Self::Missing
+        }
+    }
 }
 
 impl KafkaSink {
@@ -34,31 +68,83 @@ impl KafkaSink {
             producer: BatchProducer::new(config, "ingest_producer_replacements_total")?,
             topic,
             delivery_timeout,
+            topic_missing: AtomicBool::new(false),
         })
     }
 
-    /// Every few seconds: is the broker reachable (readiness), and how many messages wait
-    /// in the producer (a gauge).
-    pub async fn watch_broker(self: Arc<Self>, broker: Dependency) {
+    /// Every two seconds: is the broker reachable and does it have the topic (readiness,
+    /// with the cause), and how many messages wait in the producer (a gauge). With topic
+    /// creation on, the topic is ensured at the first answer of the broker (an existing one
+    /// is only checked) and created again whenever it is missing. Nothing here holds up the
+    /// start: the service listens while the broker is down.
+    pub async fn watch_broker(self: Arc<Self>, kafka: KafkaArgs, broker: Dependency) {
         let mut ticker = tokio::time::interval(Duration::from_secs(2));
+        let mut ensured = !kafka.create_topics;
         loop {
             ticker.tick().await;
             self.producer.replace_if_broken(None);
             let probe = self.producer.get();
             metrics::gauge!("ingest_producer_queue_depth").set(f64::from(probe.in_flight_count()));
-            let sink = self.clone();
-            let reachable = tokio::task::spawn_blocking(move || {
-                probe
+            let topic = self.topic.clone();
+            let state = tokio::task::spawn_blocking(move || {
+                let metadata = probe
                     .client()
-                    .fetch_metadata(Some(&sink.topic), Duration::from_secs(2))
-                    .is_ok()
+                    .fetch_metadata(Some(&topic), Duration::from_secs(2));
+                TopicState::of(metadata.as_ref().ok(), &topic)
             })
             .await
-            .unwrap_or(false);
-            if !reachable {
-                tracing::warn!("Kafka is not reachable; /readyz answers 503.");
+            .unwrap_or(TopicState::Unreachable);
+            self.topic_missing
+                .store(state == TopicState::Missing, Ordering::Relaxed);
+            match state {
+                TopicState::Present => broker.pass(),
+                TopicState::Unreachable => {
+                    tracing::warn!(brokers = %kafka.kafka_brokers, "Kafka is not reachable; /readyz answers 503.");
+                    broker.fail(&format!(
+                        "Kafka is not reachable at {}.",
+                        kafka.kafka_brokers
+                    ));
+                }
+                TopicState::Missing => {
+                    let cause = if kafka.create_topics {
+                        format!("Kafka has no topic {}; the ingest creates it.", self.topic)
+                    } else {
+                        format!(
+                            "Kafka has no topic {}, and topic creation is off \
+                             (KAFKA_CREATE_TOPICS=false): create it.",
+                            self.topic
+                        )
+                    };
+                    tracing::warn!(topic = %self.topic, "{cause}");
+                    broker.fail(&cause);
+                    ensured = !kafka.create_topics;
+                }
             }
-            broker.set_ok(reachable);
+            if !ensured && state != TopicState::Unreachable {
+                let topics = [self.topic.as_str()];
+                let ensuring = kafka.ensure_topics(CLIENT_ID, &topics);
+                match tokio::time::timeout(Duration::from_secs(15), ensuring).await {
+                    Ok(Ok(_)) => ensured = true,
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %format!("{e:#}"), topic = %self.topic, "Topic not created.");
+                    }
+                    Err(_) => tracing::warn!(topic = %self.topic, "Topic creation timed out."),
+                }
+            }
+        }
+    }
+
+    /// Why a batch failed: the missing topic when Kafka says so, or when the watch last
+    /// found it missing, else `otherwise`.
+    fn cause(&self, error: Option<&KafkaError>, otherwise: SinkError) -> SinkError {
+        let unknown_topic = matches!(
+            error.and_then(KafkaError::rdkafka_error_code),
+            Some(RDKafkaErrorCode::UnknownTopic | RDKafkaErrorCode::UnknownTopicOrPartition)
+        );
+        if unknown_topic || self.topic_missing.load(Ordering::Relaxed) {
+            SinkError::TopicMissing
+        } else {
+            otherwise
         }
     }
 
@@ -90,7 +176,11 @@ impl KafkaSink {
                 tracing::warn!(error = %e, "Events not enqueued.");
                 metrics::counter!("ingest_delivery_errors_total", "reason" => "enqueue")
                     .increment(1);
-                SinkError::QueueFull
+                let error = match &e {
+                    EnqueueError::Refused(error) => Some(error),
+                    EnqueueError::NoRoom(_) => None,
+                };
+                self.cause(error, SinkError::QueueFull)
             })?;
         // librdkafka times messages out after message.timeout.ms; this bound is a backstop.
         let result =
@@ -99,7 +189,7 @@ impl KafkaSink {
                 .map_err(|_| {
                     metrics::counter!("ingest_delivery_errors_total", "reason" => "timeout")
                         .increment(1);
-                    SinkError::TimedOut
+                    self.cause(None, SinkError::TimedOut)
                 })?;
         metrics::histogram!("ingest_delivery_seconds").record(started.elapsed().as_secs_f64());
         match result {
@@ -110,7 +200,7 @@ impl KafkaSink {
                 self.producer.replace_if_broken(Some(&e));
                 metrics::counter!("ingest_delivery_errors_total", "reason" => "delivery")
                     .increment(1);
-                Err(SinkError::Failed)
+                Err(self.cause(Some(&e), SinkError::Failed))
             }
         }
     }

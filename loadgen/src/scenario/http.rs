@@ -1,0 +1,91 @@
+//! HTTP load: browser-like analytics traffic against the ingest, GETs of one URL.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, StatusCode, header};
+
+use super::{run_load, target};
+use crate::cli::{GetArgs, IngestArgs};
+use crate::clickhouse::{self, ClickHouse};
+use crate::load::{Get, Workload};
+use crate::stats::Figure;
+use crate::traffic::{Sites, Traffic};
+
+/// One browser after another on a connection; a 2xx counts the events it accepted.
+struct Browser {
+    traffic: Traffic,
+    path: String,
+}
+
+impl Workload for Browser {
+    fn request(&mut self) -> Request<Full<Bytes>> {
+        let batch = self.traffic.next_batch();
+        let mut builder = Request::post(&self.path).header(header::USER_AGENT, batch.user_agent);
+        builder = if batch.beacon {
+            // navigator.sendBeacon with a string: text/plain, no custom headers.
+            builder.header(header::CONTENT_TYPE, "text/plain;charset=UTF-8")
+        } else {
+            builder
+                .header(header::CONTENT_TYPE, "application/json")
+                .header(header::ACCEPT, "application/json")
+                .header(contract::key::PUBLIC_KEY_HEADER, &batch.key)
+        };
+        builder
+            .body(Full::new(Bytes::from(batch.body())))
+            .unwrap_or_else(|_| Request::new(Full::new(Bytes::new())))
+    }
+
+    fn units(&mut self, status: StatusCode, body: &[u8]) -> u64 {
+        if !status.is_success() {
+            return 0;
+        }
+        serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| v["accepted"].as_u64())
+            .unwrap_or(0)
+    }
+}
+
+pub async fn ingest(args: IngestArgs) -> anyhow::Result<Figure> {
+    let (addr, base) = target(&args.url).await?;
+    let path = format!("{}/api/v1/analytics", base.trim_end_matches('/'));
+    let sites = Arc::new(Sites::from_file(&args.snapshot)?);
+    let run = args
+        .run
+        .unwrap_or_else(|| format!("lg{:08x}", rand::random::<u32>()));
+    clickhouse::check_run_id(&run)?;
+    let (tally, cpu) = run_load(&args.label, &args.load, addr, |worker| Browser {
+        traffic: Traffic::new(Arc::clone(&sites), &run, worker as u64),
+        path: path.clone(),
+    })
+    .await?;
+    if let Some(url) = &args.verify_clickhouse {
+        let accepted = tally.units_all();
+        eprintln!("run {run}: waiting for {accepted} accepted events in ClickHouse");
+        let timeout = Duration::from_secs(args.verify_timeout);
+        clickhouse::verify_landed(
+            &ClickHouse::new(url),
+            &args.database,
+            &run,
+            accepted,
+            timeout,
+        )
+        .await?;
+        eprintln!("run {run}: all {accepted} accepted events are in ClickHouse");
+    }
+    Ok(args.label.load_figure(&tally, "events", cpu))
+}
+
+pub async fn get(args: GetArgs) -> anyhow::Result<Figure> {
+    let (addr, path) = target(&args.url).await?;
+    let get = Get::new(&path, &args.headers)?;
+    let (tally, cpu) = run_load(&args.label, &args.load, addr, |_| Get {
+        uri: get.uri.clone(),
+        headers: get.headers.clone(),
+    })
+    .await?;
+    Ok(args.label.load_figure(&tally, "requests", cpu))
+}
