@@ -16,7 +16,7 @@ mod message;
 mod validate;
 
 pub use envelope::{Envelope, is_bot, now_millis};
-pub use fields::{CLIENT_ONLY, FIELDS, Field, Kind};
+pub use fields::{CLIENT_ONLY, FIELDS, Field, INGEST_FIELDS, Kind};
 pub use limits::{
     MAX_EVENT_AGE_MS, MAX_ID_CHARS, MAX_PHASE, MAX_URL_CHARS, MAX_USER_AGENT_BYTES, MAX_UTM_CHARS,
     MESSAGE_VERSION,

@@ -54,17 +54,22 @@ async fn until_named(ingest: &e2e::Running, words: &str) {
 /// Posts one event; the status and the error's message.
 async fn post_one(ingest: &e2e::Running) -> (StatusCode, String) {
     let (batch, _) = e2e::client_batch(&e2e::unique("s-"), 1);
+    post(ingest, &batch).await.expect("an answer")
+}
+
+/// Posts `batch`; the status and the error's message, `None` without an answer.
+async fn post(ingest: &e2e::Running, batch: &Value) -> Option<(StatusCode, String)> {
     let answer = reqwest::Client::new()
         .post(ingest.url("/api/v1/analytics"))
         .header("x-public-key", "pk_topics")
-        .json(&batch)
+        .json(batch)
         .send()
         .await
-        .expect("an answer");
+        .ok()?;
     let status = answer.status();
     let body: Value = answer.json().await.unwrap_or_default();
     let message = body["error"]["message"].as_str().unwrap_or("").to_owned();
-    (status, message)
+    Some((status, message))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,14 +134,8 @@ async fn a_deleted_topic_is_noticed_and_created_again() {
     e2e::until_ready(&ingest.url("/readyz"), true, "ready again").await;
     let (batch, ids) = e2e::client_batch(&e2e::unique("after-"), 3);
     e2e::eventually(Duration::from_secs(30), "events taken again", || async {
-        let answer = reqwest::Client::new()
-            .post(ingest.url("/api/v1/analytics"))
-            .header("x-public-key", "pk_topics")
-            .json(&batch)
-            .send()
-            .await
-            .ok()?;
-        (answer.status() == StatusCode::ACCEPTED).then_some(())
+        let (status, _) = post(&ingest, &batch).await?;
+        (status == StatusCode::ACCEPTED).then_some(())
     })
     .await;
     let read =

@@ -100,6 +100,18 @@ pub const FIELDS: &[Field] = &[
 /// message's `event_id` (or a new one), `timestamp` its `event_time`.
 pub const CLIENT_ONLY: &[&str] = &["eventId", "timestamp"];
 
+/// The message's fields that the ingest adds, in the message's order: all of its fields
+/// but the client's.
+pub const INGEST_FIELDS: &[&str] = &[
+    "v",
+    "event_id",
+    "received_at",
+    "public_key",
+    "user_agent",
+    "is_bot",
+    "event_time",
+];
+
 #[cfg(test)]
 mod tests {
     use std::borrow::Cow;
@@ -108,18 +120,6 @@ mod tests {
 
     use super::*;
     use crate::event::{Envelope, EventMessage, Rejection};
-
-    /// The message's fields that the ingest adds, in its order: all of its fields but the
-    /// client's.
-    const INGEST_FIELDS: [&str; 7] = [
-        "v",
-        "event_id",
-        "received_at",
-        "public_key",
-        "user_agent",
-        "is_bot",
-        "event_time",
-    ];
 
     fn envelope() -> Envelope {
         Envelope::new(
