@@ -75,6 +75,11 @@ pub enum Command {
     /// sessions and hours, with an effect planted in one experiment and none in the others,
     /// through the front as the SDK sends it; waits until ClickHouse holds every event.
     Demo(demo::DemoArgs),
+    /// The whole pipeline on one machine: browser traffic through the front at rising
+    /// rates, open loop; per rate, the events accepted, the time from POST to queryable
+    /// row (sampled by event id), the CPU of each process and of the machine, whether it
+    /// was sustained; then the sustainable rate and what saturated first (a table).
+    Pipeline(crate::pipeline::PipelineArgs),
 }
 
 #[derive(Args)]

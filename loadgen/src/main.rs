@@ -16,6 +16,7 @@ mod kafka;
 mod kafka_engine;
 mod load;
 mod peers;
+mod pipeline;
 mod report;
 mod scenario;
 mod stats;
@@ -62,6 +63,7 @@ async fn run(command: Command) -> anyhow::Result<Option<Figure>> {
         Command::Report { file } => return tools::report(&file).map(|()| None),
         Command::Chaos(args) => return tools::chaos(args).await.map(|()| None),
         Command::Demo(args) => return demo::run(args).await.map(|()| None),
+        Command::Pipeline(args) => return pipeline::run(args).await.map(|()| None),
     };
     Ok(Some(figure))
 }

@@ -54,16 +54,21 @@ impl Watch {
         }
     }
 
-    /// Percent of one core each process used between two samples.
+    /// Percent of one core each name's processes used between two samples (the processes
+    /// watched under one name, nginx's workers say, summed).
     pub fn usage(&self, from: &Sample, to: &Sample) -> BTreeMap<String, f64> {
         let wall = (to.at - from.at).as_secs_f64().max(1e-9);
-        self.processes
+        let mut usage = BTreeMap::new();
+        for ((name, _), (a, b)) in self
+            .processes
             .iter()
             .zip(from.seconds.iter().zip(&to.seconds))
-            .filter_map(|((name, _), (a, b))| {
-                Some((name.clone(), (b.as_ref()? - a.as_ref()?) / wall * 100.0))
-            })
-            .collect()
+        {
+            if let (Some(a), Some(b)) = (a, b) {
+                *usage.entry(name.clone()).or_insert(0.0) += (b - a) / wall * 100.0;
+            }
+        }
+        usage
     }
 }
 
@@ -108,6 +113,16 @@ mod tests {
         std::hint::black_box(x);
         let usage = watch.usage(&before, &watch.sample());
         assert!(usage["me"] > 5.0, "{usage:?}");
+        // Watched twice under one name, the process counts twice.
+        let twice = Watch::parse(&["me=self".to_owned(), "me=self".to_owned()]).unwrap();
+        let before = twice.sample();
+        let start = Instant::now();
+        while start.elapsed().as_millis() < 300 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let usage = twice.usage(&before, &twice.sample());
+        assert!(usage["me"] > 120.0, "{usage:?}");
         assert!(Watch::parse(&["x".to_owned()]).is_err());
     }
 }

@@ -1,0 +1,586 @@
+//! The whole pipeline on one machine (`loadgen pipeline`): browser-like traffic through the
+//! front, open loop, at rising rates, with the consumer and ClickHouse running and merging.
+//! For each rate: the events accepted per second, the answers' latency, the time from an
+//! accepted POST to its event being queryable in ClickHouse (sampled by event id), the CPU
+//! of each watched process and of the whole machine, and whether the rate was sustained.
+//!
+//! A rate is sustained when the front accepted at least 99% of the events offered, answered
+//! nothing but 2xx, and every sampled event became queryable, with a p99 under the bound.
+//! The first rate that is not names what saturated first: the machine's CPU, one process
+//! at a full core, or neither (then the queue in front of the slowest stage: the broker,
+//! the consumer's batching, ClickHouse's inserts).
+//!
+//! Samples are timed from when the request left to the start of the first ClickHouse poll
+//! that saw the row, so each is late by up to one poll interval (`--poll-ms`). Between two
+//! rates the run waits for every sample of the last one (or the drain timeout), so that a
+//! backlog is charged to the rate that made it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use http_body_util::Full;
+use hyper::{Request, StatusCode};
+
+use crate::clickhouse::ClickHouse;
+use crate::load::{self, LoadOptions, Workload};
+use crate::scenario::http::{accepted_events, browser_request};
+use crate::scenario::target;
+use crate::traffic::{Sites, Traffic};
+use crate::watch::{self, Watch};
+
+#[derive(clap::Args)]
+pub struct PipelineArgs {
+    /// The front (its `/api/v1/analytics`).
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    #[arg(long, default_value = "deploy/experiments.json")]
+    pub snapshot: PathBuf,
+    #[arg(long, default_value = "http://127.0.0.1:8123")]
+    pub clickhouse_url: String,
+    /// The database the consumer fills.
+    #[arg(long, default_value = "analytics")]
+    pub database: String,
+    /// Events per second offered, one step each, in this order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "2000,5000,10000,20000,40000"
+    )]
+    pub rates: Vec<f64>,
+    /// Seconds of load per rate; the CPU is measured over all but the first fifth.
+    #[arg(long, default_value_t = 30.0)]
+    pub step_seconds: f64,
+    /// Browsers, each with one request in flight.
+    #[arg(long, default_value_t = 512)]
+    pub connections: usize,
+    /// Accepted requests whose first event is timed to ClickHouse, per second.
+    #[arg(long, default_value_t = 50.0)]
+    pub samples_per_second: f64,
+    /// How often ClickHouse is asked for the sampled events not seen yet, milliseconds.
+    #[arg(long, default_value_t = 200)]
+    pub poll_ms: u64,
+    /// The p99 time to queryable, in seconds, above which a rate is not sustained.
+    #[arg(long, default_value_t = 10.0)]
+    pub queryable_p99_bound: f64,
+    /// How long to wait after a step for its samples to become queryable, seconds.
+    #[arg(long, default_value_t = 60.0)]
+    pub drain_timeout: f64,
+    /// Go on with the higher rates after one is not sustained.
+    #[arg(long)]
+    pub keep_going: bool,
+    /// A process whose CPU to report, `name=pid` (`self` for this one); repeatable.
+    #[arg(long = "watch")]
+    pub watch: Vec<String>,
+}
+
+/// One rate's figures.
+struct Step {
+    offered: f64,
+    accepted: f64,
+    failures: u64,
+    answer_p50_ms: Option<f64>,
+    answer_p99_ms: Option<f64>,
+    samples: usize,
+    seen: usize,
+    queryable_p50_s: Option<f64>,
+    queryable_p99_s: Option<f64>,
+    machine_percent: f64,
+    processes: BTreeMap<String, f64>,
+}
+
+impl Step {
+    fn sustained(&self, bound: f64) -> bool {
+        self.accepted >= 0.99 * self.offered
+            && self.failures == 0
+            && self.samples > 0
+            && self.seen == self.samples
+            && self.queryable_p99_s.is_some_and(|p99| p99 <= bound)
+    }
+
+    /// What ran out first, in words.
+    fn limit(&self, cores: usize) -> String {
+        let top = self
+            .processes
+            .iter()
+            .filter(|(name, _)| name.as_str() != "loadgen")
+            .max_by(|a, b| a.1.total_cmp(b.1));
+        let top_words = top.map_or(String::new(), |(name, cpu)| format!("{name} at {cpu:.0}%"));
+        if self.machine_percent >= 90.0 * cores as f64 {
+            format!(
+                "the machine's CPU ({:.0}% of {cores} cores; the most: {top_words})",
+                self.machine_percent
+            )
+        } else if let Some((name, cpu)) = top.filter(|(_, cpu)| **cpu >= 90.0) {
+            format!("{name} at {cpu:.0}% of a core")
+        } else {
+            format!(
+                "no CPU ({:.0}% of {cores} cores; the most: {top_words}): the queue before \
+                 the slowest stage",
+                self.machine_percent
+            )
+        }
+    }
+}
+
+/// Browser traffic whose accepted requests, some of them, leave their first event's id
+/// and sending time for the poller.
+struct Sampled {
+    traffic: Traffic,
+    path: String,
+    /// One request in this many is a candidate.
+    every: u64,
+    sent: u64,
+    candidate: Option<(String, Instant)>,
+    samples: Arc<Mutex<Vec<(String, Instant)>>>,
+}
+
+impl Workload for Sampled {
+    fn request(&mut self) -> Request<Full<Bytes>> {
+        let batch = self.traffic.next_batch();
+        self.sent += 1;
+        self.candidate = self
+            .sent
+            .is_multiple_of(self.every)
+            .then(|| batch.events.first())
+            .flatten()
+            .map(|e| (e.event_id.to_string(), Instant::now()));
+        browser_request(&self.path, &batch)
+    }
+
+    fn units(&mut self, status: StatusCode, body: &[u8]) -> u64 {
+        let accepted = accepted_events(status, body);
+        if let Some(sample) = self.candidate.take()
+            && accepted > 0
+        {
+            self.samples.lock().expect("not poisoned").push(sample);
+        }
+        accepted
+    }
+}
+
+pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(!args.rates.is_empty(), "--rates names no rate");
+    anyhow::ensure!(
+        args.rates.iter().all(|r| *r > 0.0) && args.step_seconds > 0.0,
+        "rates and --step-seconds must be positive"
+    );
+    let (addr, base) = target(&args.url).await?;
+    let path = format!("{}/api/v1/analytics", base.trim_end_matches('/'));
+    let sites = Arc::new(Sites::from_file(&args.snapshot)?);
+    let per_request = events_per_request(&sites);
+    let clickhouse = ClickHouse::new(&args.clickhouse_url);
+    let watch = Watch::parse(&args.watch)?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let run = format!("pl{:08x}", rand::random::<u32>());
+    eprintln!(
+        "pipeline run {run}: {per_request:.2} events per request, {cores} cores, rates {:?}",
+        args.rates
+    );
+
+    let setup = Setup {
+        args: &args,
+        addr,
+        path,
+        sites,
+        clickhouse,
+        watch,
+        run,
+        per_request,
+    };
+    let mut steps = Vec::new();
+    for (index, &offered) in args.rates.iter().enumerate() {
+        let step = setup.measure(index, offered).await?;
+        let sustained = step.sustained(args.queryable_p99_bound);
+        eprintln!(
+            "  {offered} events/s offered: {:.0} accepted, queryable p99 {:?} s, {}/{} samples seen, {}",
+            step.accepted,
+            step.queryable_p99_s,
+            step.seen,
+            step.samples,
+            if sustained {
+                "sustained"
+            } else {
+                "NOT sustained"
+            }
+        );
+        steps.push(step);
+        if !sustained && !args.keep_going {
+            break;
+        }
+    }
+    print!("{}", table(&steps, &args, cores));
+    Ok(())
+}
+
+/// The mean events per request of the traffic, from a sample of its requests.
+fn events_per_request(sites: &Arc<Sites>) -> f64 {
+    let mut traffic = Traffic::new(Arc::clone(sites), "mean", 7);
+    let requests = 20_000;
+    let events: usize = (0..requests)
+        .map(|_| traffic.next_batch().events.len())
+        .sum();
+    events as f64 / requests as f64
+}
+
+/// What every step of a run shares.
+struct Setup<'a> {
+    args: &'a PipelineArgs,
+    addr: std::net::SocketAddr,
+    path: String,
+    sites: Arc<Sites>,
+    clickhouse: ClickHouse,
+    watch: Watch,
+    /// Session ids start with it (and the step's index).
+    run: String,
+    per_request: f64,
+}
+
+impl Setup<'_> {
+    /// The step of `offered` events per second, the `index`th of the run.
+    async fn measure(&self, index: usize, offered: f64) -> anyhow::Result<Step> {
+        let Self {
+            args,
+            addr,
+            path,
+            sites,
+            clickhouse,
+            watch,
+            run,
+            per_request,
+        } = self;
+        let (addr, per_request) = (*addr, *per_request);
+        let requests_per_second = offered / per_request;
+        let every = (requests_per_second / args.samples_per_second).max(1.0) as u64;
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let duration = Duration::from_secs_f64(args.step_seconds);
+        let options = LoadOptions {
+            addr,
+            connections: args.connections,
+            // Every request of the step counts: the traffic starts at its rate at once.
+            warmup: Duration::ZERO,
+            duration,
+            rate: Some(requests_per_second),
+        };
+        let cpu = watch::window(watch.clone(), duration / 5, duration * 4 / 5);
+        let machine = tokio::spawn(machine_busy(duration / 5, duration * 4 / 5));
+        let load_over = Arc::new(OnceLock::new());
+        let poller = tokio::spawn(poll_samples(
+            clickhouse.clone(),
+            args.database.clone(),
+            Arc::clone(&samples),
+            Duration::from_millis(args.poll_ms),
+            Arc::clone(&load_over),
+            Duration::from_secs_f64(args.drain_timeout),
+        ));
+        let tally = load::run(&options, |worker| Sampled {
+            traffic: Traffic::new(
+                Arc::clone(sites),
+                &format!("{run}-{index}"),
+                (index * 100_000 + worker) as u64,
+            ),
+            path: path.to_owned(),
+            every,
+            sent: 0,
+            candidate: None,
+            samples: Arc::clone(&samples),
+        })
+        .await;
+        load_over.get_or_init(Instant::now);
+        let tally = tally?;
+        let (times, total) = poller.await.context("the poller panicked")??;
+        let figure = tally.figure("pipeline", "front", "events");
+        let ms = |us: Option<u64>| us.map(|us| us as f64 / 1000.0);
+        let seconds =
+            |q: f64| (!times.is_empty()).then(|| times.value_at_quantile(q) as f64 / 1000.0);
+        Ok(Step {
+            offered,
+            accepted: figure.rate,
+            failures: figure.failures.values().sum::<u64>() + figure.transport_errors,
+            answer_p50_ms: ms(figure.p50_us),
+            answer_p99_ms: ms(figure.p99_us),
+            samples: total,
+            seen: times.len() as usize,
+            queryable_p50_s: seconds(0.5),
+            queryable_p99_s: seconds(0.99),
+            machine_percent: machine.await.context("the CPU sampler panicked")?,
+            processes: cpu.await.context("the CPU watch panicked")?,
+        })
+    }
+}
+
+/// Asks ClickHouse, every `interval`, which sampled events it holds, until the load is
+/// over (`load_over` set) and every sample taken is seen, or `drain` has passed since.
+/// Returns the times to queryable in milliseconds and the number of samples taken.
+async fn poll_samples(
+    clickhouse: ClickHouse,
+    database: String,
+    samples: Arc<Mutex<Vec<(String, Instant)>>>,
+    interval: Duration,
+    load_over: Arc<OnceLock<Instant>>,
+    drain: Duration,
+) -> anyhow::Result<(Histogram<u64>, usize)> {
+    let mut times = Histogram::<u64>::new_with_bounds(1, 3_600_000, 3)?;
+    let mut waiting: HashMap<String, Instant> = HashMap::new();
+    let mut total = 0;
+    loop {
+        let asked = Instant::now();
+        // Read before the samples: once over, no sample is added after this.
+        let over = load_over.get().copied();
+        let new = std::mem::take(&mut *samples.lock().expect("not poisoned"));
+        total += new.len();
+        waiting.extend(new);
+        if !waiting.is_empty() {
+            for id in seen(&clickhouse, &database, waiting.keys()).await? {
+                if let Some(sent) = waiting.remove(&id) {
+                    let ms = asked.saturating_duration_since(sent).as_millis();
+                    times.saturating_record(u64::try_from(ms).unwrap_or(u64::MAX));
+                }
+            }
+        }
+        if let Some(over) = over
+            && (waiting.is_empty() || over.elapsed() >= drain)
+        {
+            return Ok((times, total));
+        }
+        tokio::time::sleep_until((asked + interval).into()).await;
+    }
+}
+
+/// The ids among `ids` that `database.events` holds.
+async fn seen(
+    clickhouse: &ClickHouse,
+    database: &str,
+    ids: impl Iterator<Item = &String>,
+) -> anyhow::Result<Vec<String>> {
+    let list: Vec<String> = ids.map(|id| format!("'{id}'")).collect();
+    let mut found = Vec::new();
+    for chunk in list.chunks(2000) {
+        let answer = clickhouse
+            .query(&format!(
+                "SELECT DISTINCT toString(event_id) FROM {database}.events \
+                 WHERE event_id IN ({})",
+                chunk.join(",")
+            ))
+            .await?;
+        found.extend(answer.lines().map(str::to_owned));
+    }
+    Ok(found)
+}
+
+/// The machine's busy CPU from `delay` after now for `length`, percent of one core.
+async fn machine_busy(delay: Duration, length: Duration) -> f64 {
+    tokio::time::sleep(delay).await;
+    let from = cpu_ticks();
+    tokio::time::sleep(length).await;
+    let to = cpu_ticks();
+    match (from, to) {
+        (Some((busy_a, all_a)), Some((busy_b, all_b))) if all_b > all_a => {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+            (busy_b - busy_a) as f64 / (all_b - all_a) as f64 * 100.0 * cores
+        }
+        _ => f64::NAN,
+    }
+}
+
+/// Busy and all ticks of every core, from /proc/stat (idle and iowait are not busy).
+fn cpu_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    let all: u64 = ticks.iter().take(8).sum();
+    let idle = ticks.get(3)? + ticks.get(4)?;
+    Some((all - idle, all))
+}
+
+/// The steps as a Markdown table, then the sustainable rate and what limits it.
+fn table(steps: &[Step], args: &PipelineArgs, cores: usize) -> String {
+    let names: Vec<&String> = steps
+        .iter()
+        .flat_map(|s| s.processes.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let opt =
+        |v: Option<f64>, digits: usize| v.map_or("n/a".to_owned(), |v| format!("{v:.digits$}"));
+    let mut out = String::from(
+        "| offered events/s | accepted events/s | answer p50 / p99 ms | queryable p50 / p99 s | samples seen | machine CPU % |",
+    );
+    for name in &names {
+        out += &format!(" {name} % |");
+    }
+    out += " sustained |\n|---:|---:|---:|---:|---:|---:|";
+    out += &"---:|".repeat(names.len());
+    out += ":-:|\n";
+    for s in steps {
+        out += &format!(
+            "| {:.0} | {:.0} | {} / {} | {} / {} | {}/{} | {:.0} |",
+            s.offered,
+            s.accepted,
+            opt(s.answer_p50_ms, 1),
+            opt(s.answer_p99_ms, 1),
+            opt(s.queryable_p50_s, 2),
+            opt(s.queryable_p99_s, 2),
+            s.seen,
+            s.samples,
+            s.machine_percent
+        );
+        for name in &names {
+            out += &format!(" {} |", opt(s.processes.get(*name).copied(), 0));
+        }
+        out += if s.sustained(args.queryable_p99_bound) {
+            " yes |\n"
+        } else {
+            " NO |\n"
+        };
+    }
+    let bound = args.queryable_p99_bound;
+    let best = steps
+        .iter()
+        .filter(|s| s.sustained(bound))
+        .map(|s| s.accepted)
+        .fold(None, |a: Option<f64>, r| Some(a.map_or(r, |a| a.max(r))));
+    out += &format!(
+        "\nSustainable: {} events/s (accepted, with every sampled event queryable, p99 ≤ {bound} s; \
+         times ±{} ms).\n",
+        best.map_or("none of the rates".to_owned(), |r| format!("{r:.0}")),
+        args.poll_ms
+    );
+    match steps.iter().find(|s| !s.sustained(bound)) {
+        Some(s) => {
+            out += &format!(
+                "First not sustained: {:.0} events/s offered; saturated first: {}.\n",
+                s.offered,
+                s.limit(cores)
+            );
+        }
+        None => out += "Every rate was sustained: offer higher ones to find the limit.\n",
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step() -> Step {
+        Step {
+            offered: 10_000.0,
+            accepted: 9_950.0,
+            failures: 0,
+            answer_p50_ms: Some(2.0),
+            answer_p99_ms: Some(30.0),
+            samples: 500,
+            seen: 500,
+            queryable_p50_s: Some(1.0),
+            queryable_p99_s: Some(2.5),
+            machine_percent: 120.0,
+            processes: BTreeMap::from([
+                ("ingest".to_owned(), 60.0),
+                ("clickhouse".to_owned(), 30.0),
+                ("loadgen".to_owned(), 99.0),
+            ]),
+        }
+    }
+
+    #[test]
+    fn a_rate_is_sustained_only_when_accepted_answered_and_queryable_in_time() {
+        assert!(step().sustained(10.0));
+        let short = Step {
+            accepted: 9_800.0,
+            ..step()
+        };
+        assert!(!short.sustained(10.0), "under 99% of the offer accepted");
+        let refused = Step {
+            failures: 1,
+            ..step()
+        };
+        assert!(!refused.sustained(10.0), "a refusal");
+        let lost = Step {
+            seen: 499,
+            ..step()
+        };
+        assert!(!lost.sustained(10.0), "a sample never queryable");
+        assert!(!step().sustained(2.0), "p99 over the bound");
+        let unsampled = Step {
+            samples: 0,
+            seen: 0,
+            queryable_p99_s: None,
+            ..step()
+        };
+        assert!(!unsampled.sustained(10.0), "nothing timed");
+    }
+
+    #[test]
+    fn the_limit_is_the_machine_then_a_full_core_then_the_queue() {
+        let machine = Step {
+            machine_percent: 190.0,
+            ..step()
+        };
+        let words = machine.limit(2);
+        assert!(
+            words.starts_with("the machine's CPU (190% of 2 cores"),
+            "{words}"
+        );
+        assert!(
+            words.contains("ingest at 60%"),
+            "the load tool is not the pipeline: {words}"
+        );
+        let mut one = step();
+        one.processes.insert("tansu".to_owned(), 97.0);
+        assert_eq!(one.limit(2), "tansu at 97% of a core");
+        assert!(step().limit(2).starts_with("no CPU (120% of 2 cores"));
+    }
+
+    #[test]
+    fn the_table_names_the_sustainable_rate_and_the_first_limit() {
+        let args = PipelineArgs::parse_from(["pipeline"]);
+        let slow = Step {
+            offered: 20_000.0,
+            accepted: 15_000.0,
+            machine_percent: 195.0,
+            ..step()
+        };
+        let text = table(&[step(), slow], &args, 2);
+        assert!(
+            text.contains(
+                "| 10000 | 9950 | 2.0 / 30.0 | 1.00 / 2.50 | 500/500 | 120 | 30 | 60 | 99 | yes |"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("| 20000 | 15000 |"), "{text}");
+        assert!(text.contains("Sustainable: 9950 events/s"), "{text}");
+        assert!(
+            text.contains(
+                "First not sustained: 20000 events/s offered; saturated first: the machine's CPU"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_machine_ticks_are_read() {
+        let (busy, all) = cpu_ticks().expect("/proc/stat");
+        assert!(busy <= all && all > 0);
+    }
+
+    #[derive(clap::Parser)]
+    struct One {
+        #[command(flatten)]
+        args: PipelineArgs,
+    }
+
+    impl PipelineArgs {
+        fn parse_from(argv: [&str; 1]) -> Self {
+            <One as clap::Parser>::parse_from(argv).args
+        }
+    }
+}
