@@ -16,8 +16,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use std::sync::Arc;
 
-use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
@@ -34,6 +34,11 @@ pub struct ServeArgs {
     /// keep-alive connections included) is closed, in milliseconds.
     #[arg(long, env = "HTTP_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000)]
     pub header_read_timeout_ms: u64,
+
+    /// Threads serving the connections, each with a single-threaded runtime of its own
+    /// that keeps a connection from its first request to its last; 0: one per core.
+    #[arg(long, env = "HTTP_WORKERS", default_value_t = 0)]
+    pub workers: usize,
 }
 
 /// A service's HTTP side, bound by its `build` (so that a test knows the address before
@@ -161,6 +166,7 @@ pub async fn serve<S: HttpService>(
     let room = Arc::new(Semaphore::new(slots as usize));
     let (stop, stopping) = watch::channel(false);
     let durations = crate::ops::RequestDurations::default();
+    let workers = Workers::start(limits.workers);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let permit = tokio::select! {
@@ -189,15 +195,112 @@ pub async fn serve<S: HttpService>(
             stopping: stopping.clone(),
             durations: durations.clone(),
         };
-        tokio::spawn(async move {
-            connection.run(stream).await;
-            drop(permit);
-        });
+        workers.serve(connection, stream, permit);
     }
     drop(listener);
+    drop(workers);
     let _ = stop.send(true);
     // Every connection gives its slot back when it ends.
     let _ = room.acquire_many(slots).await;
+}
+
+/// The threads that serve the connections the listener accepts, each a current-thread
+/// runtime: a connection is handed over once, at accept, and its requests are then read,
+/// answered and written on one thread, which sleeps in its own poll when there is nothing
+/// to do. A multi-threaded runtime moves work between its threads and wakes a parked one
+/// for it, several times per request when the load is light (docs/benchmarks.md, "What
+/// limits each figure"). Dropped, the threads finish their connections and end.
+struct Workers<S> {
+    threads: Vec<mpsc::UnboundedSender<Job<S>>>,
+    next: std::cell::Cell<usize>,
+}
+
+/// An accepted connection on its way to a worker, with its slot among `max_connections`.
+type Job<S> = (Connection<S>, std::net::TcpStream, OwnedSemaphorePermit);
+
+impl<S: HttpService> Workers<S> {
+    /// `count` threads (0: one per core); those that cannot start are left out, and with
+    /// none the connections are served on the caller's runtime.
+    fn start(count: usize) -> Self {
+        let count = if count == 0 {
+            std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+        } else {
+            count
+        };
+        let threads = (0..count)
+            .filter_map(|index| match Self::thread(index) {
+                Ok(sender) => Some(sender),
+                Err(e) => {
+                    tracing::warn!(error = %e, "Cannot start an HTTP worker thread.");
+                    None
+                }
+            })
+            .collect();
+        Self {
+            threads,
+            next: std::cell::Cell::new(0),
+        }
+    }
+
+    fn thread(index: usize) -> std::io::Result<mpsc::UnboundedSender<Job<S>>> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (sender, mut jobs) = mpsc::unbounded_channel::<Job<S>>();
+        std::thread::Builder::new()
+            .name(format!("http-worker-{index}"))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let mut connections = tokio::task::JoinSet::new();
+                    loop {
+                        tokio::select! {
+                            job = jobs.recv() => match job {
+                                Some((connection, stream, permit)) => {
+                                    connections.spawn(run(connection, stream, permit));
+                                }
+                                None => break,
+                            },
+                            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                        }
+                    }
+                    while connections.join_next().await.is_some() {}
+                });
+            })?;
+        Ok(sender)
+    }
+
+    /// Hands the connection to the next worker in turn.
+    fn serve(&self, connection: Connection<S>, stream: TcpStream, permit: OwnedSemaphorePermit) {
+        let job = match stream.into_std() {
+            Ok(stream) if !self.threads.is_empty() => {
+                let index = self.next.get() % self.threads.len();
+                self.next.set(index + 1);
+                match self.threads[index].send((connection, stream, permit)) {
+                    Ok(()) => return,
+                    Err(mpsc::error::SendError(job)) => job,
+                }
+            }
+            Ok(stream) => (connection, stream, permit),
+            Err(e) => {
+                tracing::warn!(error = %e, "Cannot hand a connection over.");
+                return;
+            }
+        };
+        tokio::spawn(run(job.0, job.1, job.2));
+    }
+}
+
+/// Serves one connection on the runtime that runs this, then gives its slot back.
+async fn run<S: HttpService>(
+    connection: Connection<S>,
+    stream: std::net::TcpStream,
+    permit: OwnedSemaphorePermit,
+) {
+    match TcpStream::from_std(stream) {
+        Ok(stream) => connection.run(stream).await,
+        Err(e) => tracing::warn!(error = %e, "Cannot serve a connection."),
+    }
+    drop(permit);
 }
 
 /// One client connection and what it needs to end itself.
@@ -212,7 +315,7 @@ struct Connection<S> {
 impl<S: HttpService> Connection<S> {
     /// Serves the connection until the client closes it, it sits idle (no request under
     /// way, none begun) for `idle`, or the server stops; the last two end it gracefully.
-    async fn run(mut self, stream: tokio::net::TcpStream) {
+    async fn run(mut self, stream: TcpStream) {
         let activity = Arc::new(Activity::default());
         let tracked = activity.clone();
         let router = self.router;
@@ -294,5 +397,88 @@ impl Drop for RequestGuard {
         let mut state = self.0.lock();
         state.0 -= 1;
         state.1 = Instant::now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Sends a GET on `stream` and returns the answer's body (the answer is read by its
+    /// `content-length`).
+    async fn get(stream: &mut tokio::net::TcpStream) -> String {
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .expect("written");
+        let mut answer = Vec::new();
+        loop {
+            let mut chunk = [0u8; 1024];
+            let n = stream.read(&mut chunk).await.expect("read");
+            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&answer));
+            answer.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&answer).into_owned();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .and_then(|l| l.trim().parse().ok())
+                    .expect("a content-length");
+                if body.len() >= length {
+                    return body.to_owned();
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn each_connection_is_served_on_one_worker_thread_and_they_take_turns() {
+        let router = axum::Router::new().route(
+            "/",
+            axum::routing::get(|| async {
+                std::thread::current()
+                    .name()
+                    .unwrap_or("unnamed")
+                    .to_owned()
+            }),
+        );
+        let limits = ServeArgs {
+            max_connections: 16,
+            header_read_timeout_ms: 10_000,
+            workers: 2,
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bound");
+        let addr = listener.local_addr().expect("address");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            serve(listener, router, &limits, async {
+                let _ = stopped.await;
+            })
+            .await;
+        });
+        let mut threads = Vec::new();
+        for _ in 0..2 {
+            let mut stream = tokio::net::TcpStream::connect(addr)
+                .await
+                .expect("connected");
+            let answers = [
+                get(&mut stream).await,
+                get(&mut stream).await,
+                get(&mut stream).await,
+            ];
+            assert!(answers[0].starts_with("http-worker-"), "{answers:?}");
+            assert!(answers.iter().all(|a| *a == answers[0]), "{answers:?}");
+            threads.push(answers[0].clone());
+        }
+        assert_ne!(
+            threads[0], threads[1],
+            "the second connection went to the same worker"
+        );
+        let _ = stop.send(());
+        tokio::time::timeout(Duration::from_secs(20), server)
+            .await
+            .expect("the server stopped")
+            .expect("no panic");
     }
 }

@@ -60,6 +60,7 @@ async fn main() -> anyhow::Result<()> {
         http_kit::serve::ServeArgs {
             max_connections: 10_000,
             header_read_timeout_ms: 10_000,
+            workers: 0,
         },
     )
     .await?;
