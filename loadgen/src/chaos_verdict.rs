@@ -1,0 +1,469 @@
+//! The verdict of `scripts/chaos` (`loadgen chaos-verdict`): from the run's folder, the
+//! faults injected (`faults.log`), the answers other than 2xx with their times
+//! (`answers.log`) and the resident memory sampled every second (`rss.log`), it writes
+//! `verdict.md`: the faults with the answers each drew, the fault kinds against what each
+//! must show, memory against its bounds, then PASS or FAIL with every reason.
+//!
+//! An answer belongs to the last fault begun before it, up to the delivery timeout + 2 s
+//! after that fault ended (a request sent as it ended is answered by then). A fault kind
+//! fails when it was never injected; a broker pause must draw a 503, a ZooKeeper pause an
+//! insert retry, and the ClickHouse faults together an insert retry. A service fails when
+//! one of its processes grew by more than its bound, last sample less first.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+#[derive(clap::Args)]
+pub struct VerdictArgs {
+    /// The run's folder: faults.log, answers.log and rss.log in, verdict.md out.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The load's exit status (non-zero: events lost or duplicated, or given up).
+    #[arg(long)]
+    pub load_status: i32,
+    /// Snapshot versions some service never took.
+    #[arg(long, default_value_t = 0)]
+    pub snapshot_misses: usize,
+    /// The fault kinds the run was to inject, space-separated.
+    #[arg(long)]
+    pub faults: String,
+    /// Each service's bound on resident memory growth, `name=MiB`, space-separated.
+    #[arg(long)]
+    pub bounds: String,
+    /// Seconds a paused process stays stopped.
+    #[arg(long)]
+    pub pause: u64,
+    /// The ingest's Kafka delivery timeout, milliseconds.
+    #[arg(long)]
+    pub delivery_ms: u64,
+    /// The consumer's ClickHouse insert timeout, milliseconds.
+    #[arg(long)]
+    pub insert_ms: u64,
+}
+
+/// One injected fault, from a line of `faults.log`.
+#[derive(Debug)]
+struct Fault {
+    started: String,
+    seconds: String,
+    name: String,
+    target: String,
+    /// `-` across a restart of the consumer.
+    retries: Option<u64>,
+    begun_ms: i64,
+    ended_ms: i64,
+    answers: BTreeMap<String, u64>,
+}
+
+/// Writes `verdict.md`; true when the run passed.
+pub fn run(args: &VerdictArgs) -> anyhow::Result<bool> {
+    let read = |name: &str| {
+        let path = args.out.join(name);
+        std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))
+    };
+    let (text, passed) = verdict(
+        args,
+        &read("faults.log")?,
+        &read("answers.log")?,
+        &read("rss.log")?,
+    )?;
+    let path = args.out.join("verdict.md");
+    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(passed)
+}
+
+fn data_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+}
+
+fn faults(text: &str) -> anyhow::Result<Vec<Fault>> {
+    data_lines(text)
+        .map(|line| {
+            let f: Vec<&str> = line.split('\t').collect();
+            anyhow::ensure!(f.len() == 8, "faults.log: not 8 fields: {line:?}");
+            Ok(Fault {
+                started: f[0].to_owned(),
+                seconds: f[2].to_owned(),
+                name: f[3].to_owned(),
+                target: f[4].to_owned(),
+                retries: (f[5] != "-")
+                    .then(|| f[5].parse())
+                    .transpose()
+                    .with_context(|| format!("faults.log: retries {:?}", f[5]))?,
+                begun_ms: f[6].parse().context("faults.log: started_ms")?,
+                ended_ms: f[7].parse().context("faults.log: ended_ms")?,
+                answers: BTreeMap::new(),
+            })
+        })
+        .collect()
+}
+
+fn listed(counter: &BTreeMap<String, u64>) -> String {
+    if counter.is_empty() {
+        return "none".to_owned();
+    }
+    counter
+        .iter()
+        .map(|(answer, n)| format!("{answer} × {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A process's memory samples (KiB).
+struct Process {
+    service: String,
+    first: u64,
+    last: u64,
+    peak: u64,
+}
+
+/// The text of `verdict.md` and whether the run passed.
+fn verdict(
+    args: &VerdictArgs,
+    faults_log: &str,
+    answers_log: &str,
+    rss_log: &str,
+) -> anyhow::Result<(String, bool)> {
+    let grace_ms = args.delivery_ms as i64 + 2000;
+    let mut faults = faults(faults_log)?;
+    let mut outside = BTreeMap::new();
+    for line in data_lines(answers_log) {
+        let (at, answer) = line
+            .split_once(' ')
+            .with_context(|| format!("answers.log: {line:?}"))?;
+        let at: i64 = at
+            .parse()
+            .with_context(|| format!("answers.log: {line:?}"))?;
+        let owner = faults
+            .iter_mut()
+            .rev()
+            .find(|f| f.begun_ms <= at && at <= f.ended_ms + grace_ms);
+        *owner
+            .map_or(&mut outside, |f| &mut f.answers)
+            .entry(answer.to_owned())
+            .or_insert(0) += 1;
+    }
+
+    let mut failures = Vec::new();
+    if args.load_status != 0 {
+        failures.push(
+            "events lost or duplicated, or given up or refused by the clients (see above)"
+                .to_owned(),
+        );
+    }
+    let mut out = String::new();
+    let grace = grace_ms as f64 / 1000.0;
+    writeln!(out, "## Faults\n")?;
+    writeln!(
+        out,
+        "Answers other than 2xx are counted against the last fault begun before them, up to \
+         {grace} s after it ended; insert retries are the consumer's \
+         `consumer_insert_retries_total` over the fault (`-` across its restart).\n"
+    )?;
+    writeln!(
+        out,
+        "| # | fault | target | started (UTC) | lasted (s) | answers other than 2xx | insert retries |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|---|---|")?;
+    let retries = |r: Option<u64>| r.map_or("-".to_owned(), |r| r.to_string());
+    for (i, f) in faults.iter().enumerate() {
+        writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            i + 1,
+            f.name,
+            f.target,
+            f.started,
+            f.seconds,
+            listed(&f.answers),
+            retries(f.retries)
+        )?;
+    }
+    writeln!(out, "| | (no fault) | | | | {} | |\n", listed(&outside))?;
+
+    writeln!(
+        out,
+        "| fault kind | injected | 503 answers | insert retries | required |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|")?;
+    let (pause, delivery_ms, insert_ms) = (args.pause, args.delivery_ms, args.insert_ms);
+    let mut clickhouse_retries = 0;
+    for kind in args.faults.split_whitespace() {
+        let of_kind: Vec<&Fault> = faults.iter().filter(|f| f.name == kind).collect();
+        let n503: u64 = of_kind
+            .iter()
+            .map(|f| f.answers.get("503").copied().unwrap_or(0))
+            .sum();
+        let known: Vec<u64> = of_kind.iter().filter_map(|f| f.retries).collect();
+        let total = (!known.is_empty()).then(|| known.iter().sum::<u64>());
+        if of_kind.is_empty() {
+            failures.push(format!(
+                "{kind} was never injected (SECONDS too short for this machine?)"
+            ));
+        }
+        let required = match kind {
+            "broker-pause" => {
+                if !of_kind.is_empty() && n503 == 0 {
+                    failures.push("no broker pause drew a 503".to_owned());
+                }
+                format!(
+                    "injected; a 503 (the {pause} s pause outlasts the {delivery_ms} ms delivery timeout)"
+                )
+            }
+            "clickhouse-hang" | "clickhouse-restart" => {
+                clickhouse_retries += total.unwrap_or(0);
+                "injected; an insert retry by the ClickHouse faults together".to_owned()
+            }
+            "zookeeper-pause" => {
+                if !of_kind.is_empty() && total.unwrap_or(0) == 0 {
+                    failures.push("no ZooKeeper pause drew an insert retry".to_owned());
+                }
+                "injected; an insert retry (replicated inserts wait for ZooKeeper)".to_owned()
+            }
+            "snapshot-change" => {
+                "injected; taken by the ingest, the config-api and the consumer".to_owned()
+            }
+            _ => "injected".to_owned(),
+        };
+        writeln!(
+            out,
+            "| {kind} | {} | {n503} | {} | {required} |",
+            of_kind.len(),
+            retries(total)
+        )?;
+    }
+    if clickhouse_retries == 0 {
+        failures.push(format!(
+            "the ClickHouse faults drew no insert retry (a {pause} s hang outlasts the \
+             {insert_ms} ms insert timeout)"
+        ));
+    }
+    if args.snapshot_misses > 0 {
+        failures.push("a snapshot change did not reach every service (faults.log)".to_owned());
+    }
+    writeln!(out)?;
+
+    // Memory: each process against itself (a restarted service's new process starts afresh).
+    let mut processes: Vec<((String, String), Process)> = Vec::new();
+    for line in data_lines(rss_log) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        anyhow::ensure!(f.len() >= 4, "rss.log: {line:?}");
+        let rss: u64 = f[3].parse().with_context(|| format!("rss.log: {line:?}"))?;
+        let hwm: u64 = f.get(4).and_then(|h| h.parse().ok()).unwrap_or(0);
+        let key = (f[1].to_owned(), f[2].to_owned());
+        match processes.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, p)) => {
+                p.last = rss;
+                p.peak = p.peak.max(hwm);
+            }
+            None => processes.push((
+                key,
+                Process {
+                    service: f[1].to_owned(),
+                    first: rss,
+                    last: rss,
+                    peak: hwm,
+                },
+            )),
+        }
+    }
+    writeln!(out, "## Memory\n")?;
+    writeln!(
+        out,
+        "Resident memory (KiB) sampled every second: a process's growth is its last sample less \
+         its first; a service's is the largest of its processes'.\n"
+    )?;
+    writeln!(
+        out,
+        "| service | processes | first sample | last sample | largest growth | peak (VmHWM) | bound on growth | within |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|")?;
+    for bound in args.bounds.split_whitespace() {
+        let (service, mib) = bound
+            .split_once('=')
+            .with_context(|| format!("--bounds: {bound:?} is not name=MiB"))?;
+        let mib: u64 = mib
+            .parse()
+            .with_context(|| format!("--bounds: {bound:?}"))?;
+        let of: Vec<&Process> = processes
+            .iter()
+            .map(|(_, p)| p)
+            .filter(|p| p.service == service)
+            .collect();
+        let (Some(first), Some(last)) = (of.first(), of.last()) else {
+            writeln!(
+                out,
+                "| {service} | 0 | - | - | - | - | {mib} MiB | no samples |"
+            )?;
+            failures.push(format!("{service}: no memory samples"));
+            continue;
+        };
+        let growth = of
+            .iter()
+            .map(|p| p.last as i64 - p.first as i64)
+            .max()
+            .unwrap_or(0);
+        let within = growth <= (mib * 1024) as i64;
+        if !within {
+            failures.push(format!(
+                "{service}: resident memory grew {growth} KiB, over its bound of {mib} MiB"
+            ));
+        }
+        writeln!(
+            out,
+            "| {service} | {} | {} | {} | {growth} | {} | {mib} MiB | {} |",
+            of.len(),
+            first.first,
+            last.last,
+            of.iter().map(|p| p.peak).max().unwrap_or(0),
+            if within { "yes" } else { "**no**" }
+        )?;
+    }
+    writeln!(out, "\n## Verdict\n")?;
+    if failures.is_empty() {
+        writeln!(
+            out,
+            "**PASS**: no acknowledged event lost or duplicated, every fault kind injected \
+             and seen to bite, memory within bounds."
+        )?;
+    } else {
+        writeln!(out, "**FAIL**\n")?;
+        for f in &failures {
+            writeln!(out, "- {f}")?;
+        }
+    }
+    Ok((out, failures.is_empty()))
+}
+
+/// `loadgen chaos-verdict`: exits 1 on a failed verdict, 3 when it could not be made.
+pub fn command(args: &VerdictArgs) -> ! {
+    match run(args) {
+        Ok(true) => std::process::exit(0),
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            eprintln!("the chaos verdict could not be made: {e:#}");
+            std::process::exit(3)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn args(out: &Path, faults: &str) -> VerdictArgs {
+        VerdictArgs {
+            out: out.to_owned(),
+            load_status: 0,
+            snapshot_misses: 0,
+            faults: faults.to_owned(),
+            bounds: "ingest=16 consumer=128".to_owned(),
+            pause: 6,
+            delivery_ms: 3000,
+            insert_ms: 2000,
+        }
+    }
+
+    const FAULTS: &str = "# started (UTC)\tended (UTC)\tseconds\tfault\ttarget\tinsert retries\tstarted_ms\tended_ms
+2026-11-26T10:00:00.000Z\t2026-11-26T10:00:06.000Z\t6.0\tbroker-pause\ttansu\t0\t1000000\t1006000
+2026-11-26T10:00:20.000Z\t2026-11-26T10:00:26.000Z\t6.0\tclickhouse-hang\tclickhouse\t2\t1020000\t1026000
+2026-11-26T10:00:40.000Z\t2026-11-26T10:00:41.000Z\t1.0\tconsumer-kill\tconsumer\t-\t1040000\t1041000
+";
+    // A 503 in the first fault, one 4.9 s after it ended (its grace), one long after.
+    const ANSWERS: &str = "1003000 503\n1010900 503\n1050000 429\n";
+    const RSS: &str = "# t service pid rss hwm
+1 ingest 10 20000 20000
+2 ingest 10 22000 22500
+1 consumer 11 30000 30000
+2 consumer 11 90000 95000
+3 consumer 12 10000 10000
+4 consumer 12 12000 12000
+";
+
+    fn write(dir: &Path, faults: &str, answers: &str, rss: &str) {
+        std::fs::write(dir.join("faults.log"), faults).unwrap();
+        std::fs::write(dir.join("answers.log"), answers).unwrap();
+        std::fs::write(dir.join("rss.log"), rss).unwrap();
+    }
+
+    fn dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("verdict-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_run_whose_faults_bite_and_whose_memory_holds_passes() {
+        let dir = dir("pass");
+        write(&dir, FAULTS, ANSWERS, RSS);
+        let args = args(&dir, "broker-pause clickhouse-hang consumer-kill");
+        assert!(run(&args).unwrap());
+        let text = std::fs::read_to_string(dir.join("verdict.md")).unwrap();
+        assert!(
+            text.contains(
+                "| 1 | broker-pause | tansu | 2026-11-26T10:00:00.000Z | 6.0 | 503 × 2 | 0 |"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("| | (no fault) | | | | 429 × 1 | |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| broker-pause | 1 | 2 | 0 | injected; a 503"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| consumer-kill | 1 | 0 | - | injected |"),
+            "{text}"
+        );
+        // The consumer's first process grew 60000 KiB, within 128 MiB; two processes.
+        assert!(
+            text.contains("| consumer | 2 | 30000 | 12000 | 60000 | 95000 | 128 MiB | yes |"),
+            "{text}"
+        );
+        assert!(text.contains("**PASS**"), "{text}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn every_reason_to_fail_is_listed() {
+        let dir = dir("fail");
+        // The broker pause drew no 503; no ClickHouse retry; the ingest grew 20 MiB.
+        let faults = FAULTS.replace("\t2\t1020000", "\t0\t1020000");
+        let rss = RSS.replace("2 ingest 10 22000", "2 ingest 10 40480");
+        write(&dir, &faults, "1030000 429\n", &rss);
+        let mut args = args(&dir, "broker-pause clickhouse-hang zookeeper-pause");
+        args.load_status = 1;
+        args.snapshot_misses = 1;
+        args.bounds += " config-api=8";
+        assert!(!run(&args).unwrap());
+        let text = std::fs::read_to_string(dir.join("verdict.md")).unwrap();
+        for reason in [
+            "- events lost or duplicated",
+            "- no broker pause drew a 503",
+            "- the ClickHouse faults drew no insert retry (a 6 s hang outlasts the 2000 ms insert timeout)",
+            "- zookeeper-pause was never injected",
+            "- a snapshot change did not reach every service",
+            "- ingest: resident memory grew 20480 KiB, over its bound of 16 MiB",
+            "- config-api: no memory samples",
+        ] {
+            assert!(text.contains(reason), "{reason}: {text}");
+        }
+        assert!(text.contains("**FAIL**"), "{text}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_broken_log_is_an_error_not_a_verdict() {
+        let dir = dir("broken");
+        write(&dir, "not\ttabs enough\n", "", RSS);
+        assert!(run(&args(&dir, "broker-pause")).is_err());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
