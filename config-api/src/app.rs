@@ -5,9 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use arc_swap::ArcSwap;
 use axum::http::{HeaderValue, Method, header};
-use http_kit::cors::CorsPolicy;
 use http_kit::error::RouteError;
 use http_kit::reload::load_and_watch;
 use http_kit::serve::Http;
@@ -16,14 +14,7 @@ use tokio::task::JoinHandle;
 use crate::config::Config;
 use crate::prepared::Prepared;
 use crate::routes;
-
-#[derive(Clone)]
-pub(crate) struct AppState {
-    pub prepared: Arc<ArcSwap<Prepared>>,
-    /// `Cache-Control` of answers outside test mode.
-    pub cache_control: HeaderValue,
-    pub requests: http_kit::ops::RequestCounter,
-}
+use crate::state::AppState;
 
 pub struct Application {
     http: Http,
@@ -52,8 +43,9 @@ impl Application {
                 routes::EXPERIMENTS_PATH,
             ),
         };
-        let cors = CorsPolicy::new(
-            state.prepared.clone(),
+        let current = state.prepared.clone();
+        let api = routes::Api::new(
+            routes::EXPERIMENTS_PATH,
             &[Method::GET, Method::HEAD],
             &[
                 header::ACCEPT,
@@ -61,13 +53,11 @@ impl Application {
                 routes::EXPERIMENT_IDS_HEADER,
                 routes::SERVICE_TEST_HEADER,
             ],
-        );
-        let api = routes::Api {
-            state,
-            cors: Arc::new(cors),
-            rest: http_kit::ops::ops_router(http.readiness().clone())
+            current,
+            routes::Experiments(state),
+            http_kit::ops::ops_router(http.readiness().clone())
                 .fallback(|| async { RouteError::NotFound }),
-        };
+        );
         Ok(Self { http, api, watcher })
     }
 

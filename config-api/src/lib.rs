@@ -6,6 +6,7 @@ mod config;
 pub mod error;
 mod prepared;
 mod routes;
+mod state;
 
 pub use app::Application;
 pub use config::Config;

@@ -1,28 +1,19 @@
 //! `GET /api/v1/experiments`.
 
-use std::convert::Infallible;
 use std::future::Ready;
-use std::sync::Arc;
-use std::task::Poll;
 
-use axum::Router;
 use axum::extract::Request;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use contract::key::{PUBLIC_KEY_HEADER, PublicKey};
-use futures::future::Either;
-use http_kit::cors::CorsPolicy;
-use http_kit::error::RouteError;
+use http_kit::route::{Handler, Route};
 use time::OffsetDateTime;
-use tower::ServiceExt;
-use tower::util::Oneshot;
 
-use crate::app::AppState;
 use crate::error::ConfigApiError;
 use crate::prepared::{Prepared, Selection};
+use crate::state::AppState;
 
 pub(crate) const EXPERIMENTS_PATH: &str = "/api/v1/experiments";
-pub(crate) const ALLOW: &str = "GET, HEAD, OPTIONS";
 /// Which experiments to answer: a comma-separated list of ids (all when absent).
 pub(crate) const EXPERIMENT_IDS_HEADER: HeaderName = HeaderName::from_static("x-experiment-ids");
 /// `true`: answer in test mode (draft experiments too, never cached).
@@ -31,45 +22,18 @@ pub(crate) const SERVICE_TEST_HEADER: HeaderName = HeaderName::from_static("x-se
 /// spelled them.
 const VARY: &str = "X-public-key, X-experiment-ids, X-service-test";
 
-/// The config-api's whole HTTP service: its one API route answered here directly, with
-/// its CORS and `Allow` headers, and everything else (operations endpoints, 404) by the
-/// router. The route is kept out of the router: matching, boxing the route and the layers'
-/// futures took 12% of the config-api's CPU time, +9% requests/s without (docs/benchmarks.md).
-#[derive(Clone)]
-pub(crate) struct Api {
-    pub state: AppState,
-    pub cors: Arc<CorsPolicy<Prepared>>,
-    pub rest: Router,
-}
+/// The config-api's whole HTTP service: its one API route answered in front of the router
+/// (operations endpoints, 404), at once: its future is never boxed.
+pub(crate) type Api = Route<Experiments, Prepared>;
 
-impl Api {
-    fn experiments(&self, request: &Request) -> Response {
-        let mut response = self.cors.answer(request, || match *request.method() {
-            Method::GET | Method::HEAD => get_experiments(&self.state, request.headers()),
-            _ => RouteError::MethodNotAllowed.into_response(),
-        });
-        response
-            .headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static(ALLOW));
-        response
-    }
-}
+/// The handler of the route's GETs and HEADs.
+pub(crate) struct Experiments(pub AppState);
 
-impl tower::Service<Request> for Api {
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Either<Ready<Result<Response, Infallible>>, Oneshot<Router, Request>>;
+impl Handler for Experiments {
+    type Future = Ready<Response>;
 
-    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        if request.uri().path() == EXPERIMENTS_PATH {
-            Either::Left(std::future::ready(Ok(self.experiments(&request))))
-        } else {
-            Either::Right(self.rest.clone().oneshot(request))
-        }
+    fn call(&self, request: Request) -> Self::Future {
+        std::future::ready(get_experiments(&self.0, request.headers()))
     }
 }
 

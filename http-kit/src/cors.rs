@@ -27,8 +27,8 @@ impl HasSnapshot for contract::snapshot::Snapshot {
 ///
 /// Written here rather than taken from tower-http: its `CorsLayer` cost the config-api 12%
 /// of its throughput (docs/benchmarks.md), building and merging header maps on every request;
-/// this one adds three prepared headers. The services call it in front of their routers,
-/// for their one API route ([`CorsPolicy::answer`], [`CorsPolicy::answer_later`]).
+/// this one adds three prepared headers. The services' one API route has it in front of
+/// their routers (`route::Route`).
 pub struct CorsPolicy<T> {
     current: Arc<arc_swap::ArcSwap<T>>,
     allow_methods: HeaderValue,
@@ -52,7 +52,7 @@ impl<T: HasSnapshot> CorsPolicy<T> {
     }
 
     /// The `Access-Control-Allow-Origin` value for this request, if any.
-    fn allow_origin(&self, headers: &axum::http::HeaderMap) -> Option<HeaderValue> {
+    pub(crate) fn allow_origin(&self, headers: &axum::http::HeaderMap) -> Option<HeaderValue> {
         let origin = headers.get(header::ORIGIN)?;
         let Some(key) = headers
             .get(contract::key::PUBLIC_KEY_HEADER)
@@ -69,35 +69,8 @@ impl<T: HasSnapshot> CorsPolicy<T> {
         allowed.then(|| origin.clone())
     }
 
-    /// The answer to a request of the route: the preflight for `OPTIONS`, otherwise
-    /// `handle`'s answer with the allow headers.
-    pub fn answer(
-        &self,
-        request: &axum::extract::Request,
-        handle: impl FnOnce() -> Response,
-    ) -> Response {
-        let allow_origin = self.allow_origin(request.headers());
-        if request.method() == axum::http::Method::OPTIONS {
-            return self.preflight(allow_origin);
-        }
-        with_cors_headers(handle(), allow_origin)
-    }
-
-    /// [`CorsPolicy::answer`] for a handler that answers later and takes the request.
-    pub async fn answer_later<F: Future<Output = Response>>(
-        &self,
-        request: axum::extract::Request,
-        handle: impl FnOnce(axum::extract::Request) -> F,
-    ) -> Response {
-        let allow_origin = self.allow_origin(request.headers());
-        if request.method() == axum::http::Method::OPTIONS {
-            return self.preflight(allow_origin);
-        }
-        with_cors_headers(handle(request).await, allow_origin)
-    }
-
     /// The whole answer to an `OPTIONS` request (the preflight).
-    fn preflight(&self, allow_origin: Option<HeaderValue>) -> Response {
+    pub(crate) fn preflight(&self, allow_origin: Option<HeaderValue>) -> Response {
         let mut response = Response::new(axum::body::Body::empty());
         let headers = response.headers_mut();
         add_cors_headers(headers, allow_origin);
@@ -121,7 +94,11 @@ const CORS_VARY: HeaderValue = HeaderValue::from_static(
     "origin, access-control-request-method, access-control-request-headers",
 );
 
-fn with_cors_headers(mut response: Response, allow_origin: Option<HeaderValue>) -> Response {
+/// `response` with the allow headers and `Vary`.
+pub(crate) fn with_cors_headers(
+    mut response: Response,
+    allow_origin: Option<HeaderValue>,
+) -> Response {
     add_cors_headers(response.headers_mut(), allow_origin);
     response
 }
@@ -151,7 +128,7 @@ mod tests {
     use axum::http::StatusCode;
     use axum::response::IntoResponse;
 
-    async fn through_cors(request: axum::http::Request<axum::body::Body>) -> Response {
+    fn through_cors(request: axum::http::Request<axum::body::Body>) -> Response {
         let snapshot = contract::snapshot::Snapshot::from_json(
             br#"{"version": "1", "experiments": [],
                  "keys": [{ "publicKey": "pk_open", "experiments": [] },
@@ -164,11 +141,11 @@ mod tests {
             &[axum::http::Method::GET, axum::http::Method::HEAD],
             &[header::ACCEPT, contract::key::PUBLIC_KEY_HEADER],
         );
-        policy
-            .answer_later(request, |_| async {
-                StatusCode::IM_A_TEAPOT.into_response()
-            })
-            .await
+        let allow_origin = policy.allow_origin(request.headers());
+        if request.method() == axum::http::Method::OPTIONS {
+            return policy.preflight(allow_origin);
+        }
+        with_cors_headers(StatusCode::IM_A_TEAPOT.into_response(), allow_origin)
     }
 
     fn request(method: &str, headers: &[(&str, &str)]) -> axum::http::Request<axum::body::Body> {
@@ -187,8 +164,7 @@ mod tests {
                 ("origin", "https://a.example"),
                 ("access-control-request-method", "GET"),
             ],
-        ))
-        .await;
+        ));
         assert_eq!(response.status(), StatusCode::OK, "answered, not passed on");
         let h = response.headers();
         assert_eq!(h["access-control-allow-origin"], "https://a.example");
@@ -210,7 +186,7 @@ mod tests {
         ] {
             let mut headers = vec![("origin", origin)];
             headers.extend(key.map(|k| ("x-public-key", k)));
-            let response = through_cors(request("GET", &headers)).await;
+            let response = through_cors(request("GET", &headers));
             assert_eq!(response.status(), StatusCode::IM_A_TEAPOT, "passed on");
             let h = response.headers();
             assert_eq!(
@@ -222,7 +198,7 @@ mod tests {
             assert_eq!(h["access-control-allow-credentials"], "true");
             assert!(h.contains_key("vary"));
         }
-        let response = through_cors(request("GET", &[])).await;
+        let response = through_cors(request("GET", &[]));
         assert!(
             !response
                 .headers()

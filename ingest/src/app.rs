@@ -1,17 +1,15 @@
 //! One build path for production and tests: `Application::build` binds, loads the
 //! snapshot and connects the Kafka sink; `run_until` serves until a shutdown future fires,
 //! then drains in-flight requests and flushes the sink. Only wiring: the handler is in
-//! `routes`, Kafka in `sink::kafka`.
+//! `routes`, what it needs in `state`, Kafka in `sink::kafka`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use arc_swap::ArcSwap;
 use axum::http::{Method, header};
 use contract::snapshot::Snapshot;
-use http_kit::cors::CorsPolicy;
 use http_kit::error::RouteError;
 use http_kit::ops::Readiness;
 use http_kit::reload::load_and_watch;
@@ -20,27 +18,9 @@ use tokio::task::JoinHandle;
 
 use crate::budget::Budget;
 use crate::config::Config;
-use crate::limits::RateLimiter;
 use crate::routes;
-use crate::sink::EventSink;
 use crate::sink::kafka::KafkaSink;
-
-/// What every request handler needs.
-#[derive(Clone)]
-pub(crate) struct AppState {
-    /// Where accepted events go: Kafka, or memory in the router's unit tests.
-    pub sink: Arc<dyn EventSink>,
-    pub snapshot: Arc<ArcSwap<Snapshot>>,
-    pub max_body_bytes: usize,
-    pub body_read_timeout: Duration,
-    pub requests: http_kit::ops::RequestCounter,
-    pub limiter: Arc<RateLimiter>,
-    pub default_max_events_per_second: Option<f64>,
-    /// Bytes of the User-Agent stored (`INGEST_USER_AGENT_MAX_BYTES`).
-    pub user_agent_max_bytes: usize,
-    /// The memory of the requests worked on at once (`INGEST_MAX_BYTES_IN_FLIGHT`).
-    pub budget: Arc<Budget>,
-}
+use crate::state::AppState;
 
 pub struct Application {
     http: Http,
@@ -128,18 +108,17 @@ impl Application {
 /// The whole HTTP surface: the analytics route with its CORS, the operational routes and
 /// the 404 fallback.
 pub(crate) fn router(state: AppState, readiness: Readiness) -> routes::Api {
-    let cors = CorsPolicy::new(
-        state.snapshot.clone(),
+    let current = state.snapshot.clone();
+    routes::Api::new(
+        routes::ANALYTICS_PATH,
         &[Method::POST],
         &[
             header::CONTENT_TYPE,
             header::ACCEPT,
             contract::key::PUBLIC_KEY_HEADER,
         ],
-    );
-    routes::Api {
-        state: Arc::new(state),
-        cors: Arc::new(cors),
-        rest: http_kit::ops::ops_router(readiness).fallback(|| async { RouteError::NotFound }),
-    }
+        current,
+        routes::Analytics(Arc::new(state)),
+        http_kit::ops::ops_router(readiness).fallback(|| async { RouteError::NotFound }),
+    )
 }

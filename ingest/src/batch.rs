@@ -10,7 +10,6 @@ use std::ops::Range;
 use contract::event::{EventMessage, Rejection};
 use serde::Serialize;
 
-use crate::error::IngestError;
 use crate::sink::Message;
 
 /// Rejections an answer lists; beyond them it counts all of them (`rejectedCount`). A
@@ -85,12 +84,13 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// The event at `index` checked: encoded if valid, counted if not.
+    /// The event at `index` checked: encoded if valid, counted if not. Fails only if the
+    /// message cannot be written as JSON.
     pub fn add<'e>(
         &mut self,
         index: usize,
         event: Result<EventMessage<Cow<'e, str>>, Rejection>,
-    ) -> Result<(), IngestError> {
+    ) -> Result<(), serde_json::Error> {
         let message = match event {
             Ok(message) => message,
             Err(rejection) => {
@@ -102,8 +102,7 @@ impl Batch {
         let start = chunk.len();
         chunk.extend_from_slice(message.kafka_key().as_bytes());
         let key_end = chunk.len();
-        serde_json::to_writer(&mut *chunk, &message)
-            .map_err(|e| IngestError::Internal(e.to_string()))?;
+        serde_json::to_writer(&mut *chunk, &message)?;
         let end = chunk.len();
         self.messages.push((at, start..key_end, key_end..end));
         Ok(())

@@ -10,6 +10,7 @@ pub mod error;
 mod limits;
 mod routes;
 pub mod sink;
+mod state;
 
 #[cfg(test)]
 mod router_tests;

@@ -18,11 +18,12 @@ use http_kit::ops::{Readiness, RequestCounter};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::app::{AppState, router};
+use crate::app::router;
 use crate::budget::{Budget, cost};
 use crate::routes::{ANALYTICS_PATH, Api};
 use crate::sink::SinkError;
 use crate::sink::memory::{MemorySink, Taken};
+use crate::state::AppState;
 
 const LIMIT: usize = 1_048_576;
 

@@ -3,82 +3,45 @@
 //! body's reading is in `body`, its events' checking and encoding in `batch`.
 
 use std::borrow::Cow;
-use std::convert::Infallible;
 use std::io::Read;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Instant;
 
 use axum::Json;
-use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
 use contract::event::{Envelope, EventMessage};
 use contract::key::{PUBLIC_KEY_HEADER, PublicKey};
 use contract::snapshot::Snapshot;
-use futures::future::Either;
 use http_body_util::BodyExt;
-use http_kit::cors::CorsPolicy;
-use http_kit::error::RouteError;
+use http_kit::route::{Handler, Route};
 use serde::Serialize;
-use tower::ServiceExt;
-use tower::util::Oneshot;
 
-use crate::app::AppState;
 use crate::batch::{Batch, Rejected};
 use crate::body::{Event, Parsed};
 use crate::budget;
 use crate::error::IngestError;
+use crate::state::AppState;
 
 pub(crate) const ANALYTICS_PATH: &str = "/api/v1/analytics";
-pub(crate) const ALLOW: &str = "POST, OPTIONS";
 
-/// The ingest's whole HTTP service: the analytics route answered here directly, with its
-/// CORS and `Allow` headers, and everything else (operations endpoints, 404) by the router,
-/// as in the config-api: the router's matching, its boxed route and its layers' futures
-/// cost more than the route's own answer takes (docs/benchmarks.md, "The ingest, part by part").
-#[derive(Clone)]
-pub(crate) struct Api {
-    pub state: Arc<AppState>,
-    pub cors: Arc<CorsPolicy<Snapshot>>,
-    pub rest: Router,
-}
+/// The ingest's whole HTTP service: the analytics route answered in front of the router
+/// (operations endpoints, 404), as in the config-api.
+pub(crate) type Api = Route<Analytics, Snapshot>;
 
-impl tower::Service<Request> for Api {
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Either<
-        Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>,
-        Oneshot<Router, Request>,
-    >;
+/// The handler of the route's POSTs.
+pub(crate) struct Analytics(pub Arc<AppState>);
 
-    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
+impl Handler for Analytics {
+    type Future = Pin<Box<dyn Future<Output = Response> + Send>>;
 
-    fn call(&mut self, request: Request) -> Self::Future {
-        if request.uri().path() != ANALYTICS_PATH {
-            return Either::Right(self.rest.clone().oneshot(request));
-        }
-        let (state, cors) = (self.state.clone(), self.cors.clone());
-        Either::Left(Box::pin(async move {
-            let mut response = cors
-                .answer_later(request, |request| async move {
-                    match *request.method() {
-                        Method::POST => analytics(&state, request).await,
-                        _ => RouteError::MethodNotAllowed.into_response(),
-                    }
-                })
-                .await;
-            response
-                .headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static(ALLOW));
-            Ok(response)
-        }))
+    fn call(&self, request: Request) -> Self::Future {
+        let state = self.0.clone();
+        Box::pin(async move { analytics(&state, request).await })
     }
 }
 
@@ -157,7 +120,7 @@ async fn handle(
         }
         index += 1;
     });
-    encoded?;
+    encoded.map_err(|e| IngestError::Internal(e.to_string()))?;
     batch.rejections.record();
     if batch.accepted() == 0 {
         return Err(IngestError::NoValidEvents(batch.rejections));

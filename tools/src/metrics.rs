@@ -504,7 +504,7 @@ pub fn render(metrics: &Metrics, correction: Correction) -> String {
     out
 }
 
-/// The metrics as an HTML table (for `crate::report`): a row per metric and treatment.
+/// The metrics as an HTML table (for the `--html` page): a row per metric and treatment.
 pub fn html(metrics: &Metrics, escape: impl Fn(&str) -> String) -> String {
     let mut html = String::new();
     if metrics.metrics.is_empty() {

@@ -27,7 +27,7 @@ pub struct ResultsConfig {
     pub json: bool,
 
     /// Also writes the results as a self-contained HTML page to FILE: the table with a
-    /// verdict in words and a chart of the differences over time (`crate::report`).
+    /// verdict in words and a chart of the differences over time (`tools::report`).
     #[arg(long, value_name = "FILE")]
     pub html: Option<std::path::PathBuf>,
 
@@ -518,21 +518,25 @@ pub fn render(reports: &[Report], settings: Settings) -> String {
     out
 }
 
-/// The command: prints the table, or JSON.
-pub async fn run(config: &ResultsConfig) -> anyhow::Result<String> {
-    let client = config.clickhouse.client();
-    let settings = Settings {
+/// How `config` asks the command to compute.
+fn settings(config: &ResultsConfig) -> Settings {
+    Settings {
         minimums: Minimums {
             visitors: config.min_visitors,
             conversions: config.min_conversions,
         },
         correction: config.correction,
-    };
+    }
+}
+
+/// The command's figures: a report per public key and phase, with its metrics.
+pub async fn reports(config: &ResultsConfig) -> anyhow::Result<Vec<Report>> {
+    let client = config.clickhouse.client();
     let mut reports = report(
         &client,
         &config.experiment,
         config.public_key.as_deref(),
-        settings,
+        settings(config),
     )
     .await?;
     let caps = consumer::schema::ServerCaps::of(&client).await?;
@@ -553,13 +557,15 @@ pub async fn run(config: &ResultsConfig) -> anyhow::Result<String> {
             report.metrics = metrics;
         }
     }
-    if let Some(path) = &config.html {
-        crate::report::write(&client, &config.experiment, &reports, path).await?;
-    }
+    Ok(reports)
+}
+
+/// What the command prints of `reports`: the table, or JSON.
+pub fn text(config: &ResultsConfig, reports: &[Report]) -> anyhow::Result<String> {
     Ok(if config.json {
-        serde_json::to_string_pretty(&reports)? + "\n"
+        serde_json::to_string_pretty(reports)? + "\n"
     } else {
-        render(&reports, settings)
+        render(reports, settings(config))
     })
 }
 

@@ -22,6 +22,11 @@ async fn main() -> anyhow::Result<()> {
         "Before a test starts: experiment-results plan --help (the visitors it needs).",
     );
     let config = tools::results::ResultsConfig::from_arg_matches(&command.get_matches())?;
-    print!("{}", tools::results::run(&config).await?);
+    let reports = tools::results::reports(&config).await?;
+    if let Some(path) = &config.html {
+        let client = config.clickhouse.client();
+        tools::report::write(&client, &config.experiment, &reports, path).await?;
+    }
+    print!("{}", tools::results::text(&config, &reports)?);
     Ok(())
 }
