@@ -20,18 +20,17 @@ use std::time::Duration;
 
 use axum::Router;
 use http_kit::serve::Http;
+use schema::topology::{Server, Topology};
 
 use crate::config::{CLIENT_ID, Config};
 use crate::dead_letters::DeadLetters;
 use crate::definitions::{self, Watched};
 use crate::retention;
-use crate::schema;
 use crate::shutdown::{stop_on, stopped};
 use crate::sink::Sink;
 use crate::source::Source;
 use crate::stats::Stats;
 use crate::store::Store;
-use crate::topology::{Server, Topology};
 use crate::worker::Worker;
 
 pub struct Application {

@@ -10,8 +10,7 @@ use std::ops::Range;
 
 use contract::event::{EventMessage, JsonStr, MESSAGE_VERSION};
 use rdkafka::{Message, Offset, TopicPartitionList};
-
-use crate::row::{EventRow, Span};
+use schema::row::{EventRow, Span};
 
 /// Where a message came from, kept until its batch is stored so that it can be set
 /// aside with its original bytes: ranges of the batch's one buffer of kept bytes, not

@@ -45,7 +45,7 @@ pub struct Config {
     pub kafka_max_poll_interval_ms: u64,
 
     #[command(flatten)]
-    pub clickhouse: ClickHouseArgs,
+    pub clickhouse: schema::ClickHouseArgs,
 
     /// A batch is inserted when it holds this many rows...
     #[arg(long, env = "BATCH_MAX_ROWS", default_value_t = 100_000)]
@@ -76,70 +76,6 @@ pub struct Config {
     /// Longest an insert may take before it is abandoned and retried, in milliseconds.
     #[arg(long, env = "CLICKHOUSE_INSERT_TIMEOUT_MS", default_value_t = 30_000)]
     pub insert_timeout_ms: u64,
-}
-
-/// Where the analysts' database is, for the consumer and the results command.
-#[derive(clap::Args, Clone, Debug)]
-pub struct ClickHouseArgs {
-    /// ClickHouse HTTP interface. For a cluster: every server, the shards separated by
-    /// `;` in the cluster's order and the replicas of a shard by `,`.
-    #[arg(long, env = "CLICKHOUSE_URL", default_value = "http://127.0.0.1:8123")]
-    pub clickhouse_url: String,
-
-    /// Name of the ClickHouse cluster (its `remote_servers` entry). Set: replicated tables
-    /// sharded by visitor, read through Distributed ones. Unset: one server.
-    #[arg(long, env = "CLICKHOUSE_CLUSTER")]
-    pub clickhouse_cluster: Option<String>,
-
-    /// ClickHouse database that holds the `events` table (the consumer creates it).
-    #[arg(long, env = "CLICKHOUSE_DATABASE", default_value = "analytics")]
-    pub clickhouse_database: String,
-
-    /// ClickHouse user.
-    #[arg(long, env = "CLICKHOUSE_USER", default_value = "default")]
-    pub clickhouse_user: String,
-
-    /// ClickHouse password.
-    #[arg(
-        long,
-        env = "CLICKHOUSE_PASSWORD",
-        default_value = "",
-        hide_env_values = true
-    )]
-    pub clickhouse_password: String,
-}
-
-impl ClickHouseArgs {
-    /// The servers of `CLICKHOUSE_URL`, per shard: shards separated by `;`, replicas by `,`.
-    pub fn shard_urls(&self) -> Vec<Vec<&str>> {
-        self.clickhouse_url
-            .split(';')
-            .map(|shard| {
-                shard
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|url| !url.is_empty())
-                    .collect()
-            })
-            .collect()
-    }
-
-    /// A client of the database on the first server of `CLICKHOUSE_URL`.
-    pub fn client(&self) -> clickhouse::Client {
-        let urls = self.shard_urls();
-        self.client_of(urls.iter().flatten().next().copied().unwrap_or_default())
-    }
-
-    /// A client of the database on the server at `url`.
-    pub fn client_of(&self, url: &str) -> clickhouse::Client {
-        clickhouse::Client::default()
-            .with_url(url)
-            .with_user(&self.clickhouse_user)
-            .with_password(&self.clickhouse_password)
-            .with_database(&self.clickhouse_database)
-            // Validation asks the server for a setting that ClickHouse 18.16 lacks.
-            .with_validation(false)
-    }
 }
 
 #[cfg(test)]

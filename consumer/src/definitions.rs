@@ -14,14 +14,14 @@ use clickhouse::{Client, Row};
 use contract::metric::{Cap, Events, Field, Metric};
 use contract::snapshot::{Snapshot, Status};
 use http_kit::reload::{Build, load_and_watch};
+use schema::backoff::Backoff;
+use schema::topology::Server;
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::shutdown::stopped;
-use crate::topology::Server;
 
 /// How often the loaded snapshot is compared with the one last written.
 const LOOK_EVERY: Duration = Duration::from_millis(500);

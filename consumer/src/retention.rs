@@ -9,10 +9,10 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use schema::topology::{Topology, first_answering};
 use tokio::sync::watch;
 
 use crate::shutdown::stopped;
-use crate::topology::{Topology, first_answering};
 
 /// How often the partitions are looked at.
 const EVERY: Duration = Duration::from_secs(3600);

@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use clickhouse::Client;
+use schema::row::{EventRow, RawText, Span};
+use schema::topology::Topology;
 use tokio::sync::watch;
 
-use crate::row::{EventRow, RawText, Span};
 use crate::shutdown::stopped;
-use crate::topology::Topology;
 
 /// How an insert ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -149,7 +149,7 @@ impl Sink {
         mut shutdown: watch::Receiver<bool>,
     ) -> Outcome {
         let replicas = &self.topology.shards[shard];
-        let mut backoff = crate::backoff::Backoff::standard();
+        let mut backoff = schema::backoff::Backoff::standard();
         let mut failures = 0;
         loop {
             let replica = self.preferred[shard].load(Ordering::Relaxed) % replicas.len();

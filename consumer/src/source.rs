@@ -7,18 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use kafka_kit::client::FETCH_WAIT_MAX_MS;
 use rdkafka::consumer::{Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::{ClientConfig, ClientContext, Statistics};
 
 use crate::config::{CLIENT_ID, Config};
 use crate::liveness::{GroupProbe, Membership};
-
-/// librdkafka's `fetch.wait.max.ms`. Apache Kafka answers a fetch once it has data; Tansu
-/// holds every fetch this long, data or not, so on Tansu it sets how fast a backlog drains
-/// (about 100 000 messages/s at 100 ms, 880 000 at 5 ms with memory storage) against the
-/// empty fetches of an idle consumer (Tansu's SQLite storage: 6% of a core at 100 ms, 28%
-/// at 10 ms). `KAFKA_PROPERTIES=fetch.wait.max.ms=…` changes it (docs/benchmarks.md).
-pub const FETCH_WAIT_MAX_MS: &str = "100";
 
 /// librdkafka's `fetch.queue.backoff.ms`: how long the client waits before fetching again
 /// once its queue of prefetched messages is full. Its default of 1 s stalled a backlog's

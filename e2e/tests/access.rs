@@ -74,7 +74,7 @@ async fn fill(url: &str, round: usize) {
         .with_database("analytics")
         .with_validation(false);
     let mut insert = client
-        .insert::<consumer::EventRow>("events")
+        .insert::<schema::EventRow>("events")
         .await
         .expect("insert");
     for (key, experiment, visitors) in [("pk_a", "exp_a", 6), ("pk_b", "exp_b", 9)] {
@@ -93,7 +93,7 @@ async fn fill(url: &str, round: usize) {
                 let message =
                     contract::event::EventMessage::from_client(&body, &envelope).expect("valid");
                 insert
-                    .write(&consumer::EventRow::from(message))
+                    .write(&schema::EventRow::from(message))
                     .await
                     .expect("row");
             }
@@ -346,12 +346,12 @@ async fn an_analyst_reads_only_their_keys_rows_by_every_path_within_caps() {
                 .unwrap_or_else(|e| panic!("{sql}: {e}"))
         }
     };
-    let topology = consumer::topology::Topology::single(
+    let topology = schema::topology::Topology::single(
         clickhouse::Client::default()
             .with_url(&url)
             .with_validation(false),
     );
-    consumer::schema::migrate_topology(&topology, "analytics", u32::MAX)
+    schema::migrate_topology(&topology, "analytics", u32::MAX)
         .await
         .expect("migrated");
     fill(&url, 0).await;
@@ -796,8 +796,8 @@ async fn cluster_an_analyst_reads_only_their_keys_rows_from_every_server() {
         AccessConfig::parse_from(argv)
     };
     let topology =
-        consumer::topology::Topology::from_args(&config(&["list"]).clickhouse).expect("topology");
-    consumer::schema::migrate_topology(&topology, &database, u32::MAX)
+        schema::topology::Topology::from_args(&config(&["list"]).clickhouse).expect("topology");
+    schema::migrate_topology(&topology, &database, u32::MAX)
         .await
         .expect("migrated");
     let insert = |key: &'static str, n: u32, round: u32| {

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use consumer::topology::Topology;
 use e2e::{ConsumerNames, SnapshotFile};
+use schema::topology::Topology;
 use serde_json::json;
 use tokio::sync::Mutex;
 
@@ -122,12 +122,12 @@ impl Cluster {
     }
 }
 
-fn consumer_args(url: &str, database: &str) -> consumer::ClickHouseArgs {
+fn consumer_args(url: &str, database: &str) -> schema::ClickHouseArgs {
     use clap::Parser;
     #[derive(Parser)]
     struct Args {
         #[command(flatten)]
-        clickhouse: consumer::ClickHouseArgs,
+        clickhouse: schema::ClickHouseArgs,
     }
     Args::parse_from([
         "test".to_owned(),
@@ -211,12 +211,12 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
     let topology = cluster.topology(&database);
     // Two consumers starting together, then a restart.
     let (a, b) = tokio::join!(
-        consumer::schema::migrate_topology(&topology, &database, u32::MAX),
-        consumer::schema::migrate_topology(&topology, &database, u32::MAX),
+        schema::migrate_topology(&topology, &database, u32::MAX),
+        schema::migrate_topology(&topology, &database, u32::MAX),
     );
     a.expect("first migrates");
     b.expect("second migrates");
-    consumer::schema::migrate_topology(&topology, &database, u32::MAX)
+    schema::migrate_topology(&topology, &database, u32::MAX)
         .await
         .expect("migrating again changes nothing");
 
@@ -307,7 +307,7 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
 async fn metric_results_answer_on_the_cluster() {
     let (_turn, cluster) = Cluster::take_turn().await;
     let database = e2e::unique("cluster_");
-    consumer::schema::migrate_topology(&cluster.topology(&database), &database, u32::MAX)
+    schema::migrate_topology(&cluster.topology(&database), &database, u32::MAX)
         .await
         .expect("migrates");
     let first = cluster.client(1, &database);

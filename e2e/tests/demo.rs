@@ -366,7 +366,7 @@ fn visitors_of(events: &[Event], phase: u32, window_end: Option<i64>) -> Vec<Cou
 /// from the independent reference (scipy's gammaln).
 fn sequential_srm(looks: &[Vec<f64>], weights: &[f64]) -> Vec<f64> {
     let answer = stats::reference(&serde_json::json!({ "srm_sequential": [{
-        "looks": looks, "weights": weights, "prior": consumer::schema::SRM_PRIOR }] }));
+        "looks": looks, "weights": weights, "prior": schema::SRM_PRIOR }] }));
     serde_json::from_value(answer["srm_sequential"][0].clone()).expect("p-values")
 }
 
@@ -374,7 +374,7 @@ fn sequential_srm(looks: &[Vec<f64>], weights: &[f64]) -> Vec<f64> {
 async fn results_over_time_equal_a_count_made_hour_by_hour_from_the_events() {
     let database = e2e::unique("over_time");
     let ch = e2e::clickhouse(&database);
-    consumer::schema::migrate(&e2e::clickhouse("default"), &database)
+    schema::migrate(&e2e::clickhouse("default"), &database)
         .await
         .expect("migrations");
 
@@ -523,10 +523,7 @@ async fn results_over_time_equal_a_count_made_hour_by_hour_from_the_events() {
                 let p = c / n;
                 let se = (p * (1.0 - p) / n + p0 * (1.0 - p0) / n0).sqrt();
                 // Both arms with variance and the minimum-data guard.
-                let (min_n, min_c) = (
-                    consumer::schema::MIN_VISITORS as f64,
-                    consumer::schema::MIN_CONVERSIONS as f64,
-                );
+                let (min_n, min_c) = (schema::MIN_VISITORS as f64, schema::MIN_CONVERSIONS as f64);
                 let testable = variant != "var_x"
                     && variant != "__multiple__"
                     && n0 > 0.0

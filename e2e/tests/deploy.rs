@@ -1684,14 +1684,14 @@ fn the_operators_kafka_and_clickhouse_pass_their_crds_and_are_where_the_services
     // by shard, as the consumer reads it; the installation's own Service
     // (`clickhouse-<installation>`, any server) is for reads.
     let url = setting("clickhouse-settings", "CLICKHOUSE_URL");
-    let args = consumer::ClickHouseArgs {
+    let args = schema::ClickHouseArgs {
         clickhouse_url: url.clone(),
         clickhouse_cluster: Some(cluster.to_owned()),
         clickhouse_database: setting("clickhouse-settings", "CLICKHOUSE_DATABASE"),
         clickhouse_user: setting("clickhouse-settings", "CLICKHOUSE_USER"),
         clickhouse_password: String::new(),
     };
-    let topology = consumer::topology::Topology::from_args(&args).expect("a cluster");
+    let topology = schema::topology::Topology::from_args(&args).expect("a cluster");
     let servers: Vec<Vec<String>> = topology
         .shards
         .iter()

@@ -6,8 +6,8 @@
 use std::process::Command;
 
 use clap::Parser;
-use consumer::topology::Topology;
 use e2e::unique;
+use schema::topology::Topology;
 use tools::erase::{EraseConfig, Subject, erase};
 
 const CLUSTER: &str = "analytics";
@@ -20,7 +20,7 @@ const VIEWS: [&str; 4] = [
     "experiment_daily",
 ];
 
-fn event(visitor: &str, session: &str, name: &str, variant: &str, at: i64) -> consumer::EventRow {
+fn event(visitor: &str, session: &str, name: &str, variant: &str, at: i64) -> schema::EventRow {
     let envelope =
         contract::event::Envelope::new(1_763_700_000_000 + at, "pk_e".into(), String::new(), None);
     let mut body = serde_json::json!({ "eventName": name, "experimentId": "exp_1",
@@ -28,13 +28,13 @@ fn event(visitor: &str, session: &str, name: &str, variant: &str, at: i64) -> co
     if !variant.is_empty() {
         body["variantId"] = variant.into();
     }
-    consumer::EventRow::from(
+    schema::EventRow::from(
         contract::event::EventMessage::from_client(&body, &envelope).expect("valid"),
     )
 }
 
 /// Visitors v1 to v6; v1 has two sessions: s1 exposed to var_a, s2 converting.
-fn events() -> Vec<(&'static str, &'static str, consumer::EventRow)> {
+fn events() -> Vec<(&'static str, &'static str, schema::EventRow)> {
     let mut rows = Vec::new();
     for (i, (visitor, variant)) in [
         ("v1", "var_a"),
@@ -84,13 +84,13 @@ fn args(url: &str, cluster: Option<&str>, database: &str, subject: &[&str]) -> E
 
 /// A migrated database holding `rows` (each on its visitor's shard, as the consumer
 /// writes) and the experiment's definition.
-async fn loaded(topology: &Topology, database: &str, rows: &[consumer::EventRow]) {
-    consumer::schema::migrate_topology(topology, database, u32::MAX)
+async fn loaded(topology: &Topology, database: &str, rows: &[schema::EventRow]) {
+    schema::migrate_topology(topology, database, u32::MAX)
         .await
         .expect("migrates");
     let local = topology.local();
     for (shard, replicas) in topology.shards.iter().enumerate() {
-        let mine: Vec<&consumer::EventRow> = rows
+        let mine: Vec<&schema::EventRow> = rows
             .iter()
             .filter(|r| topology.shard_of(r.visitor_id.as_bytes()) == shard)
             .collect();
@@ -99,7 +99,7 @@ async fn loaded(topology: &Topology, database: &str, rows: &[consumer::EventRow]
         }
         let client = replicas[0].client.clone();
         let mut insert = client
-            .insert::<consumer::EventRow>(&format!("events{local}"))
+            .insert::<schema::EventRow>(&format!("events{local}"))
             .await
             .expect("insert starts");
         for row in mine {
@@ -218,7 +218,7 @@ impl Case {
         .await;
         let expected_db = unique("test_erase_expected_");
         let expected_topology = self.topology(&expected_db);
-        let without: Vec<consumer::EventRow> = all
+        let without: Vec<schema::EventRow> = all
             .iter()
             .filter(|(v, s, _)| {
                 if column == "visitor_id" {

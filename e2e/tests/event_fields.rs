@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clickhouse::Row;
-use consumer::EventRow;
 use contract::event::{CLIENT_ONLY, Envelope, EventMessage, FIELDS, Field, INGEST_FIELDS, Kind};
+use schema::EventRow;
 use serde_json::{Value, json};
 
 fn repo_file(path: &str) -> String {
@@ -66,8 +66,8 @@ fn the_row_and_its_columns_are_the_lists_fields_after_the_ingests() {
     let client = &<EventRow as Row>::COLUMN_NAMES[EventRow::<String>::INGEST_COLUMNS..];
     let want: Vec<&str> = FIELDS.iter().map(|f| f.name).collect();
     assert_eq!(client, want);
-    let caps = consumer::schema::ServerCaps::parse("25.3.1.1").expect("a version");
-    let columns = consumer::schema::event_columns(caps);
+    let caps = schema::ServerCaps::parse("25.3.1.1").expect("a version");
+    let columns = schema::event_columns(caps);
     let client: Vec<(&str, &str)> = columns[EventRow::<String>::INGEST_COLUMNS..]
         .iter()
         .map(|(name, ty)| (*name, ty.as_str()))

@@ -239,9 +239,7 @@ impl Database {
     async fn new() -> Self {
         let name = e2e::unique("metrics_");
         let client = e2e::clickhouse(&name);
-        consumer::schema::migrate(&client, &name)
-            .await
-            .expect("migrations");
+        schema::migrate(&client, &name).await.expect("migrations");
         Self {
             name,
             client,

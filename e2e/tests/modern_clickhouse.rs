@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use consumer::schema::ServerCaps;
+use schema::ServerCaps;
 
 fn python() -> PathBuf {
     std::env::var_os("TEST_CHDB_PYTHON").map_or_else(
@@ -58,7 +58,7 @@ fn check(layout: &str, statements: &[serde_json::Value]) -> String {
 
 /// The schema's statements for `caps` as `check` takes them.
 fn schema(caps: ServerCaps, cluster: Option<&str>, db: &str) -> Vec<serde_json::Value> {
-    consumer::schema::statements(caps, cluster, db)
+    schema::statements(caps, cluster, db)
         .into_iter()
         .map(|s| serde_json::json!(s))
         .collect()
@@ -73,7 +73,7 @@ fn every_schema_statement_runs_on_modern_clickhouse() {
     let (version, caps) = chdb_caps();
     assert!(caps.major >= 26, "chdb runs ClickHouse {version}");
     for (layout, cluster) in [("single", None), ("cluster", Some("analytics"))] {
-        let statements = consumer::schema::statements(caps, cluster, "analytics");
+        let statements = schema::statements(caps, cluster, "analytics");
         // 26.x refuses the 18.x LowCardinality switch in every placement.
         assert!(
             statements.iter().all(|s| s.settings.is_empty()),
@@ -116,7 +116,7 @@ fn erasure_and_retention_statements_run_on_modern_clickhouse() {
         tools::erase::delete_statement(db, "events", "sipHash64(session_id) = 2"),
         tools::erase::count_statement(db, "experiment_visitors", visitors),
         tools::erase::delete_statement(db, "experiment_visitors", visitors),
-        consumer::schema::visitors_rebuild(caps, None, db, visitors),
+        schema::visitors_rebuild(caps, None, db, visitors),
         tools::erase::delete_statement(db, "events", "sipHash64(visitor_id) = 1"),
         format!(
             "SELECT count() FROM system.mutations \

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use consumer::EventRow;
 use e2e::{ConsumerNames, SnapshotFile};
+use schema::EventRow;
 use serde_json::{Value, json};
 
 fn variant(id: &str, weight: u32, control: bool, headline: &str) -> Value {

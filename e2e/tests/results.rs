@@ -206,9 +206,9 @@ fn check_row(
             && x1 < n1
             && 0 < x0
             && x0 < n0
-            && n1.min(n0) >= consumer::schema::MIN_VISITORS
-            && x1 + x0 >= consumer::schema::MIN_CONVERSIONS
-            && (n1 + n0) - (x1 + x0) >= consumer::schema::MIN_CONVERSIONS;
+            && n1.min(n0) >= schema::MIN_VISITORS
+            && x1 + x0 >= schema::MIN_CONVERSIONS
+            && (n1 + n0) - (x1 + x0) >= schema::MIN_CONVERSIONS;
         if testable {
             let se = (p * (1.0 - p) / n1 as f64 + p0 * (1.0 - p0) / n0 as f64).sqrt();
             // The test under its null: one pooled rate.

@@ -40,9 +40,7 @@ impl Database {
     async fn new(server: &PrivateClickHouse) -> Self {
         let name = e2e::unique("sim_");
         let client = e2e::clickhouse_at(&server.url(), &name);
-        consumer::schema::migrate(&client, &name)
-            .await
-            .expect("migrations");
+        schema::migrate(&client, &name).await.expect("migrations");
         Self {
             url: server.url(),
             name,
@@ -881,10 +879,7 @@ fn check_edge_rows(cases: &[(&'static str, Case)], rows: &[ResultRow], tuning: f
                 assert_eq!((row.ci_low, row.ci_high, row.p_value), (None, None, None));
                 assert_eq!(row.always_valid_p_value, None);
             } else if *n0 > 0 {
-                let minimums = [
-                    consumer::schema::MIN_VISITORS,
-                    consumer::schema::MIN_CONVERSIONS,
-                ];
+                let minimums = [schema::MIN_VISITORS, schema::MIN_CONVERSIONS];
                 pairs.push(
                     json!({ "variant": [n, x], "control": [n0, x0], "tuning": tuning,
                     "minimums": minimums, "family": family }),

@@ -4,12 +4,12 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use consumer::topology::Topology;
 use e2e::unique;
+use schema::topology::Topology;
 
 const DAY_MS: i64 = 86_400_000;
 
-fn received(days_ago: i64, session: &str) -> consumer::EventRow {
+fn received(days_ago: i64, session: &str) -> schema::EventRow {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("after 1970")
@@ -18,7 +18,7 @@ fn received(days_ago: i64, session: &str) -> consumer::EventRow {
         contract::event::Envelope::new(now - days_ago * DAY_MS, "pk_r".into(), String::new(), None);
     let body = serde_json::json!({ "eventName": "impression", "experimentId": "exp_1",
         "sessionId": session, "variantId": "var_a" });
-    consumer::EventRow::from(
+    schema::EventRow::from(
         contract::event::EventMessage::from_client(&body, &envelope).expect("valid"),
     )
 }
@@ -27,9 +27,7 @@ fn received(days_ago: i64, session: &str) -> consumer::EventRow {
 async fn a_retention_run_drops_only_the_months_older_than_the_retention() {
     let database = unique("test_retention_");
     let client = e2e::clickhouse(&database);
-    consumer::schema::migrate(&client, &database)
-        .await
-        .expect("migrates");
+    schema::migrate(&client, &database).await.expect("migrates");
     // With 60 days kept: now and 35 days ago stay (the cutoff's month or later); 100 and
     // 400 days ago are whole months before the cutoff's.
     let rows = [
@@ -39,7 +37,7 @@ async fn a_retention_run_drops_only_the_months_older_than_the_retention() {
         received(400, "d400"),
     ];
     let mut insert = client
-        .insert::<consumer::EventRow>("events")
+        .insert::<schema::EventRow>("events")
         .await
         .expect("insert starts");
     for row in &rows {
@@ -90,7 +88,7 @@ async fn cluster_a_retention_run_drops_the_old_months_on_every_replica() {
     #[derive(Parser)]
     struct Args {
         #[command(flatten)]
-        clickhouse: consumer::ClickHouseArgs,
+        clickhouse: schema::ClickHouseArgs,
     }
     let url = std::env::var("TEST_CLICKHOUSE_CLUSTER_URL").unwrap_or_else(|_| {
         "http://127.0.0.1:28123,http://127.0.0.1:28124;\
@@ -106,14 +104,14 @@ async fn cluster_a_retention_run_drops_the_old_months_on_every_replica() {
     ])
     .clickhouse;
     let topology = Topology::from_args(&args).expect("cluster");
-    consumer::schema::migrate_topology(&topology, &database, u32::MAX)
+    schema::migrate_topology(&topology, &database, u32::MAX)
         .await
         .expect("migrates");
     // An old and a current row on each shard.
     for (shard, replicas) in topology.shards.iter().enumerate() {
         let mut insert = replicas[0]
             .client
-            .insert::<consumer::EventRow>("events_local")
+            .insert::<schema::EventRow>("events_local")
             .await
             .expect("insert starts");
         for days in [0, 100] {

@@ -6,10 +6,10 @@ use e2e::unique;
 async fn migrations_create_the_schema_once_and_rerun_as_a_no_op() {
     let database = unique("test_");
     let client = e2e::clickhouse(&database);
-    consumer::schema::migrate(&client, &database)
+    schema::migrate(&client, &database)
         .await
         .expect("first run");
-    consumer::schema::migrate(&client, &database)
+    schema::migrate(&client, &database)
         .await
         .expect("second run");
 
@@ -88,7 +88,7 @@ async fn migrations_create_the_schema_once_and_rerun_as_a_no_op() {
 async fn a_consumer_behind_another_skips_what_the_other_applied_meanwhile() {
     let database = unique("test_");
     let client = e2e::clickhouse(&database);
-    consumer::schema::migrate(&client, &database)
+    schema::migrate(&client, &database)
         .await
         .expect("the one ahead");
     let views = |client: clickhouse::Client, database: String| async move {
@@ -100,7 +100,7 @@ async fn a_consumer_behind_another_skips_what_the_other_applied_meanwhile() {
             .expect("tables")
     };
     let before = views(client.clone(), database.clone()).await;
-    consumer::schema::migrate_as_read_when(&client, &database, &[1, 2, 3, 4, 5, 6])
+    schema::migrate_as_read_when(&client, &database, &[1, 2, 3, 4, 5, 6])
         .await
         .expect("the one behind");
     assert_eq!(
@@ -119,10 +119,10 @@ async fn a_consumer_behind_another_skips_what_the_other_applied_meanwhile() {
 #[tokio::test]
 async fn the_events_table_has_the_rows_columns_and_no_other() {
     let (database, client) = migrated().await;
-    let caps = consumer::schema::ServerCaps::of(&client)
+    let caps = schema::ServerCaps::of(&client)
         .await
         .expect("server version");
-    let mut want: Vec<(String, String)> = consumer::schema::event_columns(caps)
+    let mut want: Vec<(String, String)> = schema::event_columns(caps)
         .into_iter()
         .map(|(name, ty)| (name.to_owned(), ty))
         .collect();
@@ -149,7 +149,7 @@ async fn an_upgrade_keeps_the_rows_and_counts_them_in_the_results() {
     let database = unique("test_");
     let client = e2e::clickhouse(&database);
     // The schema of the release before event times and results, with its rows.
-    consumer::schema::migrate_up_to(&client, &database, 2)
+    schema::migrate_up_to(&client, &database, 2)
         .await
         .expect("old schema");
     client
@@ -162,9 +162,7 @@ async fn an_upgrade_keeps_the_rows_and_counts_them_in_the_results() {
         .execute()
         .await
         .expect("old rows");
-    consumer::schema::migrate(&client, &database)
-        .await
-        .expect("upgrade");
+    schema::migrate(&client, &database).await.expect("upgrade");
 
     let times: Vec<(i64, i64)> = client
         .query("SELECT received_at_ms, event_time FROM events ORDER BY received_at")
@@ -191,17 +189,15 @@ async fn an_upgrade_keeps_the_rows_and_counts_them_in_the_results() {
 async fn migrated() -> (String, clickhouse::Client) {
     let database = unique("test_");
     let client = e2e::clickhouse(&database);
-    consumer::schema::migrate(&client, &database)
-        .await
-        .expect("migrates");
+    schema::migrate(&client, &database).await.expect("migrates");
     (database, client)
 }
 
 /// The row the consumer stores for a client event received at a fixed time.
-fn row(event: serde_json::Value) -> consumer::EventRow {
+fn row(event: serde_json::Value) -> schema::EventRow {
     let envelope =
         contract::event::Envelope::new(1_763_700_000_000, "pk_x".into(), String::new(), None);
-    consumer::EventRow::from(
+    schema::EventRow::from(
         contract::event::EventMessage::from_client(&event, &envelope).expect("valid"),
     )
 }
@@ -221,7 +217,7 @@ async fn a_redelivered_event_counts_once_with_final() {
     }));
     for _ in 0..2 {
         let mut insert = client
-            .insert::<consumer::EventRow>("events")
+            .insert::<schema::EventRow>("events")
             .await
             .expect("insert starts");
         insert.write(&row).await.expect("row written");
@@ -262,7 +258,7 @@ async fn experiment_daily_counts_each_event_once_without_test_traffic() {
         row(test_event),
     ];
     let mut insert = client
-        .insert::<consumer::EventRow>("events")
+        .insert::<schema::EventRow>("events")
         .await
         .expect("insert");
     for r in &rows {

@@ -4,11 +4,11 @@
 
 use clap::Parser;
 
-fn args(url: &str, user: &str, password: &str, database: &str) -> consumer::ClickHouseArgs {
+fn args(url: &str, user: &str, password: &str, database: &str) -> schema::ClickHouseArgs {
     #[derive(Parser)]
     struct Args {
         #[command(flatten)]
-        clickhouse: consumer::ClickHouseArgs,
+        clickhouse: schema::ClickHouseArgs,
     }
     Args::parse_from([
         "test".to_owned(),
@@ -46,14 +46,14 @@ async fn the_consumer_user_migrates_and_inserts_with_its_password_only() {
     );
 
     let consumer = args(&url, "consumer", &password, "analytics");
-    let topology = consumer::topology::Topology::from_args(&consumer).expect("topology");
-    consumer::schema::migrate_topology(&topology, "analytics", u32::MAX)
+    let topology = schema::topology::Topology::from_args(&consumer).expect("topology");
+    schema::migrate_topology(&topology, "analytics", u32::MAX)
         .await
         .expect("the consumer's user migrates");
     let client = consumer.client();
     let envelope =
         contract::event::Envelope::new(1_763_700_000_000, "pk_u".into(), String::new(), None);
-    let row = consumer::EventRow::from(
+    let row = schema::EventRow::from(
         contract::event::EventMessage::from_client(
             &serde_json::json!({ "eventName": "page_view", "sessionId": "s", "experimentId": "exp_1" }),
             &envelope,
@@ -61,7 +61,7 @@ async fn the_consumer_user_migrates_and_inserts_with_its_password_only() {
         .expect("valid"),
     );
     let mut insert = client
-        .insert::<consumer::EventRow>("events")
+        .insert::<schema::EventRow>("events")
         .await
         .expect("insert starts");
     insert.write(&row).await.expect("row");

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use consumer::EventRow;
 use reqwest::Client;
+use schema::EventRow;
 
 /// A ClickHouse HTTP endpoint.
 #[derive(Clone)]
@@ -65,7 +65,7 @@ impl ClickHouse {
         let client = ::clickhouse::Client::default()
             .with_url(&self.url)
             .with_validation(false);
-        consumer::schema::migrate(&client, database).await
+        schema::migrate(&client, database).await
     }
 }
 

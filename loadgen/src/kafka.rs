@@ -119,7 +119,7 @@ pub fn consume(target: &KafkaArgs, group: &str, count: u64) -> anyhow::Result<Du
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
-        .set("fetch.wait.max.ms", consumer::FETCH_WAIT_MAX_MS);
+        .set("fetch.wait.max.ms", kafka_kit::client::FETCH_WAIT_MAX_MS);
     set_properties(&mut config, &target.properties)?;
     let consumer: BaseConsumer = config
         .create()

@@ -17,7 +17,7 @@
 //! blocks may reach a chain that is only half made.
 
 use anyhow::Context;
-use consumer::EventRow;
+use schema::EventRow;
 
 use crate::clickhouse::ClickHouse;
 
@@ -55,7 +55,7 @@ fn queue_columns() -> Vec<(&'static str, &'static str)> {
     columns
 }
 
-/// A column of `events` from the renamed fields, as `consumer/src/row.rs` makes it.
+/// A column of `events` from the renamed fields, as `schema/src/row.rs` makes it.
 fn row_expression(name: &str, ty: &str) -> String {
     match name {
         "received_at" => "toDateTime(intDiv(received_at_raw, 1000))".into(),

@@ -13,7 +13,7 @@
 //!   the analyst's behalf with more rights (a Distributed table read as another user) runs
 //!   the analyst's subqueries with those rights. So the analyst reads plain tables and
 //!   views of their own and nothing else: a database `analyst_NAME` (`allow_databases`),
-//!   a copy of the analysts' schema ([`consumer::schema::migrate_copy`]: replicated whole
+//!   a copy of the analysts' schema ([`schema::migrate_copy`]: replicated whole
 //!   to every server of a cluster), filled with their keys' rows by materialized views on
 //!   each server (the feeds, in `analytics_access`, which no analyst reads) and, at grant,
 //!   with the rows already stored. Its views run with the analyst's own rights. The user,
@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clickhouse::Client;
-use consumer::schema::ServerCaps;
-use consumer::topology::{LOCAL_SUFFIX, Server, Topology};
+use schema::ServerCaps;
+use schema::topology::{LOCAL_SUFFIX, Server, Topology};
 use sha2::{Digest, Sha256};
 
 /// Grants, revokes and lists analysts' access.
@@ -70,7 +70,7 @@ pub struct AccessConfig {
     pub wait_secs: u64,
 
     #[command(flatten)]
-    pub clickhouse: consumer::ClickHouseArgs,
+    pub clickhouse: schema::ClickHouseArgs,
 }
 
 #[derive(clap::Subcommand, Clone, Debug)]
@@ -451,12 +451,7 @@ fn legacy_feeds(
     sql.push(format!(
         "CREATE MATERIALIZED VIEW {} TO {copy}.experiment_visitors AS {}",
         feed_name(user, "experiment_visitors"),
-        consumer::schema::visitors_select(
-            caps,
-            cluster,
-            database,
-            &format!("public_key IN ({keys})")
-        )
+        schema::visitors_select(caps, cluster, database, &format!("public_key IN ({keys})"))
     ));
     sql
 }
@@ -632,7 +627,7 @@ async fn legacy_grant(
 ) -> anyhow::Result<()> {
     let copy = copy_of(user);
     legacy_drop(topology, user).await?;
-    consumer::schema::migrate_copy(topology, &copy)
+    schema::migrate_copy(topology, &copy)
         .await
         .with_context(|| format!("cannot make the copy {copy}"))?;
     let primary = topology.servers().next().context("no server")?;

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clickhouse::Client;
-use consumer::schema::ServerCaps;
-use consumer::topology::{Server, Topology, first_answering, sip_hash64};
+use schema::ServerCaps;
+use schema::topology::{Server, Topology, first_answering, sip_hash64};
 
 /// Erases one visitor's or one session's rows from the analysts' database.
 #[derive(clap::Parser, Clone, Debug)]
@@ -54,7 +54,7 @@ pub struct EraseConfig {
     pub kafka_retention_hours: u32,
 
     #[command(flatten)]
-    pub clickhouse: consumer::ClickHouseArgs,
+    pub clickhouse: schema::ClickHouseArgs,
 }
 
 /// Whose rows go.
@@ -390,7 +390,7 @@ async fn erase_in(
             }
             erased.rows.push((table.name.clone(), held));
             if table.action == Action::Rebuild {
-                let sql = consumer::schema::visitors_rebuild(
+                let sql = schema::visitors_rebuild(
                     caps,
                     topology.cluster.as_deref(),
                     database,
@@ -403,7 +403,7 @@ async fn erase_in(
                         .bind(visitors.clone())
                         // A rebuilt block may equal one the replicas saw before.
                         .with_setting("insert_deduplicate", "0");
-                    if let Some((name, value)) = consumer::schema::required_settings(caps) {
+                    if let Some((name, value)) = schema::required_settings(caps) {
                         query = query.with_setting(name, value);
                     }
                     query.execute().await.with_context(|| {

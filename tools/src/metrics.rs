@@ -233,7 +233,7 @@ fn role_rank(role: &str) -> u8 {
 /// Reads the metrics of `experiment`, per (public key, phase), with `by` per segment.
 pub async fn read(
     client: &Client,
-    caps: consumer::schema::ServerCaps,
+    caps: schema::ServerCaps,
     database: &str,
     experiment: &str,
     by: Option<Segment>,
@@ -243,7 +243,7 @@ pub async fn read(
         None => "(SELECT *, '' AS segment FROM experiment_metric_results)".to_owned(),
         Some(segment) => format!(
             "({})",
-            consumer::schema::metric_results_by(caps, database, segment.sql())
+            schema::metric_results_by(caps, database, segment.sql())
         ),
     };
     let rows: Vec<MetricRow> = client

@@ -32,12 +32,12 @@ pub struct ResultsConfig {
     pub html: Option<std::path::PathBuf>,
 
     /// Fewest exposed visitors in each arm (the variant and the control) for statistics.
-    #[arg(long, alias = "min-sessions", default_value_t = consumer::schema::MIN_VISITORS)]
+    #[arg(long, alias = "min-sessions", default_value_t = schema::MIN_VISITORS)]
     pub min_visitors: u64,
 
     /// Fewest conversions, and fewest non-conversions, of a variant and the control
     /// together for statistics (pooled, so a variant that converts nobody is reported).
-    #[arg(long, default_value_t = consumer::schema::MIN_CONVERSIONS)]
+    #[arg(long, default_value_t = schema::MIN_CONVERSIONS)]
     pub min_conversions: u64,
 
     /// Adjustment of the p-values across the treatment variants of an experiment and
@@ -52,7 +52,7 @@ pub struct ResultsConfig {
     pub by: Option<crate::metrics::Segment>,
 
     #[command(flatten)]
-    pub clickhouse: consumer::ClickHouseArgs,
+    pub clickhouse: schema::ClickHouseArgs,
 }
 
 /// How the command computes: its guard and its correction.
@@ -539,7 +539,7 @@ pub async fn reports(config: &ResultsConfig) -> anyhow::Result<Vec<Report>> {
         settings(config),
     )
     .await?;
-    let caps = consumer::schema::ServerCaps::of(&client).await?;
+    let caps = schema::ServerCaps::of(&client).await?;
     let metrics = crate::metrics::read(
         &client,
         caps,

@@ -21,7 +21,7 @@ pub async fn insert(args: InsertArgs) -> anyhow::Result<Figure> {
             traffic
                 .next_messages(now)
                 .into_iter()
-                .map(consumer::EventRow::from),
+                .map(schema::EventRow::from),
         );
     }
     rows.truncate(args.rows as usize);

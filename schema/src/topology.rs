@@ -2,7 +2,8 @@
 //! Every copy of an event (a Kafka redelivery, a client's retry with the same `eventId`)
 //! carries the same visitor, so it lands on the same shard, the one the Distributed
 //! tables' sharding key `sipHash64(visitor_id)` picks: `FINAL` then counts it once, and a
-//! visitor's aggregates stay on one shard.
+//! visitor's aggregates stay on one shard. The servers are named by one set of flags,
+//! [`ClickHouseArgs`], the consumer's and the commands' alike.
 
 use std::hash::Hasher;
 
@@ -10,7 +11,69 @@ use anyhow::Context;
 use clickhouse::Client;
 use siphasher::sip::SipHasher24;
 
-use crate::config::ClickHouseArgs;
+/// Where the analysts' database is, for the consumer and the commands: its flags.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ClickHouseArgs {
+    /// ClickHouse HTTP interface. For a cluster: every server, the shards separated by
+    /// `;` in the cluster's order and the replicas of a shard by `,`.
+    #[arg(long, env = "CLICKHOUSE_URL", default_value = "http://127.0.0.1:8123")]
+    pub clickhouse_url: String,
+
+    /// Name of the ClickHouse cluster (its `remote_servers` entry). Set: replicated tables
+    /// sharded by visitor, read through Distributed ones. Unset: one server.
+    #[arg(long, env = "CLICKHOUSE_CLUSTER")]
+    pub clickhouse_cluster: Option<String>,
+
+    /// ClickHouse database that holds the `events` table (the consumer creates it).
+    #[arg(long, env = "CLICKHOUSE_DATABASE", default_value = "analytics")]
+    pub clickhouse_database: String,
+
+    /// ClickHouse user.
+    #[arg(long, env = "CLICKHOUSE_USER", default_value = "default")]
+    pub clickhouse_user: String,
+
+    /// ClickHouse password.
+    #[arg(
+        long,
+        env = "CLICKHOUSE_PASSWORD",
+        default_value = "",
+        hide_env_values = true
+    )]
+    pub clickhouse_password: String,
+}
+
+impl ClickHouseArgs {
+    /// The servers of `CLICKHOUSE_URL`, per shard: shards separated by `;`, replicas by `,`.
+    pub fn shard_urls(&self) -> Vec<Vec<&str>> {
+        self.clickhouse_url
+            .split(';')
+            .map(|shard| {
+                shard
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|url| !url.is_empty())
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// A client of the database on the first server of `CLICKHOUSE_URL`.
+    pub fn client(&self) -> clickhouse::Client {
+        let urls = self.shard_urls();
+        self.client_of(urls.iter().flatten().next().copied().unwrap_or_default())
+    }
+
+    /// A client of the database on the server at `url`.
+    pub fn client_of(&self, url: &str) -> clickhouse::Client {
+        clickhouse::Client::default()
+            .with_url(url)
+            .with_user(&self.clickhouse_user)
+            .with_password(&self.clickhouse_password)
+            .with_database(&self.clickhouse_database)
+            // Validation asks the server for a setting that ClickHouse 18.16 lacks.
+            .with_validation(false)
+    }
+}
 
 /// The suffix of a sharded table's per-replica part in a cluster (`events_local`).
 pub const LOCAL_SUFFIX: &str = "_local";

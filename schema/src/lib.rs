@@ -2,14 +2,25 @@
 //! `schema_migrations`, each applied once; everything that depends on the server's
 //! version is decided in [`ServerCaps`] and nowhere else, everything that depends on the
 //! topology (one server or a cluster) in `Step::render`.
+//!
+//! The crate is the ClickHouse side that the consumer, the operators' commands, the load
+//! generator and the tests share, so that the commands do not depend on the consumer: the
+//! schema and its migrations (here and `migrations.rs`), the row of `events` ([`row`]), the
+//! servers and their flags ([`topology`]), and the retries' waits ([`backoff`]). It has
+//! no Kafka and no service in it.
 
 use anyhow::Context;
 use clickhouse::Client;
 
-use crate::row::EventRow;
 use crate::topology::{LOCAL_SUFFIX, Server, Topology, first_answering, is_sql_name};
 
+pub mod backoff;
 mod migrations;
+pub mod row;
+pub mod topology;
+
+pub use row::EventRow;
+pub use topology::ClickHouseArgs;
 
 use migrations::{
     ARM_STATISTICS_12, BOOTSTRAP, FIRST_CONVERSION_11, METRIC_ARRAYS_12, METRIC_RESULTS_SELECT_12,

@@ -57,7 +57,7 @@ pub struct EventRow<T = String> {
 impl<T> EventRow<T> {
     /// The columns of a row, in its order: name and ClickHouse type, where `{millis}` is
     /// the server's type of a time in milliseconds (see
-    /// [`crate::schema::event_columns`]). The ingest's first, then those of [`FIELDS`].
+    /// [`crate::event_columns`]). The ingest's first, then those of [`FIELDS`].
     #[rustfmt::skip]
     pub const COLUMNS: &[(&str, &str)] = &[
         ("event_id",       "UUID"),
@@ -160,10 +160,10 @@ impl<T: Default + Clone> From<EventMessage<T>> for EventRow<T> {
 }
 
 /// Where a text of a batch's row is in the batch's bytes.
-pub(crate) type Span = Range<usize>;
+pub type Span = Range<usize>;
 
 /// The UTF-8 bytes of a text, written as a ClickHouse `String` as they are.
-pub(crate) struct RawText<'a>(pub &'a [u8]);
+pub struct RawText<'a>(pub &'a [u8]);
 
 impl Serialize for RawText<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
