@@ -71,6 +71,12 @@ pub enum Command {
     /// The clients of scripts/chaos: SDK-like traffic that retries through faults, then
     /// the count of acknowledged events lost or duplicated in ClickHouse. Exits 1 if any.
     Chaos(chaos::ChaosArgs),
+    /// The verdict of scripts/chaos from its run's folder (faults.log, answers.log,
+    /// rss.log), written to verdict.md: exits 1 when it fails, 3 when it cannot be made.
+    ChaosVerdict(crate::chaos_verdict::VerdictArgs),
+    /// Sets a snapshot file's `version`, replacing the file whole (written beside it, then
+    /// renamed), as an editor that saves by rename does.
+    SnapshotVersion(SnapshotVersionArgs),
     /// The demo's history for scripts/demo: visitors of the demo site over several
     /// sessions and hours, with an effect planted in one experiment and none in the others,
     /// through the front as the SDK sends it; waits until ClickHouse holds every event.
@@ -80,6 +86,14 @@ pub enum Command {
     /// row (sampled by event id), the CPU of each process and of the machine, whether it
     /// was sustained; then the sustainable rate and what saturated first (a table).
     Pipeline(crate::pipeline::PipelineArgs),
+}
+
+#[derive(Args)]
+pub struct SnapshotVersionArgs {
+    #[arg(long)]
+    pub snapshot: PathBuf,
+    #[arg(long)]
+    pub version: String,
 }
 
 #[derive(Args)]

@@ -9,6 +9,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod chaos;
+mod chaos_verdict;
 mod cli;
 mod clickhouse;
 mod demo;
@@ -62,6 +63,8 @@ async fn run(command: Command) -> anyhow::Result<Option<Figure>> {
         }
         Command::Report { file } => return tools::report(&file).map(|()| None),
         Command::Chaos(args) => return tools::chaos(args).await.map(|()| None),
+        Command::ChaosVerdict(args) => chaos_verdict::command(&args),
+        Command::SnapshotVersion(args) => return tools::snapshot_version(&args).map(|()| None),
         Command::Demo(args) => return demo::run(args).await.map(|()| None),
         Command::Pipeline(args) => return pipeline::run(args).await.map(|()| None),
     };

@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Context;
 
 use super::peak_rss_kib;
-use crate::cli::RssArgs;
+use crate::cli::{RssArgs, SnapshotVersionArgs};
 use crate::stats::Figure;
 use crate::{chaos, peers, report};
 
@@ -24,6 +24,23 @@ pub fn unleash_features(answer: &Path) -> anyhow::Result<()> {
     let answer: serde_json::Value = serde_json::from_slice(&bytes)
         .with_context(|| format!("{} is not JSON", answer.display()))?;
     println!("{}", peers::unleash_features(&answer)?);
+    Ok(())
+}
+
+pub fn snapshot_version(args: &SnapshotVersionArgs) -> anyhow::Result<()> {
+    let path = &args.snapshot;
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut snapshot: serde_json::Value = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not JSON", path.display()))?;
+    snapshot
+        .as_object_mut()
+        .with_context(|| format!("{} is not a JSON object", path.display()))?
+        .insert("version".to_owned(), args.version.clone().into());
+    let temporary = path.with_extension("json.tmp");
+    std::fs::write(&temporary, serde_json::to_vec(&snapshot)?)
+        .with_context(|| format!("cannot write {}", temporary.display()))?;
+    std::fs::rename(&temporary, path)
+        .with_context(|| format!("cannot replace {}", path.display()))?;
     Ok(())
 }
 
@@ -46,4 +63,31 @@ pub async fn chaos(args: chaos::ChaosArgs) -> anyhow::Result<()> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_gets_its_new_version_and_keeps_the_rest() {
+        let dir = std::env::temp_dir().join(format!("snapshot-version-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("experiments.json");
+        std::fs::write(&path, r#"{"version": "1", "experiments": [{"id": "x"}]}"#).unwrap();
+        let args = SnapshotVersionArgs {
+            snapshot: path.clone(),
+            version: "chaos-2".to_owned(),
+        };
+        snapshot_version(&args).unwrap();
+        let written: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(
+            written,
+            serde_json::json!({"version": "chaos-2", "experiments": [{"id": "x"}]})
+        );
+        std::fs::write(&path, "[1]").unwrap();
+        assert!(snapshot_version(&args).is_err(), "not an object");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }
