@@ -274,7 +274,7 @@ impl<S: HttpService> Workers<S> {
         let job = match stream.into_std() {
             Ok(stream) if !self.threads.is_empty() => {
                 let index = self.next.get() % self.threads.len();
-                self.next.set(index + 1);
+                self.next.set((index + 1) % self.threads.len());
                 match self.threads[index].send((connection, stream, permit)) {
                     Ok(()) => return,
                     Err(mpsc::error::SendError(job)) => job,

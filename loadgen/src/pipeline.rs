@@ -268,34 +268,24 @@ struct Setup<'a> {
 impl Setup<'_> {
     /// The step of `offered` events per second, the `index`th of the run.
     async fn measure(&self, index: usize, offered: f64) -> anyhow::Result<Step> {
-        let Self {
-            args,
-            addr,
-            path,
-            sites,
-            clickhouse,
-            watch,
-            run,
-            per_request,
-        } = self;
-        let (addr, per_request) = (*addr, *per_request);
-        let requests_per_second = offered / per_request;
+        let args = self.args;
+        let requests_per_second = offered / self.per_request;
         let every = (requests_per_second / args.samples_per_second).max(1.0) as u64;
         let samples = Arc::new(Mutex::new(Vec::new()));
         let duration = Duration::from_secs_f64(args.step_seconds);
         let options = LoadOptions {
-            addr,
+            addr: self.addr,
             connections: args.connections,
             // Every request of the step counts: the traffic starts at its rate at once.
             warmup: Duration::ZERO,
             duration,
             rate: Some(requests_per_second),
         };
-        let cpu = watch::window(watch.clone(), duration / 5, duration * 4 / 5);
+        let cpu = watch::window(self.watch.clone(), duration / 5, duration * 4 / 5);
         let machine = tokio::spawn(machine_busy(duration / 5, duration * 4 / 5));
         let load_over = Arc::new(OnceLock::new());
         let poller = tokio::spawn(poll_samples(
-            clickhouse.clone(),
+            self.clickhouse.clone(),
             args.database.clone(),
             Arc::clone(&samples),
             Duration::from_millis(args.poll_ms),
@@ -304,11 +294,11 @@ impl Setup<'_> {
         ));
         let tally = load::run(&options, |worker| Sampled {
             traffic: Traffic::new(
-                Arc::clone(sites),
-                &format!("{run}-{index}"),
+                Arc::clone(&self.sites),
+                &format!("{}-{index}", self.run),
                 (index * 100_000 + worker) as u64,
             ),
-            path: path.to_owned(),
+            path: self.path.clone(),
             every,
             sent: 0,
             candidate: None,
