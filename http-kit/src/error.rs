@@ -25,7 +25,7 @@ pub fn respond(status: StatusCode, body: Value, retry_after: Option<u32>) -> Res
 }
 
 /// What any path of any service can answer: the last three before any service sees the
-/// request, from hyper (`crate::refusals`).
+/// request, from hyper (answered with this body by the `refusals` module).
 #[derive(Debug, thiserror::Error)]
 pub enum RouteError {
     #[error("There is nothing at this path.")]

@@ -76,7 +76,7 @@ pub struct RequestDurations {
 type RouteHistogram = (&'static str, u16, metrics::Histogram);
 
 impl RequestDurations {
-    pub const NAME: &'static str = "http_request_duration_seconds";
+    pub const NAME: &'static str = crate::telemetry::REQUEST_DURATIONS;
 
     /// The `route` label of a request's path.
     pub fn route_of(path: &str) -> &'static str {

@@ -122,11 +122,15 @@ const fn histogram(name: &'static str, buckets: &'static [f64], help: &'static s
     }
 }
 
+/// The name of the request-duration histograms (recorded by `RequestDurations`, in the
+/// operations module).
+pub const REQUEST_DURATIONS: &str = "http_request_duration_seconds";
+
 /// Every metric of the three services (a service exports those it records; each serves
 /// `http_request_duration_seconds` of its own routes).
 pub const METRICS: &[Metric] = &[
     histogram(
-        crate::ops::RequestDurations::NAME,
+        REQUEST_DURATIONS,
         SECONDS,
         "Time to answer a request (until the answer's head), by route and status.",
     ),
