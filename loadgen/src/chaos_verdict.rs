@@ -391,17 +391,12 @@ mod tests {
         std::fs::write(dir.join("rss.log"), rss).unwrap();
     }
 
-    fn dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("verdict-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-
     #[test]
     fn a_run_whose_faults_bite_and_whose_memory_holds_passes() {
-        let dir = dir("pass");
-        write(&dir, FAULTS, ANSWERS, RSS);
-        let args = args(&dir, "broker-pause clickhouse-hang consumer-kill");
+        let folder = tempfile::tempdir().unwrap();
+        let dir = folder.path();
+        write(dir, FAULTS, ANSWERS, RSS);
+        let args = args(dir, "broker-pause clickhouse-hang consumer-kill");
         assert!(run(&args).unwrap());
         let text = std::fs::read_to_string(dir.join("verdict.md")).unwrap();
         assert!(
@@ -428,17 +423,17 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("**PASS**"), "{text}");
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn every_reason_to_fail_is_listed() {
-        let dir = dir("fail");
+        let folder = tempfile::tempdir().unwrap();
+        let dir = folder.path();
         // The broker pause drew no 503; no ClickHouse retry; the ingest grew 20 MiB.
         let faults = FAULTS.replace("\t2\t1020000", "\t0\t1020000");
         let rss = RSS.replace("2 ingest 10 22000", "2 ingest 10 40480");
-        write(&dir, &faults, "1030000 429\n", &rss);
-        let mut args = args(&dir, "broker-pause clickhouse-hang zookeeper-pause");
+        write(dir, &faults, "1030000 429\n", &rss);
+        let mut args = args(dir, "broker-pause clickhouse-hang zookeeper-pause");
         args.load_status = 1;
         args.snapshot_misses = 1;
         args.bounds += " config-api=8";
@@ -456,14 +451,13 @@ mod tests {
             assert!(text.contains(reason), "{reason}: {text}");
         }
         assert!(text.contains("**FAIL**"), "{text}");
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn a_broken_log_is_an_error_not_a_verdict() {
-        let dir = dir("broken");
-        write(&dir, "not\ttabs enough\n", "", RSS);
-        assert!(run(&args(&dir, "broker-pause")).is_err());
-        std::fs::remove_dir_all(dir).unwrap();
+        let folder = tempfile::tempdir().unwrap();
+        let dir = folder.path();
+        write(dir, "not\ttabs enough\n", "", RSS);
+        assert!(run(&args(dir, "broker-pause")).is_err());
     }
 }

@@ -282,7 +282,7 @@ impl Setup<'_> {
             rate: Some(requests_per_second),
         };
         let cpu = watch::window(self.watch.clone(), duration / 5, duration * 4 / 5);
-        let machine = tokio::spawn(machine_busy(duration / 5, duration * 4 / 5));
+        let machine = watch::machine_window(duration / 5, duration * 4 / 5);
         let load_over = Arc::new(OnceLock::new());
         let poller = tokio::spawn(poll_samples(
             self.clickhouse.clone(),
@@ -385,35 +385,6 @@ async fn seen(
         found.extend(answer.lines().map(str::to_owned));
     }
     Ok(found)
-}
-
-/// The machine's busy CPU from `delay` after now for `length`, percent of one core.
-async fn machine_busy(delay: Duration, length: Duration) -> f64 {
-    tokio::time::sleep(delay).await;
-    let from = cpu_ticks();
-    tokio::time::sleep(length).await;
-    let to = cpu_ticks();
-    match (from, to) {
-        (Some((busy_a, all_a)), Some((busy_b, all_b))) if all_b > all_a => {
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-            (busy_b - busy_a) as f64 / (all_b - all_a) as f64 * 100.0 * cores
-        }
-        _ => f64::NAN,
-    }
-}
-
-/// Busy and all ticks of every core, from /proc/stat (idle and iowait are not busy).
-fn cpu_ticks() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let ticks: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|t| t.parse().ok())
-        .collect();
-    let all: u64 = ticks.iter().take(8).sum();
-    let idle = ticks.get(3)? + ticks.get(4)?;
-    Some((all - idle, all))
 }
 
 /// The steps as a Markdown table, then the sustainable rate and what limits it.
@@ -594,12 +565,6 @@ mod tests {
             ),
             "{text}"
         );
-    }
-
-    #[test]
-    fn the_machine_ticks_are_read() {
-        let (busy, all) = cpu_ticks().expect("/proc/stat");
-        assert!(busy <= all && all > 0);
     }
 
     #[derive(clap::Parser)]

@@ -97,6 +97,41 @@ pub fn window(
     })
 }
 
+/// The machine's busy CPU from `delay` after now for `length`, percent of one core
+/// (all cores busy: 100 times the cores).
+pub fn machine_window(
+    delay: std::time::Duration,
+    length: std::time::Duration,
+) -> tokio::task::JoinHandle<f64> {
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        let from = cpu_ticks();
+        tokio::time::sleep(length).await;
+        let to = cpu_ticks();
+        match (from, to) {
+            (Some((busy_a, all_a)), Some((busy_b, all_b))) if all_b > all_a => {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+                (busy_b - busy_a) as f64 / (all_b - all_a) as f64 * 100.0 * cores
+            }
+            _ => f64::NAN,
+        }
+    })
+}
+
+/// Busy and all ticks of every core, from /proc/stat (idle and iowait are not busy).
+fn cpu_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    let all: u64 = ticks.iter().take(8).sum();
+    let idle = ticks.get(3)? + ticks.get(4)?;
+    Some((all - idle, all))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,5 +159,11 @@ mod tests {
         let usage = twice.usage(&before, &twice.sample());
         assert!(usage["me"] > 120.0, "{usage:?}");
         assert!(Watch::parse(&["x".to_owned()]).is_err());
+    }
+
+    #[test]
+    fn the_machine_ticks_are_read() {
+        let (busy, all) = cpu_ticks().expect("/proc/stat");
+        assert!(busy <= all && all > 0);
     }
 }

@@ -71,9 +71,8 @@ mod tests {
 
     #[test]
     fn a_snapshot_gets_its_new_version_and_keeps_the_rest() {
-        let dir = std::env::temp_dir().join(format!("snapshot-version-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("experiments.json");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("experiments.json");
         std::fs::write(&path, r#"{"version": "1", "experiments": [{"id": "x"}]}"#).unwrap();
         let args = SnapshotVersionArgs {
             snapshot: path.clone(),
@@ -88,6 +87,5 @@ mod tests {
         );
         std::fs::write(&path, "[1]").unwrap();
         assert!(snapshot_version(&args).is_err(), "not an object");
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }
