@@ -28,10 +28,8 @@ use http_body_util::Full;
 use hyper::{Request, StatusCode};
 
 use crate::clickhouse::ClickHouse;
-use crate::load::{self, LoadOptions, Workload};
-use crate::scenario::http::{accepted_events, browser_request};
-use crate::scenario::target;
-use crate::traffic::{Sites, Traffic};
+use crate::load::{self, LoadOptions, Workload, target};
+use crate::traffic::{Sites, Traffic, accepted_events, browser_request};
 use crate::watch::{self, Watch};
 
 #[derive(clap::Args)]

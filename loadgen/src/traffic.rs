@@ -6,8 +6,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
+use bytes::Bytes;
 use contract::event::{Envelope, EventMessage};
 use contract::snapshot::Snapshot;
+use http_body_util::Full;
+use hyper::{Request, StatusCode, header};
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
@@ -312,6 +315,34 @@ impl Traffic {
         }
         event
     }
+}
+
+/// The POST of `batch` to `path` as a browser sends it.
+pub fn browser_request(path: &str, batch: &Batch) -> Request<Full<Bytes>> {
+    let mut builder = Request::post(path).header(header::USER_AGENT, batch.user_agent);
+    builder = if batch.beacon {
+        // navigator.sendBeacon with a string: text/plain, no custom headers.
+        builder.header(header::CONTENT_TYPE, "text/plain;charset=UTF-8")
+    } else {
+        builder
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json")
+            .header(contract::key::PUBLIC_KEY_HEADER, &batch.key)
+    };
+    builder
+        .body(Full::new(Bytes::from(batch.body())))
+        .unwrap_or_else(|_| Request::new(Full::new(Bytes::new())))
+}
+
+/// The events an answer of the ingest accepted: its `accepted` count if 2xx, else none.
+pub fn accepted_events(status: StatusCode, body: &[u8]) -> u64 {
+    if !status.is_success() {
+        return 0;
+    }
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["accepted"].as_u64())
+        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use super::limits::{MAX_EVENT_AGE_MS, MAX_USER_AGENT_BYTES};
 
 #[cfg(doc)]
-use super::EventMessage;
+use super::message::EventMessage;
 
 /// Now, in milliseconds since the Unix epoch (the unit of `received_at`).
 pub fn now_millis() -> i64 {

@@ -119,7 +119,9 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::event::{Envelope, EventMessage, Rejection};
+    use crate::event::envelope::Envelope;
+    use crate::event::message::EventMessage;
+    use crate::event::validate::Rejection;
 
     fn envelope() -> Envelope {
         Envelope::new(

@@ -5,14 +5,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::{Request, StatusCode, header};
+use hyper::{Request, StatusCode};
 
-use super::{run_load, target};
+use super::run_load;
 use crate::cli::{GetArgs, IngestArgs};
 use crate::clickhouse::{self, ClickHouse};
-use crate::load::{Get, Workload};
+use crate::load::{Get, Workload, target};
 use crate::stats::Figure;
-use crate::traffic::{Batch, Sites, Traffic};
+use crate::traffic::{Sites, Traffic, accepted_events, browser_request};
 
 /// One browser after another on a connection; a 2xx counts the events it accepted.
 struct Browser {
@@ -28,34 +28,6 @@ impl Workload for Browser {
     fn units(&mut self, status: StatusCode, body: &[u8]) -> u64 {
         accepted_events(status, body)
     }
-}
-
-/// The POST of `batch` to `path` as a browser sends it.
-pub fn browser_request(path: &str, batch: &Batch) -> Request<Full<Bytes>> {
-    let mut builder = Request::post(path).header(header::USER_AGENT, batch.user_agent);
-    builder = if batch.beacon {
-        // navigator.sendBeacon with a string: text/plain, no custom headers.
-        builder.header(header::CONTENT_TYPE, "text/plain;charset=UTF-8")
-    } else {
-        builder
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(header::ACCEPT, "application/json")
-            .header(contract::key::PUBLIC_KEY_HEADER, &batch.key)
-    };
-    builder
-        .body(Full::new(Bytes::from(batch.body())))
-        .unwrap_or_else(|_| Request::new(Full::new(Bytes::new())))
-}
-
-/// The events an answer of the ingest accepted: its `accepted` count if 2xx, else none.
-pub fn accepted_events(status: StatusCode, body: &[u8]) -> u64 {
-    if !status.is_success() {
-        return 0;
-    }
-    serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v["accepted"].as_u64())
-        .unwrap_or(0)
 }
 
 pub async fn ingest(args: IngestArgs) -> anyhow::Result<Figure> {

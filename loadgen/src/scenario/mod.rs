@@ -12,7 +12,6 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context;
-use hyper::Uri;
 
 use crate::cli::{Label, LoadArgs};
 use crate::load::{self, LoadOptions, Workload};
@@ -44,20 +43,6 @@ pub async fn watched<T>(
     let before = watch.sample();
     let value = work.await?;
     Ok((value, watch.usage(&before, &watch.sample())))
-}
-
-/// The socket address and path of an `http://` URL.
-pub async fn target(url: &str) -> anyhow::Result<(SocketAddr, String)> {
-    let uri: Uri = url.parse().with_context(|| format!("not a URL: {url}"))?;
-    anyhow::ensure!(uri.scheme_str() == Some("http"), "only http:// URLs: {url}");
-    let host = uri.host().context("URL without host")?;
-    let port = uri.port_u16().unwrap_or(80);
-    let addr = tokio::net::lookup_host((host, port))
-        .await?
-        .next()
-        .with_context(|| format!("{host} has no address"))?;
-    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
-    Ok((addr, path))
 }
 
 fn options(load: &LoadArgs, addr: SocketAddr) -> LoadOptions {

@@ -1,7 +1,8 @@
 use serde_json::json;
 
 use super::*;
-use crate::event::{MAX_EVENT_AGE_MS, MAX_USER_AGENT_BYTES, is_bot};
+use crate::event::envelope::is_bot;
+use crate::event::limits::{MAX_EVENT_AGE_MS, MAX_USER_AGENT_BYTES};
 
 #[test]
 fn the_kept_user_agent_is_cut_at_a_character_boundary_or_dropped() {
