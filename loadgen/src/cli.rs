@@ -68,6 +68,16 @@ pub enum Command {
     UnleashFeatures { answer: PathBuf },
     /// Prints the comparison table of the JSON lines in FILE.
     Report { file: PathBuf },
+    /// Prints the latency table of the JSON lines in FILE: per bench and subject measured
+    /// at a rate, the medians over its rounds of the rate, p50 and p99.
+    Latencies { file: PathBuf },
+    /// Prints half the median request rate (requests/s) of one subject's rounds in FILE.
+    HalfRate(HalfRateArgs),
+    /// Prints the first public key of a snapshot file.
+    SnapshotKey {
+        #[arg(long)]
+        snapshot: PathBuf,
+    },
     /// The clients of scripts/chaos: SDK-like traffic that retries through faults, then
     /// the count of acknowledged events lost or duplicated in ClickHouse. Exits 1 if any.
     Chaos(chaos::ChaosArgs),
@@ -86,6 +96,18 @@ pub enum Command {
     /// row (sampled by event id), the CPU of each process and of the machine, whether it
     /// was sustained; then the sustainable rate and what saturated first (a table).
     Pipeline(crate::pipeline::PipelineArgs),
+}
+
+#[derive(Args)]
+pub struct HalfRateArgs {
+    pub file: PathBuf,
+    #[arg(long)]
+    pub bench: String,
+    #[arg(long)]
+    pub subject: String,
+    /// The measured seconds of each round.
+    #[arg(long)]
+    pub seconds: f64,
 }
 
 #[derive(Args)]

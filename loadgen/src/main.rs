@@ -62,6 +62,9 @@ async fn run(command: Command) -> anyhow::Result<Option<Figure>> {
             return tools::unleash_features(&answer).map(|()| None);
         }
         Command::Report { file } => return tools::report(&file).map(|()| None),
+        Command::Latencies { file } => return tools::latencies(&file).map(|()| None),
+        Command::HalfRate(args) => return tools::half_rate(&args).map(|()| None),
+        Command::SnapshotKey { snapshot } => return tools::snapshot_key(&snapshot).map(|()| None),
         Command::Chaos(args) => return tools::chaos(args).await.map(|()| None),
         Command::ChaosVerdict(args) => chaos_verdict::command(&args),
         Command::SnapshotVersion(args) => return tools::snapshot_version(&args).map(|()| None),

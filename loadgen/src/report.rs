@@ -458,6 +458,56 @@ fn cpu_table(figures: &[Figure]) -> String {
     out
 }
 
+/// The latency beside each rate: per bench and subject measured at a rate, the medians
+/// over its rounds of the rate, the p50 and the p99 as the load tool measured them; `n/a`
+/// where a round has none (the tools that send no requests: producer, consumers, inserts).
+pub fn latencies(figures: &[Figure]) -> String {
+    let mut groups: BTreeMap<(&str, &str), Vec<&Figure>> = BTreeMap::new();
+    for f in figures.iter().filter(|f| f.rate > 0.0) {
+        groups.entry((&f.bench, &f.subject)).or_default().push(f);
+    }
+    let ms = |values: Option<Vec<u64>>| -> String {
+        values
+            .and_then(|v| median(v.into_iter().map(|us| us as f64).collect()))
+            .map_or("n/a".to_owned(), |us| {
+                format!("{}", (us / 10.0).round() / 100.0)
+            })
+    };
+    let mut out = String::from(
+        "| bench | subject | rate /s | unit | p50 ms | p99 ms | rounds |\n|---|---|---|---|---|---|---|\n",
+    );
+    for ((bench, subject), rounds) in groups {
+        let rate = median(rounds.iter().map(|f| f.rate).collect()).unwrap_or(0.0);
+        let _ = writeln!(
+            out,
+            "| {bench} | {subject} | {} | {} | {} | {} | {} |",
+            rate.round(),
+            rounds[0].unit,
+            ms(rounds.iter().map(|f| f.p50_us).collect()),
+            ms(rounds.iter().map(|f| f.p99_us).collect()),
+            rounds.len()
+        );
+    }
+    out
+}
+
+/// Half the median request rate of a subject's rounds in a bench (requests answered 2xx
+/// over the measured seconds): an open-loop rate well below saturation.
+pub fn half_request_rate(
+    figures: &[Figure],
+    bench: &str,
+    subject: &str,
+    seconds: f64,
+) -> Option<f64> {
+    median(
+        of(figures, bench, subject)
+            .iter()
+            .map(|f| f.requests as f64)
+            .collect(),
+    )
+    .map(|requests| requests / seconds / 2.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -691,6 +741,47 @@ mod tests {
         assert!(
             table.contains("| consumer consumer | bench-consumer 20, clickhouse 15, tansu 90 |"),
             "{table}"
+        );
+    }
+
+    #[test]
+    fn each_rate_has_its_median_latencies_and_none_where_a_round_has_none() {
+        let mut figures = vec![
+            figure("ingest", "ingest", 100.0, Some(2_000)),
+            figure("ingest", "ingest", 300.0, Some(4_150)),
+            figure("consumer", "consumer", 50.0, None),
+            figure("consumer", "consumer", 70.0, Some(1_000)),
+            figure("idle", "nothing", 0.0, Some(1_000)),
+        ];
+        figures[0].p50_us = Some(500);
+        figures[1].p50_us = Some(1_000);
+        assert_eq!(
+            latencies(&figures),
+            "| bench | subject | rate /s | unit | p50 ms | p99 ms | rounds |\n\
+             |---|---|---|---|---|---|---|\n\
+             | consumer | consumer | 60 | events | n/a | n/a | 2 |\n\
+             | ingest | ingest | 200 | events | 0.75 | 3.08 | 2 |\n"
+        );
+    }
+
+    #[test]
+    fn half_the_median_request_rate_of_the_subjects_rounds() {
+        let rounds = [3_000, 1_000, 2_000, 9_000].map(|requests| Figure {
+            requests,
+            ..figure("ingest", "ingest", 1.0, None)
+        });
+        let mut figures = rounds.to_vec();
+        figures.push(Figure {
+            requests: 100_000,
+            ..figure("ingest", "stack", 1.0, None)
+        });
+        assert_eq!(
+            half_request_rate(&figures, "ingest", "ingest", 10.0),
+            Some(125.0)
+        );
+        assert_eq!(
+            half_request_rate(&figures, "consumer", "ingest", 10.0),
+            None
         );
     }
 }

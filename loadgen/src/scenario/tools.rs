@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Context;
 
 use super::peak_rss_kib;
-use crate::cli::{RssArgs, SnapshotVersionArgs};
+use crate::cli::{HalfRateArgs, RssArgs, SnapshotVersionArgs};
 use crate::stats::Figure;
 use crate::{chaos, peers, report};
 
@@ -44,16 +44,48 @@ pub fn snapshot_version(args: &SnapshotVersionArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn report(file: &Path) -> anyhow::Result<()> {
+/// The figures of a file of JSON lines.
+fn figures(file: &Path) -> anyhow::Result<Vec<Figure>> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let figures = text
-        .lines()
+    text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(serde_json::from_str)
         .collect::<Result<Vec<Figure>, _>>()
-        .context("not a file of figures")?;
-    print!("{}", report::render(&figures));
+        .with_context(|| format!("{} is not a file of figures", file.display()))
+}
+
+pub fn report(file: &Path) -> anyhow::Result<()> {
+    print!("{}", report::render(&figures(file)?));
+    Ok(())
+}
+
+pub fn latencies(file: &Path) -> anyhow::Result<()> {
+    print!("{}", report::latencies(&figures(file)?));
+    Ok(())
+}
+
+pub fn half_rate(args: &HalfRateArgs) -> anyhow::Result<()> {
+    let rate = report::half_request_rate(
+        &figures(&args.file)?,
+        &args.bench,
+        &args.subject,
+        args.seconds,
+    )
+    .with_context(|| format!("no round of {} in {}", args.subject, args.bench))?;
+    println!("{rate}");
+    Ok(())
+}
+
+/// The first key's `publicKey` of a snapshot file.
+pub fn snapshot_key(path: &Path) -> anyhow::Result<()> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let snapshot: serde_json::Value = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not JSON", path.display()))?;
+    let key = snapshot["keys"][0]["publicKey"]
+        .as_str()
+        .with_context(|| format!("no public key in {}", path.display()))?;
+    println!("{key}");
     Ok(())
 }
 
