@@ -86,29 +86,32 @@ fn tokens(text: &str) -> Vec<(Token, bool)> {
     let mut inline = false;
     // A `use` for the documentation's links only (after `#[cfg(doc)]`) is no import.
     let mut doc_only = false;
+    // A string literal may go on over several lines.
+    let mut in_string = false;
     for line in text.lines() {
-        if line.trim() == "#[cfg(doc)]" {
-            doc_only = true;
-            continue;
+        if !in_string {
+            if line.trim() == "#[cfg(doc)]" {
+                doc_only = true;
+                continue;
+            }
+            if doc_only {
+                doc_only = !line.trim_end().ends_with(';');
+                continue;
+            }
+            if line.starts_with("mod ") || line.starts_with("pub mod ") {
+                inline |= line.trim_end().ends_with('{');
+            } else if line == "}" {
+                inline = false;
+            }
         }
-        if doc_only {
-            doc_only = !line.trim_end().ends_with(';');
-            continue;
-        }
-        if line.starts_with("mod ") || line.starts_with("pub mod ") {
-            inline |= line.trim_end().ends_with('{');
-        } else if line == "}" {
-            inline = false;
-        }
-        let code = line.split("//").next().unwrap_or("");
-        let mut chars = code.chars().peekable();
-        let mut in_string = false;
-        while let Some(c) = chars.next() {
+        let chars: Vec<char> = line.chars().collect();
+        let mut i = 0;
+        while i < chars.len() {
+            let c = chars[i];
+            i += 1;
             if in_string {
                 match c {
-                    '\\' => {
-                        chars.next();
-                    }
+                    '\\' => i += 1,
                     '"' => in_string = false,
                     _ => {}
                 }
@@ -119,8 +122,18 @@ fn tokens(text: &str) -> Vec<(Token, bool)> {
                     in_string = true;
                     continue;
                 }
-                ':' if chars.peek() == Some(&':') => {
-                    chars.next();
+                // A quote as a character: '"' or '\"'.
+                '\'' if chars.get(i) == Some(&'"') => {
+                    i += 2;
+                    continue;
+                }
+                '\'' if chars.get(i) == Some(&'\\') => {
+                    i += 3;
+                    continue;
+                }
+                '/' if chars.get(i) == Some(&'/') => break,
+                ':' if chars.get(i) == Some(&':') => {
+                    i += 1;
                     Token::Colons
                 }
                 '{' => Token::Open,
@@ -128,10 +141,10 @@ fn tokens(text: &str) -> Vec<(Token, bool)> {
                 ',' => Token::Comma,
                 c if c.is_alphanumeric() || c == '_' => {
                     let mut word = c.to_string();
-                    while let Some(&n) = chars.peek().filter(|n| n.is_alphanumeric() || **n == '_')
+                    while let Some(&n) = chars.get(i).filter(|n| n.is_alphanumeric() || **n == '_')
                     {
                         word.push(n);
-                        chars.next();
+                        i += 1;
                     }
                     Token::Word(word)
                 }
@@ -348,9 +361,10 @@ fn every_kind_of_path_is_an_edge_and_a_circle_is_found() {
     let found = edges(
         &tree,
         &m("routes::ping"),
-        "use super::super::app;\nuse self::inner;\n#[cfg(doc)]\nuse crate::{\n    state::Doc};\n",
+        "use super::super::app;\nuse self::inner;\n#[cfg(doc)]\nuse crate::{\n    state::Doc};\n\
+         const SQL: &str = \"a // b\n  crate::state::X\";\nconst Q: char = '\"'; use crate::routes;\n",
     );
-    assert_eq!(found, BTreeSet::from([m("app")]));
+    assert_eq!(found, BTreeSet::from([m("app"), m("routes")]));
     let mut graph = graph_of(&BTreeMap::new());
     graph.insert(m("app"), BTreeSet::from([m("routes")]));
     graph.insert(m("routes"), BTreeSet::from([m("state"), m("app")]));
