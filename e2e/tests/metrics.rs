@@ -774,7 +774,8 @@ async fn command_text(config: &tools::results::ResultsConfig) -> anyhow::Result<
 /// harmed guardrail flagged above them; `--by utm_source` gives each segment the
 /// statistics of its visitors alone (the reference on that segment's events), a visitor's
 /// segment that of their first exposure, says how many segments were tested and adjusts
-/// for them (Holm across the segments and treatments).
+/// for them (Holm across the segments and treatments; the always-valid and harm
+/// p-values times the segments).
 #[tokio::test]
 async fn the_command_shows_every_metric_in_order_and_per_segment() {
     let db = Database::new().await;
@@ -891,6 +892,20 @@ async fn the_command_shows_every_metric_in_order_and_per_segment() {
                 };
                 assert_close(&format!("{what}: p"), number("p_value"), &want["p_value"]);
                 assert_close(&format!("{what}: diff"), number("diff"), &want["diff"]);
+                // The always-valid tests (at 5% / treatments) times the segments tested.
+                let times_3 = |p: &Value| json!((3.0 * p.as_f64().expect("p")).min(1.0));
+                assert_close(
+                    &format!("{what}: always-valid p times 3"),
+                    number("always_valid_p_value"),
+                    &times_3(&want["always_valid_p_value"]),
+                );
+                if id == "load_time" {
+                    assert_close(
+                        &format!("{what}: harm p times 3"),
+                        number("harm_p_value"),
+                        &times_3(&want["harm_p_value"]),
+                    );
+                }
                 family.push((what.clone(), number("p_value"), number("p_adjusted")));
             }
         }
