@@ -269,11 +269,13 @@ impl Database {
         );
     }
 
-    async fn define(&self, metrics: &[Metric], loaded_at: i64) {
+    /// The experiment's arms and `metrics` as the consumer writes them from the snapshot
+    /// `version`, loaded at `loaded_at`.
+    async fn define(&self, metrics: &[Metric], version: &str, loaded_at: i64) {
         let variants: Vec<Value> = [("A", 1), ("B", 0), ("C", 0)]
             .iter()
             .map(|(variant, control)| {
-                json!({"experiment_id": EXPERIMENT, "variant_id": variant, "version": "v1",
+                json!({"experiment_id": EXPERIMENT, "variant_id": variant, "version": version,
                     "weight": 1.0, "is_control": control, "status": "live", "parts": "{}",
                     "loaded_at": START - DAY, "phase": 1, "public_keys": [KEY]})
             })
@@ -285,7 +287,7 @@ impl Database {
             .map(|(position, m)| {
                 let (ne, nt, nc, nf, na) = m.numerator;
                 let (de, dt, dc, df, da) = m.denominator.unwrap_or(("", "", 0, "", ""));
-                json!({"experiment_id": EXPERIMENT, "version": "v1", "phase": 1,
+                json!({"experiment_id": EXPERIMENT, "version": version, "phase": 1,
                     "metric_id": m.id, "role": m.role, "position": position, "kind": m.kind,
                     "num_event": ne, "num_click_target": nt, "num_conversion": nc,
                     "num_field": nf, "num_aggregate": na, "den_event": de,
@@ -385,7 +387,7 @@ async fn every_metric_kind_and_its_cuped_equal_gbstats_on_the_raw_events() {
     let db = Database::new().await;
     let metrics = metrics();
     let events = events(7, 150);
-    db.define(&metrics, START - DAY).await;
+    db.define(&metrics, "v1", START - DAY).await;
     db.store(&events).await;
     let results = db.results().await;
     let answers = stats::reference(&request(&metrics, &events));
@@ -770,14 +772,44 @@ async fn command_text(config: &tools::results::ResultsConfig) -> anyhow::Result<
 
 /// `experiment-results` on the metrics: goal first, then secondary, then guardrails, a
 /// harmed guardrail flagged above them; `--by utm_source` gives each segment the
-/// statistics of its visitors alone (the reference on that segment's events), says how
-/// many segments were tested and adjusts for them.
+/// statistics of its visitors alone (the reference on that segment's events), a visitor's
+/// segment that of their first exposure, says how many segments were tested and adjusts
+/// for them (Holm across the segments and treatments; the always-valid and harm
+/// p-values times the segments).
 #[tokio::test]
 async fn the_command_shows_every_metric_in_order_and_per_segment() {
     let db = Database::new().await;
     let metrics = metrics();
-    let events = events(11, 150);
-    db.define(&metrics, START - DAY).await;
+    // 150 visitors per arm and segment: B's p-values (fixed, always-valid, harm) are well
+    // below 1 in each segment, so that the segments' correction shows.
+    let mut events = events(11, 450);
+    // A quarter of the visitors come back a minute later from another campaign: a second
+    // impression, in another segment than their first.
+    let returns: Vec<Event> = events
+        .iter()
+        .filter(|e| e.name == "impression")
+        .step_by(4)
+        .map(|e| Event {
+            t: e.t + 60_000,
+            session: "back".to_owned(),
+            source: match e.source {
+                "ads" => "mail",
+                "mail" => "",
+                _ => "ads",
+            },
+            ..e.clone()
+        })
+        .collect();
+    events.extend(returns);
+    // Each visitor's segment: the campaign of their first impression.
+    let mut first: std::collections::HashMap<&str, (i64, &str)> = Default::default();
+    for e in events.iter().filter(|e| e.name == "impression") {
+        let seen = first.entry(e.visitor.as_str()).or_insert((e.t, e.source));
+        if e.t < seen.0 {
+            *seen = (e.t, e.source);
+        }
+    }
+    db.define(&metrics, "v1", START - DAY).await;
     db.store(&events).await;
     let args = |extra: &[&str]| {
         let mut args = vec![
@@ -824,52 +856,72 @@ async fn the_command_shows_every_metric_in_order_and_per_segment() {
     .expect("JSON");
     let report = &json[0]["metrics"];
     assert_eq!(report["segments_tested"], 3, "{report}");
-    // Clicks per segment against the reference on the segment's events alone (clicks has
-    // no cap, so the segment's statistics are its visitors' only).
-    for (segment, source) in [("ads", "ads"), ("mail", "mail"), ("", "")] {
-        let mine: Vec<Event> = events
-            .iter()
-            .filter(|e| e.source == source)
-            .cloned()
-            .collect();
-        let clicks: Vec<Metric> = self::metrics()
-            .into_iter()
-            .filter(|m| m.id == "clicks")
-            .collect();
-        let want = stats::reference(&request(&clicks, &mine));
-        let got = report["metrics"]
-            .as_array()
-            .expect("metrics")
-            .iter()
-            .find(|m| m["metric_id"] == "clicks" && m["segment"] == segment)
-            .unwrap_or_else(|| panic!("clicks [{segment}] in {report}"));
-        let mut raw = Vec::new();
-        for want in want["metrics"][0].as_array().expect("answers") {
-            let variant = got["variants"]
-                .as_array()
-                .expect("variants")
+    // Per segment, clicks and the load time (neither capped, so a segment's statistics
+    // are its visitors' only) against the reference on the events of the segment's
+    // visitors alone.
+    for id in ["clicks", "load_time"] {
+        let mut family = Vec::new();
+        for segment in ["ads", "mail", ""] {
+            let mine: Vec<Event> = events
                 .iter()
-                .find(|v| v["variant_id"] == want["variant"])
-                .expect("variant");
-            let what = format!("clicks [{segment}] {}", want["variant"]);
+                .filter(|e| first[e.visitor.as_str()].1 == segment)
+                .cloned()
+                .collect();
+            let metric: Vec<Metric> = self::metrics().into_iter().filter(|m| m.id == id).collect();
+            let want = stats::reference(&request(&metric, &mine));
+            let got = report["metrics"]
+                .as_array()
+                .expect("metrics")
+                .iter()
+                .find(|m| m["metric_id"] == id && m["segment"] == segment)
+                .unwrap_or_else(|| panic!("{id} [{segment}] in {report}"));
+            let answers = want["metrics"][0].as_array().expect("answers");
+            assert_eq!(answers.len(), 2, "{id} [{segment}]: two treatments");
+            for want in answers {
+                let variant = got["variants"]
+                    .as_array()
+                    .expect("variants")
+                    .iter()
+                    .find(|v| v["variant_id"] == want["variant"])
+                    .expect("variant");
+                let what = format!("{id} [{segment}] {}", want["variant"]);
+                let number = |field: &str| {
+                    variant[field]
+                        .as_f64()
+                        .unwrap_or_else(|| panic!("{what}: {field} in {variant}"))
+                };
+                assert_close(&format!("{what}: p"), number("p_value"), &want["p_value"]);
+                assert_close(&format!("{what}: diff"), number("diff"), &want["diff"]);
+                // The always-valid tests (at 5% / treatments) times the segments tested.
+                let times_3 = |p: &Value| json!((3.0 * p.as_f64().expect("p")).min(1.0));
+                assert_close(
+                    &format!("{what}: always-valid p times 3"),
+                    number("always_valid_p_value"),
+                    &times_3(&want["always_valid_p_value"]),
+                );
+                if id == "load_time" {
+                    assert_close(
+                        &format!("{what}: harm p times 3"),
+                        number("harm_p_value"),
+                        &times_3(&want["harm_p_value"]),
+                    );
+                }
+                family.push((what.clone(), number("p_value"), number("p_adjusted")));
+            }
+        }
+        // Holm across the 3 segments and 2 treatments: the k-th smallest p times 6 - k + 1,
+        // never below the one before it.
+        assert_eq!(family.len(), 6, "{id}");
+        family.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let mut running = 0.0_f64;
+        for (rank, (what, p, adjusted)) in family.iter().enumerate() {
+            running = running.max((family.len() - rank) as f64 * p).min(1.0);
             assert_close(
-                &format!("{what}: p"),
-                variant["p_value"].as_f64().expect("p"),
-                &want["p_value"],
-            );
-            assert_close(
-                &format!("{what}: diff"),
-                variant["diff"].as_f64().expect("diff"),
-                &want["diff"],
-            );
-            raw.push(variant["p_value"].as_f64().expect("p"));
-            let adjusted = variant["p_adjusted"].as_f64().expect("adjusted");
-            assert!(
-                adjusted >= variant["p_value"].as_f64().expect("p"),
-                "{what}: adjusted up"
+                &format!("{what}: Holm-adjusted p"),
+                *adjusted,
+                &json!(running),
             );
         }
-        assert_eq!(raw.len(), 2);
     }
 }
 
@@ -900,7 +952,7 @@ async fn a_capped_mean_is_not_moved_by_one_extreme_visitor() {
     let mut c = Vec::new();
     for events in [&with, &without] {
         let db = Database::new().await;
-        db.define(&metrics, START - DAY).await;
+        db.define(&metrics, "v1", START - DAY).await;
         db.store(events).await;
         let results = db.results().await;
         let arm = |id: &str| {
@@ -965,8 +1017,10 @@ async fn a_changed_metric_applies_to_the_stored_events() {
         visitors(&|e| e.name == "conversion" && e.target == target)
             / visitors(&|e| e.name == "impression")
     };
-    for (loaded_at, target) in [(START - DAY, "signup"), (START, "purchase")] {
-        db.define(&[goal(target)], loaded_at).await;
+    // Each snapshot has its own version, as the consumer writes them: the later one's
+    // rows stand beside the earlier one's, not in their place.
+    for (version, loaded_at, target) in [("v1", START - DAY, "signup"), ("v2", START, "purchase")] {
+        db.define(&[goal(target)], version, loaded_at).await;
         let b = db
             .results()
             .await
