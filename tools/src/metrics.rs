@@ -4,6 +4,7 @@
 //! flagged above the table, whatever the goal says. With `--by`, each metric per segment of
 //! the visitors' first exposure, the p-values adjusted across the segments tested.
 
+use std::collections::BTreeSet;
 use std::fmt::Write;
 
 use anyhow::Context;
@@ -357,7 +358,8 @@ fn adjust_across_segments(metrics: &mut Metrics, correction: Correction) {
     segments.dedup();
     let tested = segments.len();
     metrics.segments_tested = Some(tested);
-    let ids: Vec<String> = metrics
+    // Each metric once, however many segments it has rows for.
+    let ids: BTreeSet<String> = metrics
         .metrics
         .iter()
         .map(|m| m.metric_id.clone())
@@ -614,6 +616,29 @@ mod tests {
         let quiet = render(&metrics(0.2), Correction::Holm);
         assert!(!quiet.contains("HARMED: "), "{quiet}");
         assert!(!html_is_flagged(&metrics(0.2)));
+    }
+
+    #[test]
+    fn with_segments_each_metric_is_corrected_once_for_their_number() {
+        let mut m = metrics(0.01);
+        let one = m.metrics[0].clone();
+        m.metrics = ["ads", "mail", "search"]
+            .map(|segment| MetricReport {
+                segment: Some(segment.into()),
+                ..one.clone()
+            })
+            .to_vec();
+        adjust_across_segments(&mut m, Correction::Holm);
+        assert_eq!(m.segments_tested, Some(3));
+        for report in &m.metrics {
+            let b = &report.variants[1];
+            assert!(
+                (b.always_valid_p_value.expect("p") - 0.03).abs() < 1e-12,
+                "{b:?}"
+            );
+            assert!((b.harm_p_value.expect("p") - 0.03).abs() < 1e-12, "{b:?}");
+            assert!((b.p_adjusted.expect("p") - 0.003).abs() < 1e-12, "{b:?}");
+        }
     }
 
     fn html_is_flagged(m: &Metrics) -> bool {
