@@ -123,12 +123,14 @@ fn run_name(topology: Topology) -> String {
     )
 }
 
-/// The end of `path` from byte `from` on (a service's log since the run began).
+/// The end of `path` from byte `from` on (a service's log since the run began); `to` is
+/// made even when `path` is missing, as the run's folder has always held one per service.
 fn copy_tail(path: &Path, from: u64, to: &Path) -> std::io::Result<()> {
     use std::io::{Seek, SeekFrom};
+    let mut kept = std::fs::File::create(to)?;
     let mut file = std::fs::File::open(path)?;
     file.seek(SeekFrom::Start(from))?;
-    std::io::copy(&mut file, &mut std::fs::File::create(to)?)?;
+    std::io::copy(&mut file, &mut kept)?;
     Ok(())
 }
 
@@ -397,6 +399,9 @@ mod tests {
         std::fs::write(&from, "before\nduring\n").unwrap();
         copy_tail(&from, 7, &to).unwrap();
         assert_eq!(std::fs::read_to_string(&to).unwrap(), "during\n");
+        let empty = dir.path().join("c.log");
+        assert!(copy_tail(&dir.path().join("missing.log"), 0, &empty).is_err());
+        assert_eq!(std::fs::read_to_string(&empty).unwrap(), "");
         assert!(run_name(Topology::Single).ends_with("Z-single"));
     }
 }
