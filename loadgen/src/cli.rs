@@ -81,6 +81,11 @@ pub enum Command {
     /// The clients of scripts/chaos: SDK-like traffic that retries through faults, then
     /// the count of acknowledged events lost or duplicated in ClickHouse. Exits 1 if any.
     Chaos(chaos::ChaosArgs),
+    /// The body of scripts/chaos (which passes its arguments on; see its --help): starts
+    /// the scripts/up pipeline with the run's settings, runs `loadgen chaos` while a nemesis
+    /// injects faults in turn and memory is sampled every second, then writes the run's
+    /// summary.md with the verdict. Exits 1 when it fails, 2 on a usage error.
+    ChaosRun(crate::chaos_run::ChaosRunArgs),
     /// The verdict of scripts/chaos from its run's folder (faults.log, answers.log,
     /// rss.log), written to verdict.md: exits 1 when it fails, 3 when it cannot be made.
     ChaosVerdict(crate::chaos_verdict::VerdictArgs),
