@@ -5,11 +5,9 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-
-use super::unix_ms;
 
 /// `rss.log`'s first line.
 pub const HEADER: &str = "# ms service pid VmRSS_KiB VmHWM_KiB";
@@ -93,6 +91,14 @@ impl Drop for Sampler {
     fn drop(&mut self) {
         self.halt();
     }
+}
+
+/// Milliseconds since the Unix epoch, the clock of faults.log, answers.log and rss.log.
+pub fn unix_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis()
 }
 
 #[cfg(test)]

@@ -6,14 +6,14 @@
 
 mod memory;
 mod metrics;
-mod nemesis;
+pub mod nemesis;
 mod process;
 mod settings;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
@@ -33,14 +33,6 @@ pub struct ChaosRunArgs {
     /// scripts/chaos's own arguments, checked as its --help describes them: [SECONDS].
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     args: Vec<String>,
-}
-
-/// Milliseconds since the Unix epoch, the clock of faults.log, answers.log and rss.log.
-pub fn unix_ms() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis()
 }
 
 /// scripts/lib.sh's `log`.

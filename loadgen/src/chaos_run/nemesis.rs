@@ -4,17 +4,15 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
 
+use super::memory::unix_ms;
 use super::metrics;
 use super::process::{Pipeline, Stopped, signal};
 use super::settings::{Fault, Settings};
-use super::unix_ms;
-use crate::cli::SnapshotVersionArgs;
-use crate::scenario::tools::snapshot_version;
 
 /// `faults.log`'s first line.
 pub const HEADER: &str =
@@ -211,10 +209,7 @@ impl<'a> Nemesis<'a> {
     async fn change_snapshot(&mut self) -> anyhow::Result<String> {
         self.version += 1;
         let version = format!("chaos-{}", self.version);
-        snapshot_version(&SnapshotVersionArgs {
-            snapshot: self.snapshot.clone(),
-            version: version.clone(),
-        })?;
+        set_snapshot_version(&self.snapshot, &version)?;
         let mut missing = Vec::new();
         for _ in 0..75 {
             missing.clear();
@@ -239,6 +234,24 @@ impl<'a> Nemesis<'a> {
         }
         Ok(target)
     }
+}
+
+/// Sets a snapshot file's `version`, replacing the file whole (written beside it, then
+/// renamed), as an editor that saves by rename does.
+pub fn set_snapshot_version(path: &Path, version: &str) -> anyhow::Result<()> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut snapshot: serde_json::Value = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not JSON", path.display()))?;
+    snapshot
+        .as_object_mut()
+        .with_context(|| format!("{} is not a JSON object", path.display()))?
+        .insert("version".to_owned(), version.into());
+    let temporary = path.with_extension("json.tmp");
+    std::fs::write(&temporary, serde_json::to_vec(&snapshot)?)
+        .with_context(|| format!("cannot write {}", temporary.display()))?;
+    std::fs::rename(&temporary, path)
+        .with_context(|| format!("cannot replace {}", path.display()))?;
+    Ok(())
 }
 
 #[cfg(test)]

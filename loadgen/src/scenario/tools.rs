@@ -7,6 +7,7 @@ use std::path::Path;
 use anyhow::Context;
 
 use super::peak_rss_kib;
+use crate::chaos_run::nemesis::set_snapshot_version;
 use crate::cli::{HalfRateArgs, RssArgs, SnapshotVersionArgs};
 use crate::stats::Figure;
 use crate::{chaos, peers, report};
@@ -28,20 +29,7 @@ pub fn unleash_features(answer: &Path) -> anyhow::Result<()> {
 }
 
 pub fn snapshot_version(args: &SnapshotVersionArgs) -> anyhow::Result<()> {
-    let path = &args.snapshot;
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut snapshot: serde_json::Value = serde_json::from_slice(&bytes)
-        .with_context(|| format!("{} is not JSON", path.display()))?;
-    snapshot
-        .as_object_mut()
-        .with_context(|| format!("{} is not a JSON object", path.display()))?
-        .insert("version".to_owned(), args.version.clone().into());
-    let temporary = path.with_extension("json.tmp");
-    std::fs::write(&temporary, serde_json::to_vec(&snapshot)?)
-        .with_context(|| format!("cannot write {}", temporary.display()))?;
-    std::fs::rename(&temporary, path)
-        .with_context(|| format!("cannot replace {}", path.display()))?;
-    Ok(())
+    set_snapshot_version(&args.snapshot, &args.version)
 }
 
 /// The figures of a file of JSON lines.
