@@ -241,7 +241,7 @@ fn edges(tree: &BTreeMap<Module, PathBuf>, module: &Module, text: &str) -> BTree
                     full.push(segment);
                 }
             }
-            while !tree.contains_key(&full) {
+            while !full.is_empty() && !tree.contains_key(&full) {
                 full.pop();
             }
             if &full != module {
