@@ -9,19 +9,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 
+use crate::watch::status_kib;
+
 /// `rss.log`'s first line.
 pub const HEADER: &str = "# ms service pid VmRSS_KiB VmHWM_KiB";
 
 /// VmRSS and VmHWM (KiB) of a `/proc/PID/status` text; none without VmRSS (a kernel
 /// thread, or a process on its way out).
 pub fn rss_hwm(status: &str) -> Option<(u64, Option<u64>)> {
-    let field = |key: &str| {
-        status.lines().find_map(|line| {
-            let mut words = line.split_whitespace();
-            (words.next() == Some(key)).then(|| words.next()?.parse().ok())?
-        })
-    };
-    Some((field("VmRSS:")?, field("VmHWM:")))
+    Some((status_kib(status, "VmRSS:")?, status_kib(status, "VmHWM:")))
 }
 
 /// One line of `rss.log`: when, which service, its pid, VmRSS and VmHWM.

@@ -59,9 +59,5 @@ fn options(load: &LoadArgs, addr: SocketAddr) -> LoadOptions {
 pub fn peak_rss_kib(pid: u32) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("no process {pid}"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no VmHWM line")
+    watch::status_kib(&status, "VmHWM:").context("no VmHWM line")
 }
