@@ -67,14 +67,18 @@ pub fn half_rate(args: &HalfRateArgs) -> anyhow::Result<()> {
 
 /// The first key's `publicKey` of a snapshot file.
 pub fn snapshot_key(path: &Path) -> anyhow::Result<()> {
+    println!("{}", first_public_key(path)?);
+    Ok(())
+}
+
+fn first_public_key(path: &Path) -> anyhow::Result<String> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let snapshot: serde_json::Value = serde_json::from_slice(&bytes)
         .with_context(|| format!("{} is not JSON", path.display()))?;
     let key = snapshot["keys"][0]["publicKey"]
         .as_str()
         .with_context(|| format!("no public key in {}", path.display()))?;
-    println!("{key}");
-    Ok(())
+    Ok(key.to_owned())
 }
 
 /// Exits 1 when the chaos run lost or duplicated an acknowledged event.
@@ -88,6 +92,17 @@ pub async fn chaos(args: chaos::ChaosArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_public_key_of_a_snapshot_or_an_error() {
+        let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/experiments.json");
+        assert_eq!(first_public_key(&demo).unwrap(), "pk_demo_coffee");
+        let dir = tempfile::tempdir().unwrap();
+        let keyless = dir.path().join("keyless.json");
+        std::fs::write(&keyless, r#"{"version": 1, "experiments": [], "keys": []}"#).unwrap();
+        let error = first_public_key(&keyless).unwrap_err().to_string();
+        assert!(error.starts_with("no public key in"), "{error}");
+    }
 
     #[test]
     fn a_snapshot_gets_its_new_version_and_keeps_the_rest() {
