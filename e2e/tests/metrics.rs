@@ -307,6 +307,31 @@ impl Database {
         self.insert("events", &rows).await;
     }
 
+    /// Stores the metric values of `of`, as the consumer's refresh does, as refresh `id`.
+    async fn refresh(&self, of: schema::RefreshOf<'_>, id: u64) {
+        let caps = schema::ServerCaps::of(&self.client).await.expect("version");
+        schema::refresh_metric_values(&self.client, caps, None, &self.name, of, id)
+            .await
+            .expect("refresh");
+    }
+
+    /// Stores every missing or stale visitor's metric values, as the consumer's sweep does.
+    async fn refresh_stale(&self, id: u64) {
+        let of = schema::RefreshOf::Stale {
+            limit: 1_000_000,
+            before: u64::MAX,
+        };
+        self.refresh(of, id).await;
+    }
+
+    async fn count(&self, query: &str) -> u64 {
+        self.client
+            .query(query)
+            .fetch_one()
+            .await
+            .unwrap_or_else(|e| panic!("{query}: {e}"))
+    }
+
     async fn results(&self) -> Vec<Result> {
         self.client
             .query(
@@ -1039,4 +1064,150 @@ async fn a_changed_metric_applies_to_the_stored_events() {
         (share("signup") - share("purchase")).abs() > 0.01,
         "the change shows"
     );
+}
+
+/// Two results of the same visitors' values: equal but for the order of float sums.
+fn assert_same(what: &str, got: &[Result], want: &[Result]) {
+    assert_eq!(got.len(), want.len(), "{what}: rows");
+    for (g, w) in got.iter().zip(want) {
+        let row = format!("{what}: {} {}", g.metric_id, g.variant_id);
+        assert_eq!(
+            (&g.metric_id, &g.variant_id),
+            (&w.metric_id, &w.variant_id),
+            "{row}"
+        );
+        assert_eq!(g.visitors, w.visitors, "{row}: visitors");
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * (1.0 + b.abs());
+        assert!(
+            close(g.value, w.value),
+            "{row}: value {} against {}",
+            g.value,
+            w.value
+        );
+        for (name, a, b) in [
+            ("p_value", g.p_value, w.p_value),
+            ("cuped_diff", g.cuped_diff, w.cuped_diff),
+            (
+                "cuped_variance_reduction",
+                g.cuped_variance_reduction,
+                w.cuped_variance_reduction,
+            ),
+        ] {
+            match (a, b) {
+                (Some(a), Some(b)) => assert!(close(a, b), "{row}: {name} {a} against {b}"),
+                (a, b) => assert_eq!(a, b, "{row}: {name}"),
+            }
+        }
+    }
+}
+
+/// The per-visitor values that the consumer stores are what the view reads while they are
+/// fresh, and give the results that computing them from the events gives; a visitor with
+/// an event after them, or an experiment whose metric definitions changed, is computed
+/// from the events again until stored again; the same definitions loaded again keep them.
+#[tokio::test]
+async fn stored_values_are_read_while_fresh_and_computed_again_when_not() {
+    let db = Database::new().await;
+    let mut metrics = metrics();
+    db.define(&metrics, "v1", START - DAY).await;
+    let mut events = events(11, 60);
+    // A visitor id that a statement must quote.
+    let odd = "it's a \\ visitor?".to_owned();
+    for (name, target, t) in [
+        ("impression", "", START),
+        ("conversion", "signup", START + 1),
+    ] {
+        let mut e = events[0].clone();
+        (e.visitor, e.variant, e.name, e.target, e.t) = (odd.clone(), "B", name, target, t);
+        e.experiment = EXPERIMENT;
+        e.session = "odd-session".into();
+        events.push(e);
+    }
+    db.store(&events).await;
+    let stale = "SELECT count() FROM experiment_metric_stale";
+    let stored = "SELECT count() FROM experiment_metric_values";
+    let computed = db.results().await;
+    assert!(!computed.is_empty());
+    assert_eq!(db.count(stored).await, 0);
+    assert!(
+        db.count(stale).await > 100,
+        "every visitor is stale before a refresh"
+    );
+
+    db.refresh_stale(1).await;
+    assert_eq!(db.count(stale).await, 0, "the refresh stores every visitor");
+    assert!(db.count(stored).await > 0);
+    assert_same("stored", &db.results().await, &computed);
+
+    // The view reads what is stored: a later refresh of the odd visitor's with the same
+    // events read, its values altered, shows.
+    let alter = |id: u64, from: u64| {
+        format!(
+            "INSERT INTO experiment_metric_values SELECT public_key, experiment_id, phase, \
+             visitor_id, metric_id, variant_id, first_exposure_ms, value + 1000, \
+             denominator, pre_value, events_seen, settings_hash, {id} \
+             FROM experiment_metric_values WHERE refresh_id = {from} AND visitor_id = ?"
+        )
+    };
+    db.client
+        .query(&alter(2, 1))
+        .bind(&odd)
+        .execute()
+        .await
+        .expect("alter");
+    let altered = db.results().await;
+    let b = |r: &[Result]| {
+        r.iter()
+            .find(|r| r.variant_id == "B")
+            .map(|r| r.value)
+            .unwrap()
+    };
+    assert!(
+        b(&altered) > b(&computed) + 1.0,
+        "the stored values are read"
+    );
+
+    // An event of the visitor after the refresh: computed again.
+    let mut later = events.last().expect("events").clone();
+    (later.name, later.target, later.t) = ("click", "", START + 2);
+    db.insert("events", &[later.row(events.len())]).await;
+    events.push(later);
+    assert_eq!(db.count(stale).await, 1, "the odd visitor is stale");
+    let with_later = db.results().await;
+    assert!(
+        (b(&with_later) - b(&computed)).abs() < 1.0,
+        "computed again"
+    );
+    // Stored again, for that visitor alone, as the consumer does after a batch.
+    let visitor = [(KEY.to_owned(), odd.clone())];
+    db.refresh(schema::RefreshOf::Visitors(&visitor), 3).await;
+    assert_eq!(db.count(stale).await, 0);
+    assert_same("stored again", &db.results().await, &with_later);
+
+    // The same definitions loaded again (a later snapshot): still fresh.
+    db.define(&metrics, "v2", START).await;
+    assert_eq!(
+        db.count(stale).await,
+        0,
+        "unchanged definitions keep the values"
+    );
+    // A changed definition: every visitor of the experiment is computed again.
+    db.client
+        .query(&alter(4, 3))
+        .bind(&odd)
+        .execute()
+        .await
+        .expect("alter");
+    assert!(b(&db.results().await) > b(&with_later) + 1.0);
+    metrics[0].lookback_days = 7.0;
+    db.define(&metrics, "v3", START + 1).await;
+    assert!(
+        db.count(stale).await > 100,
+        "a changed definition makes them stale"
+    );
+    let changed = db.results().await;
+    assert!((b(&changed) - b(&with_later)).abs() < 1.0, "computed again");
+    db.refresh_stale(5).await;
+    assert_eq!(db.count(stale).await, 0);
+    assert_same("changed, stored", &db.results().await, &changed);
 }

@@ -23,10 +23,11 @@ pub use row::EventRow;
 pub use topology::ClickHouseArgs;
 
 use migrations::{
-    ARM_STATISTICS_12, BOOTSTRAP, FIRST_CONVERSION_11, METRIC_ARRAYS_12, METRIC_RESULTS_SELECT_12,
-    METRIC_VALUE_12, MIGRATIONS, RESULTS_DERIVED_11, RESULTS_HEAD_11, RESULTS_STATISTICS,
-    RESULTS_STATISTICS_10, RESULTS_STATISTICS_11, RESULTS_TAIL_11, SESSIONS_SELECT, SRM_CHI_SQUARE,
-    SRM_SEQUENTIAL_11, Step, VISITORS_SELECT,
+    ARM_STATISTICS_12, BOOTSTRAP, EXPOSURES_SELECT_13, FIRST_CONVERSION_11, METRIC_ARRAYS_12,
+    METRIC_RESULTS_SELECT_12, METRIC_VALUE_12, METRIC_VALUES_SELECT_13, MIGRATIONS,
+    RESULTS_DERIVED_11, RESULTS_HEAD_11, RESULTS_STATISTICS, RESULTS_STATISTICS_10,
+    RESULTS_STATISTICS_11, RESULTS_TAIL_11, SESSIONS_SELECT, SRM_CHI_SQUARE, SRM_SEQUENTIAL_11,
+    Step, VISITORS_SELECT, WITH_SETTINGS_HASH_13,
 };
 
 /// The minimum-data guard of the results views and of `experiment-results`: fewest exposed
@@ -158,6 +159,10 @@ impl ServerCaps {
             )
         };
         statement
+            .replace("{metric_values_of_stale}", &metric_values_select(STALE))
+            .replace("{stored_with_settings_hash}", &stored_with_settings_hash())
+            .replace("{exposures_select}", &exposures_select("1"))
+            .replace("{event_counts_select}", EVENT_COUNTS_SELECT)
             .replace("{metric_results_select}", &metric_results_select(None))
             .replace(
                 "{results_statistics_11}",
@@ -216,6 +221,7 @@ impl ServerCaps {
             .replace("{visitors_select}", VISITORS_SELECT)
             .replace("{first_conversion}", "")
             .replace("{on_cluster}", &layout.on_cluster)
+            .replace("{global}", layout.global())
             .replace("{local}", layout.local)
             .replace("{db}", database)
             .replace("{millis}", self.millis())
@@ -223,6 +229,124 @@ impl ServerCaps {
             .replace("{first_exposure_hour}", first_exposure_hour)
             .replace("{to_ms}", to_ms)
     }
+}
+
+/// Migration 13: what `visitor_event_counts` counts of inserted `events` rows.
+const EVENT_COUNTS_SELECT: &str = "SELECT public_key, visitor_id, count() AS events \
+     FROM {db}.events{local} GROUP BY public_key, visitor_id";
+
+/// Migration 13: the visitors whose stored metric values are not fresh (a condition on
+/// `events`' or `experiment_visitors`' columns): `experiment_metric_visitors` computes
+/// theirs from the events.
+const STALE: &str = "(toString(public_key), visitor_id) {global}NOT IN \
+     (SELECT public_key, visitor_id FROM {db}.experiment_metric_stored WHERE fresh = 1)";
+
+/// Migration 13: the exposures of the visitors `filter` keeps.
+fn exposures_select(filter: &str) -> String {
+    EXPOSURES_SELECT_13.replace("{visitor_filter}", filter)
+}
+
+/// Migration 13: the metric values of the visitors `filter` keeps, from their events.
+fn metric_values_select(filter: &str) -> String {
+    METRIC_VALUES_SELECT_13
+        .replace("{exposures_of_visitors}", &exposures_select(filter))
+        .replace("{visitor_filter}", filter)
+}
+
+/// Migration 13: the stored metric values, each with the current hash of what they depend
+/// on besides the events.
+fn stored_with_settings_hash() -> String {
+    WITH_SETTINGS_HASH_13.replace(
+        "{rows}",
+        "SELECT toString(public_key) AS public_key, experiment_id, phase, visitor_id, \
+         metric_id, variant_id, first_exposure_ms, value, denominator, pre_value, \
+         events_seen, settings_hash, refresh_id FROM {db}.experiment_metric_values",
+    )
+}
+
+/// Which visitors a metric refresh computes again.
+#[derive(Clone, Copy, Debug)]
+pub enum RefreshOf<'a> {
+    /// These (public key, visitor id) pairs: those of a batch just inserted.
+    Visitors(&'a [(String, String)]),
+    /// Up to `limit` of the visitors whose stored values are missing or stale and whose
+    /// latest refresh is older than `before` (a refresh id): a sweep takes each once.
+    Stale { limit: u64, before: u64 },
+}
+
+/// The statement that stores again the metric values of the visitors `of` selects
+/// (`experiment_metric_values`), computed from their events as `experiment_metric_visitors`
+/// computes them, as refresh `refresh_id` (larger than any before it for them). `cluster`
+/// names the cluster (its Distributed table then), `None` one server.
+pub fn metric_values_refresh(
+    caps: ServerCaps,
+    cluster: Option<&str>,
+    database: &str,
+    of: RefreshOf<'_>,
+    refresh_id: u64,
+) -> String {
+    let filter = match of {
+        RefreshOf::Visitors(visitors) => {
+            let quote = |s: &str| format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"));
+            let pairs: Vec<String> = visitors
+                .iter()
+                .map(|(key, visitor)| format!("({}, {})", quote(key), quote(visitor)))
+                .collect();
+            if pairs.is_empty() {
+                "0".to_owned()
+            } else {
+                format!(
+                    "(toString(public_key), visitor_id) IN ({})",
+                    pairs.join(", ")
+                )
+            }
+        }
+        RefreshOf::Stale { limit, before } => format!(
+            "(toString(public_key), visitor_id) {{global}}IN (SELECT public_key, visitor_id \
+             FROM {{db}}.experiment_metric_stale WHERE latest_refresh < {before} LIMIT {limit})"
+        ),
+    };
+    let rows = WITH_SETTINGS_HASH_13.replace("{rows}", &metric_values_select(&filter));
+    caps.render(
+        &format!(
+            "INSERT INTO {{db}}.experiment_metric_values (public_key, experiment_id, phase, \
+             visitor_id, metric_id, variant_id, first_exposure_ms, value, denominator, \
+             pre_value, events_seen, settings_hash, refresh_id) \
+             SELECT public_key, experiment_id, phase, visitor_id, metric_id, variant_id, \
+             first_exposure_ms, value, denominator, pre_value, events_seen, \
+             current_settings_hash, {refresh_id} FROM ({rows}) AS refreshed"
+        ),
+        database,
+        &Layout::new(cluster),
+    )
+}
+
+/// Runs [`metric_values_refresh`] through `client`, for a server of version `caps`.
+/// The statement is sent raw: a visitor id may hold any character.
+pub async fn refresh_metric_values(
+    client: &Client,
+    caps: ServerCaps,
+    cluster: Option<&str>,
+    database: &str,
+    of: RefreshOf<'_>,
+    refresh_id: u64,
+) -> anyhow::Result<()> {
+    let sql = metric_values_refresh(caps, cluster, database, of, refresh_id);
+    // A batch's visitors are a list in the statement.
+    let mut query = client
+        .query_raw(&sql)
+        .with_setting("max_query_size", (sql.len() + 1024).to_string());
+    if let Some((name, value)) = caps.low_cardinality_setting() {
+        query = query.with_setting(name, value);
+    }
+    if cluster.is_some() {
+        // Stored on every shard when the statement returns, as on one server.
+        query = query.with_setting("insert_distributed_sync", "1");
+    }
+    query
+        .execute()
+        .await
+        .context("cannot store the metric values")
 }
 
 /// Migration 12's per-metric statistics: over every visitor (the view), or with `segment`
@@ -366,6 +490,16 @@ impl Layout {
             local: "",
             whole: true,
             ..Self::new(cluster)
+        }
+    }
+
+    /// `GLOBAL ` where a subquery of a query on a Distributed table must run once, on the
+    /// server that was asked, rather than on each shard.
+    fn global(&self) -> &'static str {
+        if self.cluster.is_some() && !self.whole {
+            "GLOBAL "
+        } else {
+            ""
         }
     }
 

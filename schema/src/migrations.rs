@@ -61,6 +61,18 @@ pub(super) const METRIC_ARRAYS_12: &str = sql!("migrations/012_metric_arrays.sql
 /// Migration 12: the per-metric statistics over `{metric_visitors}`, per `{segment}` if any.
 pub(super) const METRIC_RESULTS_SELECT_12: &str = sql!("migrations/012_metric_results_select.sql");
 
+/// Migration 13: the exposed visitors that `{visitor_filter}` (a condition on
+/// `experiment_visitors`' columns) keeps, as `experiment_visitor_exposures` has them
+/// (which is this with `1`).
+pub(super) const EXPOSURES_SELECT_13: &str = sql!("migrations/013_visitor_exposures_select.sql");
+/// Migration 13: the metric values of the visitors that `{visitor_filter}` (a condition on
+/// `events`' columns, and on `experiment_visitors`' of the same names) keeps, computed
+/// from their events, each row with the visitor's rows of `events` read.
+pub(super) const METRIC_VALUES_SELECT_13: &str = sql!("migrations/013_metric_values_select.sql");
+/// Migration 13: `{rows}` (with `experiment_id` and `phase`) and the hash of the metric
+/// definitions and phase settings their values depend on, as `current_settings_hash`.
+pub(super) const WITH_SETTINGS_HASH_13: &str = sql!("migrations/013_with_settings_hash.sql");
+
 /// The sample-ratio check of [`MIGRATIONS`] 6 and every results view after it
 /// (`{srm_chi_square}`): chi-square, in closed form for 1 to 9 degrees of freedom.
 pub(super) const SRM_CHI_SQUARE: &str = sql!("migrations/006_srm_chi_square.sql");
@@ -400,6 +412,44 @@ pub(super) const MIGRATIONS: &[Migration] = &[
             // Per visitor and metric: the value, the denominator, the covariate.
             Step::Once(sql!("migrations/012_experiment_metric_visitors.sql")),
             Step::Once(sql!("migrations/012_experiment_metric_results.sql")),
+        ],
+    },
+    Migration {
+        version: 13,
+        description: "per-visitor metric values stored by the consumer",
+        steps: &[
+            // Each visitor's rows of events, counted as they are inserted: a value stored
+            // from fewer rows is stale.
+            Step::Sharded {
+                name: "visitor_event_counts",
+                engine: "SummingMergeTree",
+                create: sql!("migrations/013_visitor_event_counts.sql"),
+                key: SHARDING_KEY,
+            },
+            Step::Once(
+                "CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.visitor_event_counts_mv{on_cluster} \
+                 TO {db}.visitor_event_counts{local} AS {event_counts_select}",
+            ),
+            // A row inserted between the view and this is counted twice: its visitor reads
+            // as stale, which costs time, not correctness.
+            Step::EachShard("INSERT INTO {db}.visitor_event_counts{local} {event_counts_select}"),
+            // Written by the consumer's refresh (schema::metric_values_refresh).
+            Step::Sharded {
+                name: "experiment_metric_values",
+                engine: "ReplacingMergeTree",
+                create: sql!("migrations/013_experiment_metric_values.sql"),
+                key: SHARDING_KEY,
+            },
+            // The same exposures, from a template that a refresh restricts to its visitors.
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_visitor_exposures{on_cluster}"),
+            Step::Once(
+                "CREATE VIEW IF NOT EXISTS {db}.experiment_visitor_exposures{on_cluster} AS \
+                 {exposures_select}",
+            ),
+            Step::Once(sql!("migrations/013_experiment_metric_stored.sql")),
+            Step::Once(sql!("migrations/013_experiment_metric_stale.sql")),
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_metric_visitors{on_cluster}"),
+            Step::Once(sql!("migrations/013_experiment_metric_visitors.sql")),
         ],
     },
 ];
