@@ -21,10 +21,12 @@ use std::time::Duration;
 use axum::Router;
 use http_kit::serve::Http;
 use schema::topology::{Server, Topology};
+use tokio::sync::Notify;
 
 use crate::config::{CLIENT_ID, Config};
 use crate::dead_letters::DeadLetters;
 use crate::definitions::{self, Watched};
+use crate::refresh::{self, Schedule, Waiting};
 use crate::retention;
 use crate::shutdown::{stop_on, stopped};
 use crate::sink::Sink;
@@ -42,6 +44,10 @@ pub struct Application {
     snapshot: Option<(Watched, Vec<Server>)>,
     /// The servers, database and days of the retention runs, when events expire.
     retention: Option<(Topology, String, u32)>,
+    /// The metric values' refresh, when it runs: its servers, database, waiting visitors
+    /// and schedule, and what tells it the mirrored snapshot changed.
+    refresh: Option<(Topology, String, Arc<Waiting>, Schedule)>,
+    snapshot_written: Arc<Notify>,
 }
 
 impl Application {
@@ -81,6 +87,19 @@ impl Application {
                 days,
             )
         });
+        let refresh = (config.metrics_refresh_ms > 0).then(|| {
+            let schedule = Schedule {
+                every: Duration::from_millis(config.metrics_refresh_ms),
+                sweep_every: Duration::from_secs(config.metrics_sweep_secs),
+            };
+            (
+                topology.clone(),
+                config.clickhouse.clickhouse_database.clone(),
+                Arc::new(Waiting::default()),
+                schedule,
+            )
+        });
+        let waiting = refresh.as_ref().map(|(_, _, waiting, _)| waiting.clone());
         let sink = Sink::new(
             topology,
             Duration::from_millis(config.insert_timeout_ms),
@@ -91,6 +110,8 @@ impl Application {
             stats: stats.clone(),
             snapshot,
             retention,
+            refresh,
+            snapshot_written: Arc::new(Notify::new()),
             worker: Worker {
                 group: readiness.dependency(),
                 readiness,
@@ -99,6 +120,7 @@ impl Application {
                     sink,
                     dead_letters,
                     stats,
+                    refresh: waiting,
                 }),
                 config,
             },
@@ -129,16 +151,34 @@ impl Application {
         }));
         let mirror = self.snapshot.map(|((current, watcher), servers)| {
             (
-                tokio::spawn(definitions::mirror(servers, current, stop.clone())),
+                tokio::spawn(definitions::mirror(
+                    servers,
+                    current,
+                    self.snapshot_written.clone(),
+                    stop.clone(),
+                )),
                 watcher,
             )
         });
         let retention = self.retention.map(|(topology, database, days)| {
             tokio::spawn(retention::run(topology, database, days, stop.clone()))
         });
+        let refresh = self.refresh.map(|(topology, database, waiting, schedule)| {
+            tokio::spawn(refresh::run(
+                topology,
+                database,
+                waiting,
+                self.snapshot_written,
+                schedule,
+                stop.clone(),
+            ))
+        });
         let result = self.worker.consume(stop).await;
         if let Some(retention) = retention {
             let _ = retention.await;
+        }
+        if let Some(refresh) = refresh {
+            let _ = refresh.await;
         }
         let _ = http.await;
         if let Some((mirror, watcher)) = mirror {

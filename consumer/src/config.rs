@@ -76,6 +76,19 @@ pub struct Config {
     /// Longest an insert may take before it is abandoned and retried, in milliseconds.
     #[arg(long, env = "CLICKHOUSE_INSERT_TIMEOUT_MS", default_value_t = 30_000)]
     pub insert_timeout_ms: u64,
+
+    /// How often the visitors of the batches stored since the last time have their metric
+    /// values computed again and stored, in milliseconds (0: never; the results views
+    /// then compute every visitor's from the events, which is slower, not different).
+    #[arg(long, env = "METRICS_REFRESH_MS", default_value_t = 2_000)]
+    pub metrics_refresh_ms: u64,
+
+    /// How often every visitor whose stored metric values are missing or stale (rows not
+    /// inserted by a consumer, changed definitions) has them stored, in seconds; also at
+    /// start and when the mirrored snapshot changes.
+    #[arg(long, env = "METRICS_SWEEP_SECS", default_value_t = 600,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub metrics_sweep_secs: u64,
 }
 
 #[cfg(test)]

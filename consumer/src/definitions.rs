@@ -17,7 +17,7 @@ use http_kit::reload::{Build, load_and_watch};
 use schema::backoff::Backoff;
 use schema::topology::Server;
 use serde::Serialize;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
@@ -260,6 +260,7 @@ async fn write(client: &Client, snapshot: &Snapshot) -> anyhow::Result<(usize, u
 pub(crate) async fn mirror(
     servers: Vec<Server>,
     current: Arc<ArcSwap<Snapshot>>,
+    written_one: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut written: Option<Arc<Snapshot>> = None;
@@ -277,6 +278,7 @@ pub(crate) async fn mirror(
                         "Experiment definitions written.");
                     metrics::counter!("consumer_definitions_written_total").increment(1);
                     written = Some(snapshot);
+                    written_one.notify_one();
                     backoff = Backoff::standard();
                     LOOK_EVERY
                 }

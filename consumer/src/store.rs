@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 
 use crate::batch::{Batch, Letter};
 use crate::dead_letters::DeadLetters;
+use crate::refresh::Waiting;
 use crate::sink::{Outcome, Sink};
 use crate::stats::Stats;
 
@@ -29,6 +30,9 @@ pub(crate) struct Store {
     pub sink: Sink,
     pub dead_letters: DeadLetters,
     pub stats: Arc<Stats>,
+    /// Where the visitors of inserted rows wait for their metric values' refresh, when
+    /// one runs.
+    pub refresh: Option<Arc<Waiting>>,
 }
 
 impl Store {
@@ -55,6 +59,16 @@ impl Store {
                 .await
             {
                 Outcome::Inserted => {
+                    if let Some(waiting) = &self.refresh {
+                        let text = |span: &std::ops::Range<usize>| {
+                            std::str::from_utf8(&batch.kept()[span.clone()]).unwrap_or_default()
+                        };
+                        waiting.add(
+                            batch.rows()[range.clone()]
+                                .iter()
+                                .map(|row| (text(&row.public_key), text(&row.visitor_id))),
+                        );
+                    }
                     self.stats.inserts.fetch_add(1, Ordering::Relaxed);
                     self.stats
                         .rows_inserted

@@ -1160,7 +1160,7 @@ async fn stored_values_are_read_while_fresh_and_computed_again_when_not() {
         r.iter()
             .find(|r| r.variant_id == "B")
             .map(|r| r.value)
-            .unwrap()
+            .expect("B")
     };
     assert!(
         b(&altered) > b(&computed) + 1.0,

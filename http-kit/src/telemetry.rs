@@ -230,6 +230,14 @@ pub const METRICS: &[Metric] = &[
         "Monthly partitions of events dropped by EVENTS_RETENTION_DAYS.",
     ),
     counter(
+        "consumer_metric_visitors_refreshed_total",
+        "Visitors whose metric values were computed again and stored.",
+    ),
+    counter(
+        "consumer_metric_refresh_failures_total",
+        "Metric value refreshes (a batch's visitors, or a sweep) that failed.",
+    ),
+    counter(
         "ingest_snapshot_reloads_total",
         "Snapshot checks that found a change or failed, by result.",
     ),

@@ -1,0 +1,231 @@
+//! The metric values' refresh. `experiment_metric_results` reads each visitor's stored
+//! metric values (`experiment_metric_values`) while they are fresh and computes every other
+//! visitor's from the events, which costs a pass over them. So after a batch is stored, its
+//! visitors' values are computed again and stored, every `METRICS_REFRESH_MS`; and a sweep
+//! stores those of every visitor whose values are missing or stale (rows inserted by
+//! anything but a consumer, changed metric definitions or phase settings): at start, when
+//! the mirrored snapshot changes, and every `METRICS_SWEEP_SECS`. The results never
+//! depend on either: a refresh that fails or lags costs the view time, not correctness.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use schema::topology::{Topology, first_answering};
+use schema::{RefreshOf, ServerCaps};
+use tokio::sync::{Notify, watch};
+
+use crate::shutdown::stopped;
+
+/// Visitors per statement of a batch refresh (the list is part of the statement).
+const VISITORS_PER_STATEMENT: usize = 20_000;
+/// Stale visitors per statement of a sweep.
+const STALE_PER_STATEMENT: u64 = 200_000;
+/// Visitors waiting beyond this are left to the next sweep rather than kept in memory.
+const MOST_WAITING: usize = 1_000_000;
+/// The longest a statement may take.
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// The visitors of the batches stored since the last refresh, as (public key, visitor id).
+#[derive(Default)]
+pub(crate) struct Waiting {
+    visitors: Mutex<HashSet<(String, String)>>,
+    /// Set when visitors were left out (too many waiting, or a failed refresh): the next
+    /// sweep comes at the next tick.
+    overflowed: AtomicU64,
+}
+
+impl Waiting {
+    /// Adds the visitors of a stored batch (each allocated once per batch).
+    pub(crate) fn add<'a>(&self, visitors: impl Iterator<Item = (&'a str, &'a str)>) {
+        let batch: HashSet<(&str, &str)> = visitors.collect();
+        let mut waiting = self.visitors.lock().expect("not poisoned");
+        for (key, visitor) in batch {
+            if waiting.len() >= MOST_WAITING {
+                self.overflowed.store(1, Ordering::Relaxed);
+                return;
+            }
+            waiting.insert((key.to_owned(), visitor.to_owned()));
+        }
+    }
+
+    fn take(&self) -> Vec<(String, String)> {
+        let mut waiting = self.visitors.lock().expect("not poisoned");
+        std::mem::take(&mut *waiting).into_iter().collect()
+    }
+
+    fn overflowed(&self) -> bool {
+        self.overflowed.swap(0, Ordering::Relaxed) == 1
+    }
+}
+
+/// When the refresh and the sweep run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Schedule {
+    pub every: Duration,
+    pub sweep_every: Duration,
+}
+
+/// Refreshes the waiting visitors every `schedule.every`, and sweeps at start, when
+/// `changed` is notified and every `schedule.sweep_every`, until shutdown. A failed
+/// statement is logged and counted; its visitors are left to the next sweep.
+pub(crate) async fn run(
+    topology: Topology,
+    database: String,
+    waiting: std::sync::Arc<Waiting>,
+    changed: std::sync::Arc<Notify>,
+    schedule: Schedule,
+    mut stop: watch::Receiver<bool>,
+) {
+    let refresh = Refresh {
+        topology,
+        database,
+        ids: AtomicU64::new(0),
+    };
+    let mut sweep_due = tokio::time::Instant::now();
+    loop {
+        let now = tokio::time::Instant::now();
+        if now >= sweep_due || waiting.overflowed() {
+            sweep_due = now + schedule.sweep_every;
+            match refresh.sweep(&mut stop).await {
+                Ok(visitors) => tracing::info!(visitors, "Metric values swept."),
+                Err(e) => refresh.failed("sweep", &e),
+            }
+        }
+        let visitors = waiting.take();
+        for chunk in visitors.chunks(VISITORS_PER_STATEMENT) {
+            match refresh.of(RefreshOf::Visitors(chunk)).await {
+                Ok(()) => {
+                    metrics::counter!("consumer_metric_visitors_refreshed_total")
+                        .increment(chunk.len() as u64);
+                }
+                Err(e) => {
+                    refresh.failed("batch", &e);
+                    waiting.overflowed.store(1, Ordering::Relaxed);
+                }
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(schedule.every) => {}
+            () = changed.notified() => sweep_due = tokio::time::Instant::now(),
+            () = stopped(&mut stop) => return,
+        }
+    }
+}
+
+struct Refresh {
+    topology: Topology,
+    database: String,
+    /// The last refresh id given.
+    ids: AtomicU64,
+}
+
+impl Refresh {
+    /// A refresh id: larger than any this process gave before, and than any another gave
+    /// a millisecond or more before (milliseconds since the epoch, times 1000).
+    fn next_id(&self) -> u64 {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+            * 1000;
+        let last = self
+            .ids
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+                Some(now.max(last + 1))
+            })
+            .expect("always Some");
+        now.max(last + 1)
+    }
+
+    async fn caps_and_client(&self) -> anyhow::Result<(ServerCaps, clickhouse::Client)> {
+        let server = first_answering(self.topology.servers()).await?;
+        let client = server.client.clone();
+        Ok((ServerCaps::of(&client).await?, client))
+    }
+
+    /// Stores the values of `of`.
+    async fn of(&self, of: RefreshOf<'_>) -> anyhow::Result<()> {
+        let (caps, client) = self.caps_and_client().await?;
+        let id = self.next_id();
+        let cluster = self.topology.cluster.as_deref();
+        let refresh = schema::refresh_metric_values(&client, caps, cluster, &self.database, of, id);
+        tokio::time::timeout(STATEMENT_TIMEOUT, refresh)
+            .await
+            .context("the metric values' refresh timed out")?
+    }
+
+    /// Stores the values of every stale visitor, each once, statement by statement, until
+    /// none is left or a statement leaves as many as before (a visitor with no event
+    /// left). Returns how many were stale at first.
+    async fn sweep(&self, stop: &mut watch::Receiver<bool>) -> anyhow::Result<u64> {
+        let before = self.next_id();
+        let mut first = None;
+        let mut last = u64::MAX;
+        loop {
+            let (_, client) = self.caps_and_client().await?;
+            let stale: u64 = client
+                .query("SELECT count() FROM ?.experiment_metric_stale WHERE latest_refresh < ?")
+                .bind(clickhouse::sql::Identifier(&self.database))
+                .bind(before)
+                .fetch_one()
+                .await
+                .context("cannot count the stale visitors")?;
+            first.get_or_insert(stale);
+            if stale == 0 || stale >= last || *stop.borrow() {
+                return Ok(first.unwrap_or(0));
+            }
+            last = stale;
+            let of = RefreshOf::Stale {
+                limit: STALE_PER_STATEMENT,
+                before,
+            };
+            self.of(of).await?;
+            metrics::counter!("consumer_metric_visitors_refreshed_total")
+                .increment(stale.min(STALE_PER_STATEMENT));
+        }
+    }
+
+    fn failed(&self, what: &'static str, error: &anyhow::Error) {
+        tracing::warn!(what, error = %format!("{error:#}"), "Metric values not refreshed.");
+        metrics::counter!("consumer_metric_refresh_failures_total").increment(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waiting_visitors_are_taken_once_each() {
+        let waiting = Waiting::default();
+        waiting.add([("k", "a"), ("k", "b"), ("k", "a"), ("j", "a")].into_iter());
+        waiting.add([("k", "b")].into_iter());
+        let mut taken = waiting.take();
+        taken.sort();
+        let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        assert_eq!(taken, pairs(&[("j", "a"), ("k", "a"), ("k", "b")]));
+        assert!(waiting.take().is_empty());
+        assert!(!waiting.overflowed());
+    }
+
+    #[test]
+    fn refresh_ids_only_grow() {
+        let refresh = Refresh {
+            topology: Topology {
+                cluster: None,
+                shards: Vec::new(),
+            },
+            database: String::new(),
+            ids: AtomicU64::new(u64::MAX / 2),
+        };
+        let a = refresh.next_id();
+        let b = refresh.next_id();
+        assert!(b > a && a > u64::MAX / 2);
+    }
+}

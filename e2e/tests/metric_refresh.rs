@@ -1,0 +1,141 @@
+//! The consumer's refresh of the stored metric values: the visitors of the batches it
+//! inserts have their values stored soon after, and a sweep stores those of the visitors
+//! whose values are missing or stale when the mirrored snapshot changes (here: rows that
+//! did not come through a consumer, and a changed metric definition).
+
+use std::time::Duration;
+
+use e2e::{ConsumerNames, SnapshotFile};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+const KEY: &str = "pk_refresh";
+const EXPERIMENT: &str = "exp_refresh";
+
+/// Clicks per visitor: all of them, or those on `clicks_on`.
+fn snapshot(version: &str, clicks_on: Option<&str>) -> Value {
+    let mut metric = json!({ "id": "clicks", "kind": "mean", "eventName": "click",
+                             "aggregate": "count" });
+    if let Some(target) = clicks_on {
+        metric["clickTarget"] = json!(target);
+    }
+    let variant = |id: &str, control: bool| json!({ "id": id, "weight": 50, "control": control, "parts": {} });
+    json!({
+        "version": version,
+        "metrics": [metric],
+        "experiments": [{ "id": EXPERIMENT, "status": "live",
+                          "variants": [variant("var_a", true), variant("var_b", false)],
+                          "metrics": [{ "id": "clicks", "role": "secondary" }] }],
+        "keys": [{ "publicKey": KEY, "experiments": [EXPERIMENT] }]
+    })
+}
+
+/// An impression and three clicks (two on `#buy`) of `visitor`, as the ingest sends them.
+fn events(visitor: &str, variant: &str) -> Vec<contract::event::EventMessage> {
+    let envelope = contract::event::Envelope::new(
+        contract::event::now_millis(),
+        KEY.into(),
+        "Mozilla/5.0 (X11; Linux x86_64) Chrome/130.0".into(),
+        None,
+    );
+    let event = |name: &str, target: &str| {
+        let mut body = json!({ "eventName": name, "experimentId": EXPERIMENT,
+            "sessionId": format!("s-{visitor}"), "visitorId": visitor });
+        if name == "impression" {
+            body["variantId"] = json!(variant);
+        } else {
+            body["clickTarget"] = json!(target);
+        }
+        contract::event::EventMessage::from_client(&body, &envelope).expect("valid event")
+    };
+    vec![
+        event("impression", ""),
+        event("click", "#buy"),
+        event("click", "#buy"),
+        event("click", "#nav"),
+    ]
+}
+
+async fn count(ch: &clickhouse::Client, query: &str) -> u64 {
+    ch.query(query).fetch_one().await.unwrap_or(u64::MAX)
+}
+
+#[tokio::test]
+async fn the_consumer_stores_its_visitors_values_and_sweeps_the_rest_on_a_new_snapshot() {
+    let file = SnapshotFile::new(&snapshot("r-1", None));
+    let names = ConsumerNames::unique();
+    let snapshot_flag = format!("--experiments-snapshot={}", file.path.display());
+    let consumer = e2e::start_consumer(e2e::consumer_config(
+        &names,
+        &[
+            &snapshot_flag,
+            "--snapshot-poll-interval-ms=100",
+            "--metrics-refresh-ms=200",
+        ],
+    ))
+    .await;
+    let ch = e2e::clickhouse(&names.database);
+    let stale = "SELECT count() FROM experiment_metric_stale";
+    // The stored clicks of each visitor, as the view reads them.
+    let stored = |metric_rows: u64| {
+        let ch = ch.clone();
+        async move {
+            let rows = count(
+                &ch,
+                "SELECT count() FROM experiment_metric_stored ARRAY JOIN latest_rows AS row \
+                 WHERE fresh = 1 AND row.4 = 'clicks'",
+            )
+            .await;
+            (rows == metric_rows && count(&ch, stale).await == 0).then_some(())
+        }
+    };
+    e2e::eventually(WAIT, "the snapshot mirrored", || async {
+        (count(&ch, "SELECT count() FROM experiment_metrics").await > 0).then_some(())
+    })
+    .await;
+
+    let mut messages = Vec::new();
+    for v in 0..10 {
+        messages.extend(events(
+            &format!("v{v}"),
+            if v % 2 == 0 { "var_a" } else { "var_b" },
+        ));
+    }
+    e2e::produce_events_to(&e2e::kafka_brokers(), &names.topic, &messages).await;
+    e2e::eventually(WAIT, "the consumed visitors' values stored", || stored(10)).await;
+    let means = "SELECT groupArray(value) FROM (SELECT value FROM experiment_metric_results WHERE metric_id = 'clicks' \
+                 ORDER BY variant_id)";
+    let all_clicks: Vec<f64> = ch.query(means).fetch_one().await.expect("results");
+    assert_eq!(all_clicks, [3.0, 3.0]);
+
+    // Rows that no consumer inserted: their visitors stay stale until a sweep.
+    let direct: Vec<String> = (10..15)
+        .flat_map(|v| events(&format!("v{v}"), "var_a"))
+        .map(|e| {
+            json!({ "event_id": e.event_id.to_string(), "received_at": e.received_at / 1000,
+                "received_at_ms": e.received_at, "event_time": e.received_at,
+                "public_key": KEY, "event_name": e.event_name, "experiment_id": EXPERIMENT,
+                "variant_id": e.variant_id.unwrap_or_default(), "session_id": e.session_id,
+                "click_target": e.click_target.unwrap_or_default(),
+                "visitor_id": e.visitor_id.unwrap_or_default(), "phase": 1 })
+            .to_string()
+        })
+        .collect();
+    ch.query(&format!(
+        "INSERT INTO events FORMAT JSONEachRow {}",
+        direct.join("\n")
+    ))
+    .execute()
+    .await
+    .expect("insert");
+    assert_eq!(count(&ch, stale).await, 5);
+
+    // A new snapshot with a changed metric: every visitor is swept.
+    file.replace(&snapshot("r-2", Some("#buy")));
+    e2e::eventually(WAIT, "every visitor's values stored again", || stored(15)).await;
+    let buys: Vec<f64> = ch.query(means).fetch_one().await.expect("results");
+    assert_eq!(buys, [2.0, 2.0], "the changed definition applies");
+
+    consumer.stop().await.expect("clean stop");
+    e2e::drop_database(&names.database).await;
+}
