@@ -240,6 +240,13 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                 ("experiment_daily", "View"),
                 ("experiment_metric_definitions", "View"),
                 ("experiment_metric_results", "View"),
+                ("experiment_metric_stale", "View"),
+                ("experiment_metric_stored", "View"),
+                ("experiment_metric_values", "Distributed"),
+                (
+                    "experiment_metric_values_local",
+                    "ReplicatedReplacingMergeTree"
+                ),
                 ("experiment_metric_visitors", "View"),
                 ("experiment_metrics", "ReplicatedReplacingMergeTree"),
                 ("experiment_phase_settings", "View"),
@@ -261,6 +268,9 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                 ("results_settings_log", "ReplicatedMergeTree"),
                 ("results_settings_log_mv", "MaterializedView"),
                 ("schema_migrations", "ReplicatedMergeTree"),
+                ("visitor_event_counts", "Distributed"),
+                ("visitor_event_counts_local", "ReplicatedSummingMergeTree"),
+                ("visitor_event_counts_mv", "MaterializedView"),
             ],
             "server {n}"
         );
@@ -292,11 +302,11 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                     .fetch_all()
                     .await
                     .ok()?;
-                (v.len() == 12).then_some(v)
+                (v.len() == 13).then_some(v)
             },
         )
         .await;
-        assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+        assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]);
     }
     cluster.drop_database(&database).await;
 }

@@ -235,6 +235,19 @@ impl ServerCaps {
 const EVENT_COUNTS_SELECT: &str = "SELECT public_key, visitor_id, count() AS events \
      FROM {db}.events{local} GROUP BY public_key, visitor_id";
 
+/// Migration 13's select of `visitor_event_counts` rows, from the events of `database` (a
+/// shard's own in a cluster) that `filter` keeps: what a copy's feed computes
+/// (`analytics-access`), and what rebuilds a visitor's count after an erasure.
+pub fn event_counts_select(
+    caps: ServerCaps,
+    cluster: Option<&str>,
+    database: &str,
+    filter: &str,
+) -> String {
+    let select = EVENT_COUNTS_SELECT.replacen(" GROUP BY", &format!(" WHERE {filter} GROUP BY"), 1);
+    caps.render(&select, database, &Layout::new(cluster))
+}
+
 /// Migration 13: the visitors whose stored metric values are not fresh (a condition on
 /// `events`' or `experiment_visitors`' columns): `experiment_metric_visitors` computes
 /// theirs from the events.

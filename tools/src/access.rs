@@ -382,8 +382,8 @@ fn copy_of(user: &str) -> String {
 }
 
 /// 18.x: the tables of the copy that a feed fills, the table of the analysts' database it
-/// reads (as inserted) and which of its rows: `{keys}` is the granted keys' list. `events`
-/// is read on each server from its own shard's part. A table that a materialized view of
+/// reads (as inserted) and which of its rows: `{keys}` is the granted keys' list. A sharded
+/// table ([`SHARDED`]) is read on each server from its own shard's part. A table that a materialized view of
 /// the analysts' database fills is fed from that view's source, since 18.x runs no
 /// materialized view on another's writes.
 const FED: &[(&str, &str, &str)] = &[
@@ -401,10 +401,19 @@ const FED: &[(&str, &str, &str)] = &[
         "experiment_metrics",
         "hasAny(public_keys, [{keys}])",
     ),
+    // The metric values stored by the consumers' refresh, from each shard's own part.
+    (
+        "experiment_metric_values",
+        "experiment_metric_values",
+        "public_key IN ({keys})",
+    ),
     // The operators' tuning of the statistics, and its history: no site's data.
     ("results_settings", "results_settings", "1"),
     ("results_settings_log", "results_settings", "1"),
 ];
+
+/// 18.x: the fed tables that a cluster shards: written in each shard's own part.
+const SHARDED: &[&str] = &["events", "experiment_metric_values"];
 
 /// 18.x: the fed tables whose rows name the keys that list their experiment
 /// (`public_keys`), empty in rows written before the keys were recorded.
@@ -419,7 +428,7 @@ fn feed_name(user: &str, table: &str) -> String {
 /// 18.x: what makes the feeds on one server. `columns` gives each fed table's columns as
 /// the copy has them (a materialized view of 18.x fills its target by position). The
 /// aggregate `experiment_visitors` gets a feed of its own: 18.x does not run the copy's
-/// materialized views for rows that a feed writes.
+/// materialized views for rows that a feed writes; nor does `visitor_event_counts`.
 fn legacy_feeds(
     caps: ServerCaps,
     cluster: Option<&str>,
@@ -434,7 +443,7 @@ fn legacy_feeds(
     let mut sql: Vec<String> = FED
         .iter()
         .map(|(table, source, filter)| {
-            let from = if *source == "events" {
+            let from = if SHARDED.contains(source) {
                 format!("{source}{local}")
             } else {
                 (*source).to_owned()
@@ -452,6 +461,11 @@ fn legacy_feeds(
         "CREATE MATERIALIZED VIEW {} TO {copy}.experiment_visitors AS {}",
         feed_name(user, "experiment_visitors"),
         schema::visitors_select(caps, cluster, database, &format!("public_key IN ({keys})"))
+    ));
+    sql.push(format!(
+        "CREATE MATERIALIZED VIEW {} TO {copy}.visitor_event_counts AS {}",
+        feed_name(user, "visitor_event_counts"),
+        schema::event_counts_select(caps, cluster, database, &format!("public_key IN ({keys})"))
     ));
     sql
 }

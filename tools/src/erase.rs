@@ -146,20 +146,27 @@ struct Table {
 enum Action {
     /// Its subject's rows are deleted.
     Delete,
+    /// Kept per visitor, without sessions, and stored again by the consumer: a session's
+    /// visitors' rows are deleted (`experiment_metric_values`).
+    Forget,
     /// A visitor aggregate without sessions: a session's visitors' rows are deleted and
-    /// built again from the events left (`experiment_visitors`).
+    /// built again from the events left (`experiment_visitors`, `visitor_event_counts`).
     Rebuild,
 }
 
-/// The sharded aggregate keyed by visitor that erasing a session builds again.
-const VISITOR_AGGREGATE: &str = "experiment_visitors";
+/// The sharded tables keyed by visitor, without sessions, that erasing a session builds
+/// again from the events left.
+const VISITOR_AGGREGATES: &[&str] = &["experiment_visitors", "visitor_event_counts"];
+/// The sharded table keyed by visitor, without sessions, that erasing a session empties
+/// of its visitors' rows.
+const VISITOR_VALUES: &str = "experiment_metric_values";
 
 /// The tables of the database that hold rows of `subject`, from their columns: every
 /// table of the MergeTree family (the others hold no rows of their own: views,
 /// Distributed tables) with the subject's column. A table keyed by visitor without a
-/// `session_id` cannot lose one session's rows: for a session it must be the visitor
-/// aggregate, which is rebuilt, and any other such table is refused rather than left
-/// holding the session's contribution.
+/// `session_id` cannot lose one session's rows: for a session it must be a visitor
+/// aggregate, which is rebuilt, or the stored metric values, which are forgotten; any
+/// other such table is refused rather than left holding the session's contribution.
 fn tables_of(
     columns: &[(String, String, String)],
     subject: &Subject,
@@ -181,14 +188,20 @@ fn tables_of(
                 action: Action::Delete,
             });
         } else if matches!(subject, Subject::Session(_)) && has(name, "visitor_id") {
-            anyhow::ensure!(
-                name == format!("{VISITOR_AGGREGATE}{local}"),
-                "table {name} keeps visitors without their sessions: erasing a session \
-                 cannot tell which of its rows to take out (erase the visitor instead)"
-            );
+            let base = name.strip_suffix(local).unwrap_or(name);
+            let action = if VISITOR_AGGREGATES.contains(&base) {
+                Action::Rebuild
+            } else if base == VISITOR_VALUES {
+                Action::Forget
+            } else {
+                anyhow::bail!(
+                    "table {name} keeps visitors without their sessions: erasing a session \
+                     cannot tell which of its rows to take out (erase the visitor instead)"
+                );
+            };
             tables.push(Table {
                 name: name.to_owned(),
-                action: Action::Rebuild,
+                action,
             });
         }
     }
@@ -339,17 +352,17 @@ async fn erase_in(
     // negligible (about one in 10^10 for a billion visitors).
     let condition = |table: &Table| match table.action {
         Action::Delete => format!("sipHash64({}) = ?", subject.column()),
-        Action::Rebuild => "has(?, sipHash64(visitor_id))".to_owned(),
+        Action::Forget | Action::Rebuild => "has(?, sipHash64(visitor_id))".to_owned(),
     };
     let visitor_hashes: Vec<u64> = visitors.iter().map(|v| sip_hash64(v.as_bytes())).collect();
     let bind = |query: clickhouse::query::Query, table: &Table| match table.action {
         Action::Delete => query.bind(sip_hash64(id.as_bytes())),
-        Action::Rebuild => query.bind(visitor_hashes.clone()),
+        Action::Forget | Action::Rebuild => query.bind(visitor_hashes.clone()),
     };
     // Deletions first (the events), then the rebuilt aggregates from what is left.
-    for pass in [Action::Delete, Action::Rebuild] {
+    for pass in [Action::Delete, Action::Forget, Action::Rebuild] {
         for table in tables.iter().filter(|t| t.action == pass) {
-            if table.action == Action::Rebuild && visitors.is_empty() {
+            if table.action != Action::Delete && visitors.is_empty() {
                 // The session has no events left: no visitor to rebuild.
                 erased.rows.push((table.name.clone(), 0));
                 continue;
@@ -390,12 +403,7 @@ async fn erase_in(
             }
             erased.rows.push((table.name.clone(), held));
             if table.action == Action::Rebuild {
-                let sql = schema::visitors_rebuild(
-                    caps,
-                    topology.cluster.as_deref(),
-                    database,
-                    "has(?, visitor_id)",
-                );
+                let sql = rebuild_statement(caps, topology, database, &table.name);
                 for (first, replicas) in firsts.iter().zip(&topology.shards) {
                     let mut query = first
                         .client
@@ -425,6 +433,21 @@ async fn erase_in(
         }
     }
     Ok(erased)
+}
+
+/// The statement that builds again, on a shard, the rows of sharded aggregate `table` (its
+/// shard-local name) of the visitors bound to `?`.
+fn rebuild_statement(caps: ServerCaps, topology: &Topology, database: &str, table: &str) -> String {
+    let cluster = topology.cluster.as_deref();
+    let filter = "has(?, visitor_id)";
+    if table.strip_suffix(topology.local()).unwrap_or(table) == "experiment_visitors" {
+        schema::visitors_rebuild(caps, cluster, database, filter)
+    } else {
+        format!(
+            "INSERT INTO {database}.{table} {}",
+            schema::event_counts_select(caps, cluster, database, filter)
+        )
+    }
 }
 
 /// The rows of `table` that `condition` selects (`sipHash64(visitor_id) = ?`, ...).
@@ -565,6 +588,16 @@ mod tests {
                 "ReplicatedAggregatingMergeTree",
                 "visitor_id",
             ),
+            (
+                "visitor_event_counts_local",
+                "ReplicatedSummingMergeTree",
+                "visitor_id",
+            ),
+            (
+                "experiment_metric_values_local",
+                "ReplicatedReplacingMergeTree",
+                "visitor_id",
+            ),
         ]);
         let visitor = tables_of(&cols, &Subject::Visitor("v".into()), "_local").expect("ok");
         assert_eq!(
@@ -574,7 +607,9 @@ mod tests {
                 .collect::<Vec<_>>(),
             [
                 ("events_local", Action::Delete),
-                ("experiment_visitors_local", Action::Delete)
+                ("experiment_metric_values_local", Action::Delete),
+                ("experiment_visitors_local", Action::Delete),
+                ("visitor_event_counts_local", Action::Delete),
             ]
         );
         let session = tables_of(&cols, &Subject::Session("s".into()), "_local").expect("ok");
@@ -585,7 +620,9 @@ mod tests {
                 .collect::<Vec<_>>(),
             [
                 ("events_local", Action::Delete),
-                ("experiment_visitors_local", Action::Rebuild)
+                ("experiment_metric_values_local", Action::Forget),
+                ("experiment_visitors_local", Action::Rebuild),
+                ("visitor_event_counts_local", Action::Rebuild),
             ]
         );
         let mut other = cols.clone();
@@ -599,7 +636,7 @@ mod tests {
             tables_of(&other, &Subject::Visitor("v".into()), "_local")
                 .expect("ok")
                 .len(),
-            3
+            5
         );
     }
 }
