@@ -22,6 +22,7 @@ mod pipeline;
 mod report;
 mod scenario;
 mod stats;
+mod supervise;
 mod traffic;
 mod watch;
 mod wrk;
