@@ -1,6 +1,7 @@
-//! What a driver of a script (`chaos_run`) needs to supervise processes: signals, pid
-//! files, the run's interruption, and the thin call into `scripts/lib.sh` that starts and
-//! stops servers the way scripts/up does, so that how a server is started stays written once.
+//! What the drivers of `scripts/chaos` and `scripts/bench` (`chaos_run`, `bench_run`) share
+//! to supervise processes: signals, whether a pid still runs, free ports, and the thin call
+//! into `scripts/lib.sh` that starts and stops servers the way scripts/up does, so that how
+//! a server is started stays written once.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -51,6 +52,18 @@ pub async fn interrupted() -> i32 {
     }
 }
 
+/// The state letter of `/proc/PID/stat` (`R`, `S`, `T`, `Z`…); none when the pid is gone.
+pub fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// `is_running` of scripts/lib.sh: the process lives (a zombie, killed but not yet reaped,
+/// does not).
+pub fn is_running(pid: u32) -> bool {
+    state(pid).is_some_and(|s| s != 'Z')
+}
+
 /// The pid a pid file records.
 pub fn read_pid(path: &Path) -> anyhow::Result<u32> {
     let text =
@@ -76,14 +89,31 @@ pub fn pidfile(run_dir: &Path, service: &str) -> PathBuf {
     }
 }
 
+/// `tcp_open` of scripts/lib.sh: something accepts connections on 127.0.0.1:`port`.
+pub fn tcp_open(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+/// `free_port_from` of scripts/lib.sh: `port` if nothing listens there, else the next free
+/// one above it.
+pub fn free_port_from(port: u16) -> u16 {
+    (port..=u16::MAX).find(|p| !tcp_open(*p)).unwrap_or(port)
+}
+
 /// Runs `script` with the functions of `repo`'s scripts/lib.sh and its arguments `$1`,
-/// `$2`…, with `env` over the environment, its output discarded.
+/// `$2`…, with `env` over the environment; its output goes where `output` says (stdout and
+/// stderr, or both discarded).
 pub async fn lib_sh(
     repo: &Path,
     env: &[(String, String)],
     script: &str,
     args: &[&str],
+    output: Output,
 ) -> anyhow::Result<()> {
+    let (stdout, stderr) = match output {
+        Output::Discarded => (Stdio::null(), Stdio::null()),
+        Output::Stderr => (Stdio::from(std::io::stderr()), Stdio::inherit()),
+    };
     let status = tokio::process::Command::new("bash")
         .arg("-c")
         .arg(format!("set -e; source \"$0\"; {script}"))
@@ -91,13 +121,22 @@ pub async fn lib_sh(
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
         .status()
         .await
         .context("bash does not run")?;
     anyhow::ensure!(status.success(), "{script}: {status}");
     Ok(())
+}
+
+/// Where the output of a call into scripts/lib.sh goes.
+#[derive(Clone, Copy)]
+pub enum Output {
+    /// Nowhere: a step of a run, not the run's log.
+    Discarded,
+    /// Both streams to this process's stderr (its log lines, `==> …`).
+    Stderr,
 }
 
 #[cfg(test)]
@@ -110,25 +149,30 @@ mod tests {
             .arg("30")
             .spawn()
             .unwrap();
-        let state = |pid: u32| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-            stat.rsplit_once(')')
-                .unwrap()
-                .1
-                .split_whitespace()
-                .next()
-                .unwrap()
-                .to_owned()
-        };
         let guard = Stopped::new(child.id()).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(100));
-        assert_eq!(state(child.id()), "T");
+        assert_eq!(state(child.id()), Some('T'));
         drop(guard);
         std::thread::sleep(std::time::Duration::from_millis(100));
-        assert_eq!(state(child.id()), "S");
+        assert_eq!(state(child.id()), Some('S'));
+        assert!(is_running(child.id()));
         child.kill().unwrap();
+        // Killed, not yet reaped: a zombie does not run.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!is_running(child.id()));
         child.wait().unwrap();
         assert!(signal(child.id(), "CONT").is_err());
+        assert!(!is_running(child.id()));
+    }
+
+    #[test]
+    fn a_free_port_is_the_first_nobody_listens_on() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let taken = listener.local_addr().unwrap().port();
+        assert!(tcp_open(taken));
+        assert_ne!(free_port_from(taken), taken);
+        drop(listener);
+        assert_eq!(free_port_from(taken), taken);
     }
 
     #[test]

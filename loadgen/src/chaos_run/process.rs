@@ -8,7 +8,7 @@ use std::process::Stdio;
 
 use anyhow::Context;
 
-use crate::supervise;
+use crate::supervise::{self, Output};
 
 /// The broker's port (scripts/up's).
 pub const BROKER_PORT: u16 = 9092;
@@ -98,7 +98,7 @@ impl Pipeline {
     /// Runs `script` with the functions of scripts/lib.sh, its output discarded as the
     /// nemesis's own steps are not the run's log.
     async fn lib_sh(&self, script: &str, args: &[&str]) -> anyhow::Result<()> {
-        supervise::lib_sh(&self.repo, &self.env, script, args).await
+        supervise::lib_sh(&self.repo, &self.env, script, args, Output::Discarded).await
     }
 }
 
