@@ -9,6 +9,9 @@ use anyhow::Context;
 
 use crate::supervise;
 
+/// Its worker processes.
+const WORKERS: usize = 2;
+
 /// The static nginx of a run.
 pub struct Static {
     pub dir: PathBuf,
@@ -38,14 +41,22 @@ impl Static {
             .status()
             .context("nginx does not run")?;
         anyhow::ensure!(status.success(), "nginx did not start ({status})");
+        // nginx listens before it forks its master, which writes the pid file and then forks
+        // the workers: ready when both ports answer and both workers run (5 s at most).
+        let mut workers = Vec::new();
         for _ in 0..50 {
-            if supervise::tcp_open(port) && supervise::tcp_open(floor_port) {
-                break;
+            if supervise::tcp_open(port)
+                && supervise::tcp_open(floor_port)
+                && let Ok(master) = supervise::read_pid(&dir.join("nginx.pid"))
+            {
+                workers = children(master);
+                if workers.len() >= WORKERS {
+                    break;
+                }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let master = supervise::read_pid(&dir.join("nginx.pid"))?;
-        let workers = children(master)
+        let workers = workers
             .into_iter()
             .map(|pid| format!("nginx-{pid}={pid}"))
             .collect();
@@ -95,7 +106,7 @@ pub fn children(pid: u32) -> Vec<u32> {
 fn config(dir: &Path, port: u16, floor_port: u16) -> String {
     let d = dir.display();
     format!(
-        "worker_processes 2;
+        "worker_processes {WORKERS};
 pid {d}/nginx.pid;
 error_log {d}/error.log warn;
 events {{ worker_connections 4096; }}
@@ -137,5 +148,22 @@ mod tests {
         assert!(text.contains("listen 127.0.0.1:8091;"));
         assert!(text.contains("return 202 '{\"accepted\":5}';"));
         assert!(text.ends_with("    }\n}\n"));
+    }
+
+    #[tokio::test]
+    async fn it_serves_both_and_its_two_workers_are_watched() {
+        let dir = tempfile::tempdir().unwrap();
+        let nginx = Static::start(dir.path()).await.unwrap();
+        let _stop = Stop(nginx.dir.clone());
+        assert_eq!(nginx.workers.len(), 2, "{:?}", nginx.workers);
+        assert!(supervise::tcp_open(nginx.port) && supervise::tcp_open(nginx.floor_port));
+    }
+
+    struct Stop(PathBuf);
+
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            stop(&self.0);
+        }
     }
 }
