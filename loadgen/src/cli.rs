@@ -86,6 +86,11 @@ pub enum Command {
     /// injects faults in turn and memory is sampled every second, then writes the run's
     /// summary.md with the verdict. Exits 1 when it fails, 2 on a usage error.
     ChaosRun(crate::chaos_run::ChaosRunArgs),
+    /// The body of scripts/bench (see its --help; its settings come from the environment):
+    /// starts the scripts/up pipeline, measures each section next to its reference, the
+    /// series on brokers of their own whose every round is refused on a dead broker, and
+    /// prints the tables. Exits 1 when something could not run, a refused round included.
+    BenchRun(crate::bench_run::BenchRunArgs),
     /// The verdict of scripts/chaos from its run's folder (faults.log, answers.log,
     /// rss.log), written to verdict.md: exits 1 when it fails, 3 when it cannot be made.
     ChaosVerdict(crate::chaos_verdict::VerdictArgs),

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::chaos_verdict::{self, VerdictArgs};
+use crate::supervise;
 use nemesis::Nemesis;
 use process::Pipeline;
 use settings::{Settings, Topology};
@@ -59,26 +60,11 @@ pub async fn command(args: ChaosRunArgs) -> ! {
                 1
             }
         },
-        signal = interrupted() => signal,
+        signal = supervise::interrupted() => signal,
     };
     // The run's future is gone by now: its guards continued what was stopped and killed
     // the load.
     std::process::exit(code)
-}
-
-/// The exit code of a run ended by SIGINT or SIGTERM.
-async fn interrupted() -> i32 {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(mut int), Ok(mut term)) => tokio::select! {
-            _ = int.recv() => 130,
-            _ = term.recv() => 143,
-        },
-        _ => std::future::pending().await,
-    }
 }
 
 /// The first three figures of /proc/loadavg.

@@ -11,8 +11,9 @@ use anyhow::Context;
 
 use super::memory::unix_ms;
 use super::metrics;
-use super::process::{Pipeline, Stopped, signal};
+use super::process::Pipeline;
 use super::settings::{Fault, Settings};
+use crate::supervise::{Stopped, signal};
 
 /// `faults.log`'s first line.
 pub const HEADER: &str =

@@ -1,0 +1,457 @@
+//! Section 3 with the peers: the consumer against ClickHouse's Kafka engine, which fills
+//! the consumer's schema through materialized views, both into one ClickHouse server of
+//! their own that loads BENCH_CLICKHOUSE_LIBRDKAFKA's librdkafka, rounds alternated; then
+//! the two databases must hold the same rows, and what each stores of a topic with a
+//! message that is not JSON, and when killed (SIGKILL) mid-backlog, is kept in
+//! `guarantees.txt` (printed after the tables).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::consumer::{TOPIC, nanos};
+use super::context::{Run, log, sql_to};
+use super::measure::{Measure, Stderr, Stdout, strings};
+use super::plan;
+use super::series::{Round, Series};
+use crate::supervise::{self, Output};
+
+/// The peers' ClickHouse.
+struct Peer<'a> {
+    run: &'a Run<'a>,
+    dir: PathBuf,
+    url: String,
+    http_port: u16,
+    tcp_port: u16,
+    config: PathBuf,
+    /// The librdkafka folder.
+    librdkafka: PathBuf,
+    pid: u32,
+}
+
+impl Peer<'_> {
+    /// scripts/lib.sh's `start_clickhouse`, with the librdkafka of the peers' folder.
+    async fn start(&mut self) -> anyhow::Result<()> {
+        supervise::lib_sh(
+            self.run.repo,
+            &[(
+                "LD_LIBRARY_PATH".to_owned(),
+                self.librdkafka.display().to_string(),
+            )],
+            "start_clickhouse \"$1\" \"$2\" \"$3\" \"$4\"",
+            &[
+                &self.dir.display().to_string(),
+                &self.http_port.to_string(),
+                &self.tcp_port.to_string(),
+                &self.config.display().to_string(),
+            ],
+            Output::Stderr,
+        )
+        .await
+        .context("the Kafka engine's ClickHouse did not start")?;
+        self.pid = supervise::read_pid(&self.dir.join("clickhouse.pid"))?;
+        self.run.services.adopt(self.pid);
+        Ok(())
+    }
+
+    /// The consumer into the peers' ClickHouse: its pid and port.
+    async fn consumer(
+        &self,
+        series: &Series<'_>,
+        group: &str,
+        topic: &str,
+        database: &str,
+    ) -> anyhow::Result<(u32, u16)> {
+        let port = supervise::free_port_from(8193);
+        let pid = series
+            .service(
+                "consumer",
+                port,
+                &[
+                    ("KAFKA_TOPIC", topic.to_owned()),
+                    ("KAFKA_DLQ_TOPIC", format!("{topic}-dlq")),
+                    ("KAFKA_GROUP_ID", group.to_owned()),
+                    (
+                        "KAFKA_PROPERTIES",
+                        format!("fetch.wait.max.ms={}", self.run.settings.fetch_wait_ms),
+                    ),
+                    ("CLICKHOUSE_URL", self.url.clone()),
+                    ("CLICKHOUSE_DATABASE", database.to_owned()),
+                    ("CONSUMER_LISTEN", format!("127.0.0.1:{port}")),
+                ],
+            )
+            .await?;
+        Ok((pid, port))
+    }
+
+    /// `loadgen kafka-engine start|stop` on a database of the peers' ClickHouse.
+    async fn engine(
+        &self,
+        brokers: Option<(&str, &str, &str)>,
+        database: &str,
+    ) -> anyhow::Result<()> {
+        let mut args = vec![
+            "kafka-engine",
+            if brokers.is_some() { "start" } else { "stop" },
+        ];
+        args.extend(["--clickhouse", &self.url, "--database", database]);
+        if let Some((brokers, topic, group)) = brokers {
+            args.extend(["--brokers", brokers, "--topic", topic, "--group", group]);
+        }
+        self.run.tool(&args).await
+    }
+
+    /// `loadgen rows`: waits for `ids` distinct events in `database` or `timeout` seconds;
+    /// its answer (rows and distinct ids), tab-separated, when it answered.
+    async fn rows(&self, database: &str, ids: u64, timeout: u64) -> anyhow::Result<(i32, String)> {
+        self.run
+            .bench
+            .run(
+                &strings(&[
+                    "rows",
+                    "--clickhouse",
+                    &self.url,
+                    "--database",
+                    database,
+                    "--ids",
+                    &ids.to_string(),
+                    "--timeout",
+                    &timeout.to_string(),
+                ]),
+                Stdout::Capture,
+                Stderr::Inherit,
+            )
+            .await
+    }
+
+    /// A line of the guarantees: what `database` holds once it holds `events` distinct
+    /// events or `timeout` seconds have passed.
+    async fn guarantee(
+        &self,
+        subject: &str,
+        database: &str,
+        events: u64,
+        timeout: u64,
+    ) -> anyhow::Result<()> {
+        let (_, rows) = self.rows(database, events, timeout).await?;
+        let rows = rows.trim_end_matches('\n').replace('\t', " ");
+        guarantees_line(
+            self.run.out,
+            &format!("{subject}: rows and distinct ids of {events} events sent: {rows}"),
+        )
+    }
+}
+
+/// Appends a line to the run's guarantees.txt, and shows it.
+fn guarantees_line(out: &Path, line: &str) -> anyhow::Result<()> {
+    eprintln!("{line}");
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(out.join("guarantees.txt"))?
+        .write_all(format!("{line}\n").as_bytes())?;
+    Ok(())
+}
+
+/// The peers' ClickHouse configuration: the engine reads a new group from the start, with
+/// the consumer's fetch wait.
+fn kafka_config(fetch_wait_ms: u64) -> String {
+    format!(
+        "<yandex>\n  <kafka>\n    <auto_offset_reset>smallest</auto_offset_reset>\n    \
+         <fetch_wait_max_ms>{fetch_wait_ms}</fetch_wait_max_ms>\n  </kafka>\n</yandex>\n"
+    )
+}
+
+/// Every insert of the server (the engine's too) is squashed to 100,000 rows at least, so
+/// that both insert blocks of the consumer's BATCH_MAX_ROWS (the engine's stream would make
+/// one block of everything it reads in 7.5 s).
+const INSERT_BLOCKS: &str = "<yandex>\n  <profiles><default><min_insert_block_size_rows>100000</min_insert_block_size_rows></default></profiles>\n</yandex>\n";
+
+pub async fn section(run: &Run<'_>, series: &Series<'_>) -> anyhow::Result<()> {
+    let s = run.settings;
+    let brokers = series.brokers.as_str();
+    let backlog = s.backlog.to_string();
+    log(&format!(
+        "   the consumer vs ClickHouse's Kafka engine, into a ClickHouse of their own ({} rounds)",
+        s.consumer_rounds
+    ));
+    let dir = run.out.join("clickhouse-peer");
+    let http_port = supervise::free_port_from(8133);
+    let config = run.out.join("clickhouse-peer.xml");
+    std::fs::write(&config, kafka_config(s.fetch_wait_ms))?;
+    std::fs::create_dir_all(dir.join("users.d"))?;
+    std::fs::write(dir.join("users.d/insert-blocks.xml"), INSERT_BLOCKS)?;
+    let tcp_port = supervise::free_port_from(9010);
+    let librdkafka = s
+        .peers
+        .as_ref()
+        .and_then(|p| p.clickhouse_librdkafka.clone())
+        .unwrap_or_default();
+    let mut peer = Peer {
+        run,
+        dir,
+        url: format!("http://127.0.0.1:{http_port}"),
+        http_port,
+        tcp_port,
+        config,
+        librdkafka: librdkafka.clone(),
+        pid: 0,
+    };
+    peer.start().await?;
+    let loaded = std::fs::canonicalize(&librdkafka)
+        .map(|p| format!("{}/librdkafka.so.1", p.display()))
+        .unwrap_or_default();
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", peer.pid)).unwrap_or_default();
+    anyhow::ensure!(
+        !loaded.is_empty() && maps.contains(&loaded),
+        "the Kafka engine's ClickHouse did not load {}/librdkafka.so.1",
+        librdkafka.display()
+    );
+    let url = peer.url.clone();
+    for (_, subject) in plan::consumer_peers(s.consumer_rounds) {
+        let pid = peer.pid.to_string();
+        let round = if subject == "consumer" {
+            sql_to(&url, "DROP DATABASE IF EXISTS bench_peer_consumer").await?;
+            let (consumer, _) = peer
+                .consumer(
+                    series,
+                    &format!("bench-{}", nanos()),
+                    TOPIC,
+                    "bench_peer_consumer",
+                )
+                .await?;
+            let measure = Measure::loadgen(strings(&[
+                "wait-rows",
+                "--bench",
+                "consumer-peers",
+                "--subject",
+                "consumer",
+                "--clickhouse",
+                &url,
+                "--table",
+                "bench_peer_consumer.events",
+                "--rows",
+                &backlog,
+                "--pid",
+                &consumer.to_string(),
+                "--watch",
+                &format!("bench-consumer={consumer}"),
+                "--watch",
+                &format!("clickhouse-peer={pid}"),
+            ]))
+            .unsettled();
+            let round = series.round(&measure).await?;
+            if round == Round::Kept {
+                run.services.stop(consumer).await?;
+            }
+            round
+        } else {
+            let group = format!("bench-engine-{}", nanos());
+            peer.engine(Some((brokers, TOPIC, &group)), "bench_peer_engine")
+                .await?;
+            let measure = Measure::loadgen(strings(&[
+                "wait-rows",
+                "--bench",
+                "consumer-peers",
+                "--subject",
+                "clickhouse-kafka-engine",
+                "--clickhouse",
+                &url,
+                "--table",
+                "bench_peer_engine.events",
+                "--rows",
+                &backlog,
+                "--pid",
+                &pid,
+                "--watch",
+                &format!("clickhouse-peer={pid}"),
+            ]))
+            .unsettled();
+            let round = series.round(&measure).await?;
+            if round == Round::Kept {
+                peer.engine(None, "bench_peer_engine").await?;
+            }
+            round
+        };
+        if round == Round::Refused {
+            return Ok(());
+        }
+    }
+    run.tool(&[
+        "same-rows",
+        "--clickhouse",
+        &url,
+        "--expected",
+        "bench_peer_consumer",
+        "--actual",
+        "bench_peer_engine",
+        "events",
+        "experiment_results",
+    ])
+    .await?;
+    // What each does with a message that is not an event among 20,000 (one partition), and
+    // when the process that reads the topic is killed (SIGKILL) a third into a backlog and
+    // started again: rows and distinct event ids stored, against the events sent. It starts
+    // again after the dead member's session (45 s): Tansu leaves a group that a member
+    // rejoins sooner without partitions (docs/operating.md, "The development broker").
+    const POISON: &str = "analytics-bench-poison";
+    run.bench
+        .tool(
+            &strings(&[
+                "produce",
+                "--bench",
+                "guarantees",
+                "--subject",
+                "fill",
+                "--brokers",
+                brokers,
+                "--topic",
+                POISON,
+                "--partitions",
+                "1",
+                "--events",
+                "20000",
+                "--poison-at",
+                "10000",
+                "--snapshot",
+                &run.snapshot(),
+            ]),
+            Stdout::Null,
+            Stderr::Null,
+        )
+        .await?;
+    let (consumer, port) = peer
+        .consumer(
+            series,
+            &format!("bench-poison-{}", nanos()),
+            POISON,
+            "bench_poison_consumer",
+        )
+        .await?;
+    peer.guarantee(
+        "a poison message, the consumer",
+        "bench_poison_consumer",
+        20000,
+        60,
+    )
+    .await?;
+    let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    let dead_letters: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("consumer_dead_letters_total"))
+        .collect();
+    anyhow::ensure!(
+        !dead_letters.is_empty(),
+        "the consumer counts no dead letters"
+    );
+    for line in dead_letters {
+        guarantees_line(run.out, &format!("  {line}"))?;
+    }
+    run.services.stop(consumer).await?;
+    let group = format!("bench-engine-poison-{}", nanos());
+    peer.engine(Some((brokers, POISON, &group)), "bench_poison_engine")
+        .await?;
+    peer.guarantee(
+        "a poison message, the Kafka engine",
+        "bench_poison_engine",
+        20000,
+        60,
+    )
+    .await?;
+    let errors =
+        std::fs::read_to_string(peer.dir.join("log/clickhouse-server.err.log")).unwrap_or_default();
+    let last = errors
+        .lines()
+        .rfind(|l| l.contains("<Error> void DB::StorageKafka"))
+        .context("the Kafka engine's ClickHouse logged no error of its Kafka engine")?;
+    guarantees_line(
+        run.out,
+        &format!("  {}", last.chars().take(400).collect::<String>()),
+    )?;
+    peer.engine(None, "bench_poison_engine").await?;
+
+    let third = s.backlog / 3;
+    let group = format!("bench-crash-{}", nanos());
+    let (consumer, _) = peer
+        .consumer(series, &group, TOPIC, "bench_crash_consumer")
+        .await?;
+    let (code, _) = peer.rows("bench_crash_consumer", third, 300).await?;
+    anyhow::ensure!(code == 0, "loadgen rows failed (exit {code})");
+    run.services.kill(consumer).await?;
+    tokio::time::sleep(Duration::from_secs(50)).await;
+    let (consumer, _) = peer
+        .consumer(series, &group, TOPIC, "bench_crash_consumer")
+        .await?;
+    peer.guarantee(
+        "SIGKILL a third into the backlog, the consumer",
+        "bench_crash_consumer",
+        s.backlog,
+        300,
+    )
+    .await?;
+    run.services.stop(consumer).await?;
+    let group = format!("bench-engine-crash-{}", nanos());
+    peer.engine(Some((brokers, TOPIC, &group)), "bench_crash_engine")
+        .await?;
+    let (code, _) = peer.rows("bench_crash_engine", third, 300).await?;
+    anyhow::ensure!(code == 0, "loadgen rows failed (exit {code})");
+    supervise::signal(peer.pid, "KILL")?;
+    while supervise::is_running(peer.pid) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(50)).await;
+    peer.start().await?;
+    peer.guarantee(
+        "SIGKILL a third into the backlog, the Kafka engine (ClickHouse)",
+        "bench_crash_engine",
+        s.backlog,
+        300,
+    )
+    .await?;
+    peer.engine(None, "bench_crash_engine").await?;
+    stop_peer(run.repo, run.out).await
+}
+
+/// scripts/lib.sh's `stop_pidfile` for the peers' ClickHouse.
+pub async fn stop_peer(repo: &Path, out: &Path) -> anyhow::Result<()> {
+    supervise::lib_sh(
+        repo,
+        &[],
+        "stop_pidfile \"$1\" \"$2\"",
+        &[
+            &out.join("clickhouse-peer/clickhouse.pid")
+                .display()
+                .to_string(),
+            "the Kafka engine's ClickHouse",
+        ],
+        Output::Stderr,
+    )
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_peers_clickhouse_reads_from_the_start_with_the_consumer_s_wait() {
+        assert_eq!(
+            kafka_config(5),
+            "<yandex>\n  <kafka>\n    <auto_offset_reset>smallest</auto_offset_reset>\n    \
+             <fetch_wait_max_ms>5</fetch_wait_max_ms>\n  </kafka>\n</yandex>\n"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        guarantees_line(dir.path(), "a: 1 1").unwrap();
+        guarantees_line(dir.path(), "  b").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("guarantees.txt")).unwrap(),
+            "a: 1 1\n  b\n"
+        );
+    }
+}
