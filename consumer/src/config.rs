@@ -19,6 +19,12 @@ pub struct Config {
     #[arg(long)]
     pub migrate_only: bool,
 
+    /// Apply the migrations, store the metric values of every visitor whose values are
+    /// missing or stale (the consumer's sweep), then exit: after rows were inserted by
+    /// anything but a consumer, when no consumer runs.
+    #[arg(long, conflicts_with = "migrate_only")]
+    pub refresh_metrics_only: bool,
+
     #[command(flatten)]
     pub http: http_kit::serve::ServeArgs,
 

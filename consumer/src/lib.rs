@@ -8,7 +8,7 @@ mod config;
 mod dead_letters;
 pub mod definitions;
 mod liveness;
-mod refresh;
+pub mod refresh;
 pub mod retention;
 mod shutdown;
 mod sink;

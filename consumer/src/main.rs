@@ -14,6 +14,13 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!("Schema migrated.");
         return Ok(());
     }
+    if config.refresh_metrics_only {
+        let topology = consumer::Application::migrate(&config).await?;
+        let database = &config.clickhouse.clickhouse_database;
+        let visitors = consumer::refresh::sweep_once(topology, database).await?;
+        tracing::info!(visitors, "Metric values stored.");
+        return Ok(());
+    }
     let app = consumer::Application::build(config).await?;
     tracing::info!(address = %app.local_addr(), "Consumer started.");
     app.run_until(http_kit::ops::shutdown_signal()).await

@@ -115,6 +115,18 @@ pub(crate) async fn run(
     }
 }
 
+/// One sweep ([`run`]'s, at start): stores the metric values of every visitor of
+/// `database` whose values are missing or stale, and returns how many there were.
+pub async fn sweep_once(topology: Topology, database: &str) -> anyhow::Result<u64> {
+    let refresh = Refresh {
+        topology,
+        database: database.to_owned(),
+        ids: AtomicU64::new(0),
+    };
+    let (_never, mut stop) = watch::channel(false);
+    refresh.sweep(&mut stop).await
+}
+
 struct Refresh {
     topology: Topology,
     database: String,
