@@ -178,6 +178,9 @@ impl Application {
             let _ = retention.await;
         }
         if let Some(refresh) = refresh {
+            // A statement in flight may wait on a slow server: dropped, not waited for (a
+            // refresh stores nothing that the next one does not store again).
+            refresh.abort();
             let _ = refresh.await;
         }
         let _ = http.await;

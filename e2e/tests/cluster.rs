@@ -369,6 +369,34 @@ async fn metric_results_answer_on_the_cluster() {
             "server {n}"
         );
     }
+    // The consumer's sweep stores both visitors' values, each on their shard, and every
+    // server reads them stored, with the same results.
+    let swept = consumer::refresh::sweep_once(cluster.topology(&database), &database)
+        .await
+        .expect("swept");
+    assert_eq!(swept, 2);
+    for n in 1..=4 {
+        let client = cluster.client(n, &database);
+        let fresh: u64 = client
+            .query("SELECT countIf(fresh = 1) FROM experiment_metric_stored")
+            .fetch_one()
+            .await
+            .expect("stored");
+        assert_eq!(fresh, 2, "server {n}: both visitors stored and fresh");
+        let rows: Vec<(String, u64, f64)> = client
+            .query(
+                "SELECT variant_id, visitors, value FROM experiment_metric_results \
+                 WHERE metric_id = 'conversion' ORDER BY variant_id",
+            )
+            .fetch_all()
+            .await
+            .expect("results");
+        assert_eq!(
+            rows,
+            [("a".to_owned(), 1, 0.0), ("b".to_owned(), 1, 1.0)],
+            "server {n}, stored"
+        );
+    }
     cluster.drop_database(&database).await;
 }
 

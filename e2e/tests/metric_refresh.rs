@@ -56,6 +56,23 @@ fn events(visitor: &str, variant: &str) -> Vec<contract::event::EventMessage> {
     ]
 }
 
+/// `events` rows of `visitors`' events, as the consumer would insert them.
+fn rows(visitors: std::ops::Range<u32>) -> String {
+    let rows: Vec<String> = visitors
+        .flat_map(|v| events(&format!("v{v}"), "var_a"))
+        .map(|e| {
+            json!({ "event_id": e.event_id.to_string(), "received_at": e.received_at / 1000,
+                "received_at_ms": e.received_at, "event_time": e.received_at,
+                "public_key": KEY, "event_name": e.event_name, "experiment_id": EXPERIMENT,
+                "variant_id": e.variant_id.unwrap_or_default(), "session_id": e.session_id,
+                "click_target": e.click_target.unwrap_or_default(),
+                "visitor_id": e.visitor_id.unwrap_or_default(), "phase": 1 })
+            .to_string()
+        })
+        .collect();
+    format!("INSERT INTO events FORMAT JSONEachRow {}", rows.join("\n"))
+}
+
 async fn count(ch: &clickhouse::Client, query: &str) -> u64 {
     ch.query(query).fetch_one().await.unwrap_or(u64::MAX)
 }
@@ -109,25 +126,7 @@ async fn the_consumer_stores_its_visitors_values_and_sweeps_the_rest_on_a_new_sn
     assert_eq!(all_clicks, [3.0, 3.0]);
 
     // Rows that no consumer inserted: their visitors stay stale until a sweep.
-    let direct: Vec<String> = (10..15)
-        .flat_map(|v| events(&format!("v{v}"), "var_a"))
-        .map(|e| {
-            json!({ "event_id": e.event_id.to_string(), "received_at": e.received_at / 1000,
-                "received_at_ms": e.received_at, "event_time": e.received_at,
-                "public_key": KEY, "event_name": e.event_name, "experiment_id": EXPERIMENT,
-                "variant_id": e.variant_id.unwrap_or_default(), "session_id": e.session_id,
-                "click_target": e.click_target.unwrap_or_default(),
-                "visitor_id": e.visitor_id.unwrap_or_default(), "phase": 1 })
-            .to_string()
-        })
-        .collect();
-    ch.query(&format!(
-        "INSERT INTO events FORMAT JSONEachRow {}",
-        direct.join("\n")
-    ))
-    .execute()
-    .await
-    .expect("insert");
+    ch.query(&rows(10..15)).execute().await.expect("insert");
     assert_eq!(count(&ch, stale).await, 5);
 
     // A new snapshot with a changed metric: every visitor is swept.
@@ -138,4 +137,72 @@ async fn the_consumer_stores_its_visitors_values_and_sweeps_the_rest_on_a_new_sn
 
     consumer.stop().await.expect("clean stop");
     e2e::drop_database(&names.database).await;
+}
+
+/// `consumer --refresh-metrics-only` migrates, stores the values of every stale visitor
+/// (rows inserted with no consumer running) and exits.
+#[tokio::test]
+async fn the_refresh_only_run_stores_the_stale_visitors_and_exits() {
+    let database = e2e::unique("refresh_");
+    let ch = e2e::clickhouse(&database);
+    let run = || {
+        std::process::Command::new(e2e::workspace_binary("consumer"))
+            .arg("--refresh-metrics-only")
+            .env("CLICKHOUSE_URL", e2e::clickhouse_url())
+            .env("CLICKHOUSE_DATABASE", &database)
+            .output()
+            .expect("the consumer runs")
+    };
+    assert!(
+        run().status.success(),
+        "an empty database: nothing to store"
+    );
+    ch.query(
+        "INSERT INTO experiment_metrics (experiment_id, version, phase, metric_id, role, kind, \
+         num_event, num_aggregate, loaded_at) VALUES \
+         (?, 'r', 1, 'clicks', 'goal', 'mean', 'click', 'count', 0)",
+    )
+    .bind(EXPERIMENT)
+    .execute()
+    .await
+    .expect("definitions");
+    ch.query(&rows(0..4)).execute().await.expect("insert");
+    let stale = "SELECT count() FROM experiment_metric_stale";
+    assert_eq!(count(&ch, stale).await, 4);
+    let output = run();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(count(&ch, stale).await, 0, "every stale visitor stored");
+    let clicks = "SELECT sum(row.7) FROM experiment_metric_stored \
+                  ARRAY JOIN latest_rows AS row WHERE row.4 = 'clicks'";
+    let total: f64 = ch.query(clicks).fetch_one().await.expect("stored");
+    assert_eq!(total, 12.0, "three clicks each");
+    e2e::drop_database(&database).await;
+}
+
+/// A consumer asked to stop while its refresh waits on a ClickHouse that does not answer
+/// (paused) stops at once: the refresh is dropped, not waited for.
+#[tokio::test]
+async fn a_consumer_stops_at_once_while_its_refresh_waits_on_a_paused_server() {
+    let server = e2e::PrivateClickHouse::start().await;
+    let names = ConsumerNames::unique();
+    let url = format!("--clickhouse-url={}", server.url());
+    let consumer = e2e::start_consumer(e2e::consumer_config(
+        &names,
+        &[&url, "--metrics-refresh-ms=100", "--metrics-sweep-secs=1"],
+    ))
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    server.pause();
+    // A sweep every second: one is waiting on the paused server now.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let started = std::time::Instant::now();
+    let stopped = consumer.stop().await;
+    let took = started.elapsed();
+    server.resume();
+    stopped.expect("a clean stop");
+    assert!(took < Duration::from_secs(10), "stopped in {took:?}");
 }

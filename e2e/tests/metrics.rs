@@ -1112,7 +1112,7 @@ async fn stored_values_are_read_while_fresh_and_computed_again_when_not() {
     db.define(&metrics, "v1", START - DAY).await;
     let mut events = events(11, 60);
     // A visitor id that a statement must quote.
-    let odd = "it's a \\ visitor?".to_owned();
+    let odd = "it's a \\ {db} visitor?".to_owned();
     for (name, target, t) in [
         ("impression", "", START),
         ("conversion", "signup", START + 1),

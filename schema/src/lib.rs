@@ -298,25 +298,27 @@ pub fn metric_values_refresh(
     of: RefreshOf<'_>,
     refresh_id: u64,
 ) -> String {
-    let filter = match of {
+    // A batch's visitors are spliced in after the rendering, so that no id is read as a
+    // placeholder.
+    let (filter, visitors) = match of {
+        RefreshOf::Visitors([]) => ("0".to_owned(), String::new()),
         RefreshOf::Visitors(visitors) => {
-            let quote = |s: &str| format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"));
             let pairs: Vec<String> = visitors
                 .iter()
-                .map(|(key, visitor)| format!("({}, {})", quote(key), quote(visitor)))
+                .map(|(key, visitor)| format!("({}, {})", quoted(key), quoted(visitor)))
                 .collect();
-            if pairs.is_empty() {
-                "0".to_owned()
-            } else {
-                format!(
-                    "(toString(public_key), visitor_id) IN ({})",
-                    pairs.join(", ")
-                )
-            }
+            (
+                "(toString(public_key), visitor_id) IN ({visitors})".to_owned(),
+                pairs.join(", "),
+            )
         }
-        RefreshOf::Stale { limit, before } => format!(
-            "(toString(public_key), visitor_id) {{global}}IN (SELECT public_key, visitor_id \
-             FROM {{db}}.experiment_metric_stale WHERE latest_refresh < {before} LIMIT {limit})"
+        RefreshOf::Stale { limit, before } => (
+            format!(
+                "(toString(public_key), visitor_id) {{global}}IN (SELECT public_key, \
+                 visitor_id FROM {{db}}.experiment_metric_stale \
+                 WHERE latest_refresh < {before} LIMIT {limit})"
+            ),
+            String::new(),
         ),
     };
     let rows = WITH_SETTINGS_HASH_13.replace("{rows}", &metric_values_select(&filter));
@@ -332,6 +334,26 @@ pub fn metric_values_refresh(
         database,
         &Layout::new(cluster),
     )
+    .replace("{visitors}", &visitors)
+}
+
+/// `text` as a ClickHouse string literal: quotes and backslashes escaped, and every
+/// control character as `\xHH`.
+fn quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('\'');
+    for c in text.chars() {
+        match c {
+            '\\' | '\'' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if c.is_ascii_control() => out.push_str(&format!("\\x{:02X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
 }
 
 /// Runs [`metric_values_refresh`] through `client`, for a server of version `caps`.
@@ -931,6 +953,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_refresh_quotes_its_visitors_and_reads_none_as_a_placeholder() {
+        let caps = ServerCaps::parse("18.16.1").expect("parses");
+        let visitors = [
+            ("pk".to_owned(), "a'b\\c".to_owned()),
+            ("pk".to_owned(), "{db}{metric_values_of_stale}".to_owned()),
+            ("pk".to_owned(), "nul\0here".to_owned()),
+        ];
+        let sql = metric_values_refresh(caps, None, "analytics", RefreshOf::Visitors(&visitors), 7);
+        assert!(
+            sql.contains(
+                "IN (('pk', 'a\\'b\\\\c'), ('pk', '{db}{metric_values_of_stale}'), \
+                 ('pk', 'nul\\x00here'))"
+            ),
+            "{sql}"
+        );
+        assert!(
+            !sql.contains("{global}") && !sql.contains("{local}"),
+            "{sql}"
+        );
+        let none = metric_values_refresh(caps, None, "analytics", RefreshOf::Visitors(&[]), 7);
+        assert!(none.contains("WHERE 0"), "{none}");
+    }
+
+    #[test]
     fn versions_parse_and_gate_low_cardinality() {
         let old = ServerCaps::parse("18.16.1").expect("parses");
         assert_eq!(old, ServerCaps { major: 18 });
@@ -1024,11 +1070,12 @@ mod tests {
         let backfill: Vec<&Statement> = each_shard()
             .filter(|s| s.sql.starts_with("INSERT"))
             .collect();
-        assert_eq!(backfill.len(), 3);
+        assert_eq!(backfill.len(), 4);
         for (statement, table) in backfill.iter().zip([
             "experiment_sessions",
             "experiment_visitors",
             "experiment_visitors",
+            "visitor_event_counts",
         ]) {
             assert!(
                 statement
