@@ -13,16 +13,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
+use schema::ServerCaps;
 use schema::topology::{Topology, first_answering};
-use schema::{RefreshOf, ServerCaps};
 use tokio::sync::{Notify, watch};
 
 use crate::shutdown::stopped;
 
-/// Visitors per statement of a batch refresh (the list is part of the statement).
+/// Visitors per statement (the list is part of the statement).
 const VISITORS_PER_STATEMENT: usize = 20_000;
-/// Stale visitors per statement of a sweep.
-const STALE_PER_STATEMENT: u64 = 200_000;
+/// Stale visitors a sweep lists at a time.
+const STALE_PER_LIST: u64 = 200_000;
 /// Visitors waiting beyond this are left to the next sweep rather than kept in memory.
 const MOST_WAITING: usize = 1_000_000;
 /// The longest a statement may take.
@@ -94,18 +94,9 @@ pub(crate) async fn run(
                 Err(e) => refresh.failed("sweep", &e),
             }
         }
-        let visitors = waiting.take();
-        for chunk in visitors.chunks(VISITORS_PER_STATEMENT) {
-            match refresh.of(RefreshOf::Visitors(chunk)).await {
-                Ok(()) => {
-                    metrics::counter!("consumer_metric_visitors_refreshed_total")
-                        .increment(chunk.len() as u64);
-                }
-                Err(e) => {
-                    refresh.failed("batch", &e);
-                    waiting.overflowed.store(1, Ordering::Relaxed);
-                }
-            }
+        if let Err(e) = refresh.of(&waiting.take()).await {
+            refresh.failed("batch", &e);
+            waiting.overflowed.store(1, Ordering::Relaxed);
         }
         tokio::select! {
             () = tokio::time::sleep(schedule.every) => {}
@@ -157,45 +148,50 @@ impl Refresh {
         Ok((ServerCaps::of(&client).await?, client))
     }
 
-    /// Stores the values of `of`.
-    async fn of(&self, of: RefreshOf<'_>) -> anyhow::Result<()> {
+    /// Stores the values of `visitors`, a statement per [`VISITORS_PER_STATEMENT`].
+    async fn of(&self, visitors: &[(String, String)]) -> anyhow::Result<()> {
         let (caps, client) = self.caps_and_client().await?;
-        let id = self.next_id();
         let cluster = self.topology.cluster.as_deref();
-        let refresh = schema::refresh_metric_values(&client, caps, cluster, &self.database, of, id);
-        tokio::time::timeout(STATEMENT_TIMEOUT, refresh)
-            .await
-            .context("the metric values' refresh timed out")?
+        for chunk in visitors.chunks(VISITORS_PER_STATEMENT) {
+            let id = self.next_id();
+            let refresh =
+                schema::refresh_metric_values(&client, caps, cluster, &self.database, chunk, id);
+            tokio::time::timeout(STATEMENT_TIMEOUT, refresh)
+                .await
+                .context("the metric values' refresh timed out")??;
+            metrics::counter!("consumer_metric_visitors_refreshed_total")
+                .increment(chunk.len() as u64);
+        }
+        Ok(())
     }
 
-    /// Stores the values of every stale visitor, each once, statement by statement, until
-    /// none is left or a statement leaves as many as before (a visitor with no event
-    /// left). Returns how many were stale at first.
+    /// Stores the values of every visitor that was stale when it began, each once: it
+    /// lists up to [`STALE_PER_LIST`] of those not stored since, stores theirs, and again,
+    /// until none is left or a list holds only visitors it already stored (a visitor with
+    /// no event left reads as stale after its refresh). Returns how many it stored.
     async fn sweep(&self, stop: &mut watch::Receiver<bool>) -> anyhow::Result<u64> {
         let before = self.next_id();
-        let mut first = None;
-        let mut last = u64::MAX;
+        let mut done = std::collections::HashSet::new();
         loop {
             let (_, client) = self.caps_and_client().await?;
-            let stale: u64 = client
-                .query("SELECT count() FROM ?.experiment_metric_stale WHERE latest_refresh < ?")
+            let stale: Vec<(String, String)> = client
+                .query(
+                    "SELECT public_key, visitor_id FROM ?.experiment_metric_stale \
+                     WHERE latest_refresh < ? LIMIT ?",
+                )
                 .bind(clickhouse::sql::Identifier(&self.database))
                 .bind(before)
-                .fetch_one()
+                .bind(STALE_PER_LIST)
+                .fetch_all()
                 .await
-                .context("cannot count the stale visitors")?;
-            first.get_or_insert(stale);
-            if stale == 0 || stale >= last || *stop.borrow() {
-                return Ok(first.unwrap_or(0));
+                .context("cannot list the stale visitors")?;
+            let new: Vec<(String, String)> =
+                stale.into_iter().filter(|v| !done.contains(v)).collect();
+            if new.is_empty() || *stop.borrow() {
+                return Ok(done.len() as u64);
             }
-            last = stale;
-            let of = RefreshOf::Stale {
-                limit: STALE_PER_STATEMENT,
-                before,
-            };
-            self.of(of).await?;
-            metrics::counter!("consumer_metric_visitors_refreshed_total")
-                .increment(stale.min(STALE_PER_STATEMENT));
+            self.of(&new).await?;
+            done.extend(new);
         }
     }
 

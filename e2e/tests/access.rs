@@ -102,17 +102,13 @@ async fn fill(url: &str, round: usize) {
     insert.end().await.expect("inserted");
 }
 
-/// Stores the metric values of every stale visitor, as a consumer's sweep does.
-async fn refresh_metric_values(url: &str, id: u64) {
+/// Stores the metric values of every stale visitor: a consumer's sweep.
+async fn refresh_metric_values(url: &str) {
     let client = clickhouse::Client::default()
         .with_url(url)
         .with_validation(false);
-    let caps = schema::ServerCaps::of(&client).await.expect("version");
-    let stale = schema::RefreshOf::Stale {
-        limit: 1_000_000,
-        before: u64::MAX,
-    };
-    schema::refresh_metric_values(&client, caps, None, "analytics", stale, id)
+    let topology = schema::topology::Topology::single(client);
+    consumer::refresh::sweep_once(topology, "analytics")
         .await
         .expect("metric values stored");
 }
@@ -374,7 +370,7 @@ async fn an_analyst_reads_only_their_keys_rows_by_every_path_within_caps() {
     admin(definitions("v2", true)).await;
     admin(metric_definitions("v1", false)).await;
     admin(metric_definitions("v2", true)).await;
-    refresh_metric_values(&url, 1).await;
+    refresh_metric_values(&url).await;
     let users = root.join("users.d");
 
     // Refused before anything is sent: exit code 2 from the binary, nothing made.
@@ -441,7 +437,7 @@ async fn an_analyst_reads_only_their_keys_rows_by_every_path_within_caps() {
     fill(&url, 1).await;
     admin(definitions("v3", true)).await;
     admin(metric_definitions("v3", true)).await;
-    refresh_metric_values(&url, 2).await;
+    refresh_metric_values(&url).await;
 
     // Every table and view with a public_key, as the analyst sees it and as the operator
     // sees the key's rows: the same rows.

@@ -307,21 +307,21 @@ impl Database {
         self.insert("events", &rows).await;
     }
 
-    /// Stores the metric values of `of`, as the consumer's refresh does, as refresh `id`.
-    async fn refresh(&self, of: schema::RefreshOf<'_>, id: u64) {
+    /// Stores the metric values of `visitors`, as the consumer's refresh does after a
+    /// batch, as refresh `id`.
+    async fn refresh(&self, visitors: &[(String, String)], id: u64) {
         let caps = schema::ServerCaps::of(&self.client).await.expect("version");
-        schema::refresh_metric_values(&self.client, caps, None, &self.name, of, id)
+        schema::refresh_metric_values(&self.client, caps, None, &self.name, visitors, id)
             .await
             .expect("refresh");
     }
 
-    /// Stores every missing or stale visitor's metric values, as the consumer's sweep does.
-    async fn refresh_stale(&self, id: u64) {
-        let of = schema::RefreshOf::Stale {
-            limit: 1_000_000,
-            before: u64::MAX,
-        };
-        self.refresh(of, id).await;
+    /// Stores every missing or stale visitor's metric values: the consumer's sweep.
+    async fn sweep(&self) {
+        let topology = schema::topology::Topology::single(self.client.clone());
+        consumer::refresh::sweep_once(topology, &self.name)
+            .await
+            .expect("sweep");
     }
 
     async fn count(&self, query: &str) -> u64 {
@@ -1134,23 +1134,22 @@ async fn stored_values_are_read_while_fresh_and_computed_again_when_not() {
         "every visitor is stale before a refresh"
     );
 
-    db.refresh_stale(1).await;
+    db.sweep().await;
     assert_eq!(db.count(stale).await, 0, "the refresh stores every visitor");
     assert!(db.count(stored).await > 0);
     assert_same("stored", &db.results().await, &computed);
 
     // The view reads what is stored: a later refresh of the odd visitor's with the same
     // events read, its values altered, shows.
-    let alter = |id: u64, from: u64| {
-        format!(
-            "INSERT INTO experiment_metric_values SELECT public_key, experiment_id, phase, \
-             visitor_id, metric_id, variant_id, first_exposure_ms, value + 1000, \
-             denominator, pre_value, events_seen, settings_hash, {id} \
-             FROM experiment_metric_values WHERE refresh_id = {from} AND visitor_id = ?"
-        )
-    };
+    // A later refresh of the visitor's values, read as it is stored, values altered.
+    let alter = "INSERT INTO experiment_metric_values SELECT public_key, experiment_id, phase, \
+                 visitor_id, metric_id, variant_id, first_exposure_ms, value + 1000, \
+                 denominator, pre_value, events_seen, settings_hash, refresh_id + 1 \
+                 FROM experiment_metric_values WHERE visitor_id = ? AND refresh_id = \
+                 (SELECT max(refresh_id) FROM experiment_metric_values WHERE visitor_id = ?)";
     db.client
-        .query(&alter(2, 1))
+        .query(alter)
+        .bind(&odd)
         .bind(&odd)
         .execute()
         .await
@@ -1180,7 +1179,10 @@ async fn stored_values_are_read_while_fresh_and_computed_again_when_not() {
     );
     // Stored again, for that visitor alone, as the consumer does after a batch.
     let visitor = [(KEY.to_owned(), odd.clone())];
-    db.refresh(schema::RefreshOf::Visitors(&visitor), 3).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970");
+    db.refresh(&visitor, now.as_millis() as u64 * 1000).await;
     assert_eq!(db.count(stale).await, 0);
     assert_same("stored again", &db.results().await, &with_later);
 
@@ -1193,7 +1195,8 @@ async fn stored_values_are_read_while_fresh_and_computed_again_when_not() {
     );
     // A changed definition: every visitor of the experiment is computed again.
     db.client
-        .query(&alter(4, 3))
+        .query(alter)
+        .bind(&odd)
         .bind(&odd)
         .execute()
         .await
@@ -1207,7 +1210,7 @@ async fn stored_values_are_read_while_fresh_and_computed_again_when_not() {
     );
     let changed = db.results().await;
     assert!((b(&changed) - b(&with_later)).abs() < 1.0, "computed again");
-    db.refresh_stale(5).await;
+    db.sweep().await;
     assert_eq!(db.count(stale).await, 0);
     assert_same("changed, stored", &db.results().await, &changed);
 }

@@ -52,6 +52,23 @@ pub async fn interrupted() -> i32 {
     }
 }
 
+/// The exit code of a run: 0 when `outcome` says it passed, 1 when it failed or could not
+/// run (the error printed), the signal's code when SIGINT or SIGTERM came first (the run's
+/// future dropped then, so its guards undo what it did).
+pub async fn exit_code(outcome: impl Future<Output = anyhow::Result<bool>>) -> i32 {
+    tokio::select! {
+        outcome = outcome => match outcome {
+            Ok(true) => 0,
+            Ok(false) => 1,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                1
+            }
+        },
+        signal = interrupted() => signal,
+    }
+}
+
 /// The state letter of `/proc/PID/stat` (`R`, `S`, `T`, `Z`…); none when the pid is gone.
 pub fn state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -277,51 +277,29 @@ fn stored_with_settings_hash() -> String {
     )
 }
 
-/// Which visitors a metric refresh computes again.
-#[derive(Clone, Copy, Debug)]
-pub enum RefreshOf<'a> {
-    /// These (public key, visitor id) pairs: those of a batch just inserted.
-    Visitors(&'a [(String, String)]),
-    /// Up to `limit` of the visitors whose stored values are missing or stale and whose
-    /// latest refresh is older than `before` (a refresh id): a sweep takes each once.
-    Stale { limit: u64, before: u64 },
-}
-
-/// The statement that stores again the metric values of the visitors `of` selects
-/// (`experiment_metric_values`), computed from their events as `experiment_metric_visitors`
+/// The statement that stores again the metric values of `visitors` (public key, visitor
+/// id) in `experiment_metric_values`, computed from their events as `experiment_metric_visitors`
 /// computes them, as refresh `refresh_id` (larger than any before it for them). `cluster`
 /// names the cluster (its Distributed table then), `None` one server.
 pub fn metric_values_refresh(
     caps: ServerCaps,
     cluster: Option<&str>,
     database: &str,
-    of: RefreshOf<'_>,
+    visitors: &[(String, String)],
     refresh_id: u64,
 ) -> String {
-    // A batch's visitors are spliced in after the rendering, so that no id is read as a
+    // The visitors are spliced in after the rendering, so that no id is read as a
     // placeholder.
-    let (filter, visitors) = match of {
-        RefreshOf::Visitors([]) => ("0".to_owned(), String::new()),
-        RefreshOf::Visitors(visitors) => {
-            let pairs: Vec<String> = visitors
-                .iter()
-                .map(|(key, visitor)| format!("({}, {})", quoted(key), quoted(visitor)))
-                .collect();
-            (
-                "(toString(public_key), visitor_id) IN ({visitors})".to_owned(),
-                pairs.join(", "),
-            )
-        }
-        RefreshOf::Stale { limit, before } => (
-            format!(
-                "(toString(public_key), visitor_id) {{global}}IN (SELECT public_key, \
-                 visitor_id FROM {{db}}.experiment_metric_stale \
-                 WHERE latest_refresh < {before} LIMIT {limit})"
-            ),
-            String::new(),
-        ),
+    let filter = if visitors.is_empty() {
+        "0"
+    } else {
+        "(toString(public_key), visitor_id) IN ({visitors})"
     };
-    let rows = WITH_SETTINGS_HASH_13.replace("{rows}", &metric_values_select(&filter));
+    let visitors: Vec<String> = visitors
+        .iter()
+        .map(|(key, visitor)| format!("({}, {})", quoted(key), quoted(visitor)))
+        .collect();
+    let rows = WITH_SETTINGS_HASH_13.replace("{rows}", &metric_values_select(filter));
     caps.render(
         &format!(
             "INSERT INTO {{db}}.experiment_metric_values (public_key, experiment_id, phase, \
@@ -334,7 +312,7 @@ pub fn metric_values_refresh(
         database,
         &Layout::new(cluster),
     )
-    .replace("{visitors}", &visitors)
+    .replace("{visitors}", &visitors.join(", "))
 }
 
 /// `text` as a ClickHouse string literal: quotes and backslashes escaped, and every
@@ -363,10 +341,10 @@ pub async fn refresh_metric_values(
     caps: ServerCaps,
     cluster: Option<&str>,
     database: &str,
-    of: RefreshOf<'_>,
+    visitors: &[(String, String)],
     refresh_id: u64,
 ) -> anyhow::Result<()> {
-    let sql = metric_values_refresh(caps, cluster, database, of, refresh_id);
+    let sql = metric_values_refresh(caps, cluster, database, visitors, refresh_id);
     // A batch's visitors are a list in the statement.
     let mut query = client
         .query_raw(&sql)
@@ -960,7 +938,7 @@ mod tests {
             ("pk".to_owned(), "{db}{metric_values_of_stale}".to_owned()),
             ("pk".to_owned(), "nul\0here".to_owned()),
         ];
-        let sql = metric_values_refresh(caps, None, "analytics", RefreshOf::Visitors(&visitors), 7);
+        let sql = metric_values_refresh(caps, None, "analytics", &visitors, 7);
         assert!(
             sql.contains(
                 "IN (('pk', 'a\\'b\\\\c'), ('pk', '{db}{metric_values_of_stale}'), \
@@ -972,7 +950,7 @@ mod tests {
             !sql.contains("{global}") && !sql.contains("{local}"),
             "{sql}"
         );
-        let none = metric_values_refresh(caps, None, "analytics", RefreshOf::Visitors(&[]), 7);
+        let none = metric_values_refresh(caps, None, "analytics", &[], 7);
         assert!(none.contains("WHERE 0"), "{none}");
     }
 

@@ -52,17 +52,7 @@ pub async fn command(args: BenchRunArgs) -> ! {
             std::process::exit(1)
         }
     };
-    let code = tokio::select! {
-        outcome = run(&args.repo, &settings) => match outcome {
-            Ok(true) => 0,
-            Ok(false) => 1,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                1
-            }
-        },
-        signal = supervise::interrupted() => signal,
-    };
+    let code = supervise::exit_code(run(&args.repo, &settings)).await;
     // The run's future is gone by now: its guard stopped what it started.
     std::process::exit(code)
 }

@@ -51,17 +51,7 @@ pub async fn command(args: ChaosRunArgs) -> ! {
             std::process::exit(2)
         }
     };
-    let code = tokio::select! {
-        outcome = run(&args, &settings) => match outcome {
-            Ok(true) => 0,
-            Ok(false) => 1,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                1
-            }
-        },
-        signal = supervise::interrupted() => signal,
-    };
+    let code = supervise::exit_code(run(&args, &settings)).await;
     // The run's future is gone by now: its guards continued what was stopped and killed
     // the load.
     std::process::exit(code)
