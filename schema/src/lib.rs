@@ -221,7 +221,6 @@ impl ServerCaps {
             .replace("{visitors_select}", VISITORS_SELECT)
             .replace("{first_conversion}", "")
             .replace("{on_cluster}", &layout.on_cluster)
-            .replace("{global}", layout.global())
             .replace("{local}", layout.local)
             .replace("{db}", database)
             .replace("{millis}", self.millis())
@@ -250,8 +249,10 @@ pub fn event_counts_select(
 
 /// Migration 13: the visitors whose stored metric values are not fresh (a condition on
 /// `events`' or `experiment_visitors`' columns): `experiment_metric_visitors` computes
-/// theirs from the events.
-const STALE: &str = "(toString(public_key), visitor_id) {global}NOT IN \
+/// theirs from the events. `GLOBAL` on every topology: a subquery of `IN` nested in
+/// SELECTs runs again for each level on 18.x (five times at the depth of a toy query);
+/// `GLOBAL` runs it once, before the query (and is what a Distributed read needs).
+const STALE: &str = "(toString(public_key), visitor_id) GLOBAL NOT IN \
      (SELECT public_key, visitor_id FROM {db}.experiment_metric_stored WHERE fresh = 1)";
 
 /// Migration 13: the exposures of the visitors `filter` keeps.
@@ -503,16 +504,6 @@ impl Layout {
             local: "",
             whole: true,
             ..Self::new(cluster)
-        }
-    }
-
-    /// `GLOBAL ` where a subquery of a query on a Distributed table must run once, on the
-    /// server that was asked, rather than on each shard.
-    fn global(&self) -> &'static str {
-        if self.cluster.is_some() && !self.whole {
-            "GLOBAL "
-        } else {
-            ""
         }
     }
 
@@ -947,7 +938,7 @@ mod tests {
             "{sql}"
         );
         assert!(
-            !sql.contains("{global}") && !sql.contains("{local}"),
+            !sql.contains("{local}"),
             "{sql}"
         );
         let none = metric_values_refresh(caps, None, "analytics", &[], 7);
