@@ -937,10 +937,7 @@ mod tests {
             ),
             "{sql}"
         );
-        assert!(
-            !sql.contains("{local}"),
-            "{sql}"
-        );
+        assert!(!sql.contains("{local}"), "{sql}");
         let none = metric_values_refresh(caps, None, "analytics", &[], 7);
         assert!(none.contains("WHERE 0"), "{none}");
     }
