@@ -311,6 +311,19 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
     cluster.drop_database(&database).await;
 }
 
+/// Each arm's visitors and value of the default goal, as `client`'s server answers.
+async fn conversion_rows(
+    client: &clickhouse::Client,
+) -> clickhouse::error::Result<Vec<(String, u64, f64)>> {
+    client
+        .query(
+            "SELECT variant_id, visitors, value FROM experiment_metric_results \
+             WHERE metric_id = 'conversion' ORDER BY variant_id",
+        )
+        .fetch_all()
+        .await
+}
+
 /// The per-metric results answer through the Distributed tables, read on any server: two
 /// visitors on (most likely) two shards, the default goal of their experiment.
 #[tokio::test]
@@ -351,14 +364,7 @@ async fn metric_results_answer_on_the_cluster() {
             Duration::from_secs(30),
             "both arms on every server",
             || async {
-                let rows: Vec<(String, u64, f64)> = client
-                    .query(
-                        "SELECT variant_id, visitors, value FROM experiment_metric_results \
-                         WHERE metric_id = 'conversion' ORDER BY variant_id",
-                    )
-                    .fetch_all()
-                    .await
-                    .ok()?;
+                let rows = conversion_rows(&client).await.ok()?;
                 (rows.len() == 2).then_some(rows)
             },
         )
@@ -383,14 +389,7 @@ async fn metric_results_answer_on_the_cluster() {
             .await
             .expect("stored");
         assert_eq!(fresh, 2, "server {n}: both visitors stored and fresh");
-        let rows: Vec<(String, u64, f64)> = client
-            .query(
-                "SELECT variant_id, visitors, value FROM experiment_metric_results \
-                 WHERE metric_id = 'conversion' ORDER BY variant_id",
-            )
-            .fetch_all()
-            .await
-            .expect("results");
+        let rows = conversion_rows(&client).await.expect("results");
         assert_eq!(
             rows,
             [("a".to_owned(), 1, 0.0), ("b".to_owned(), 1, 1.0)],

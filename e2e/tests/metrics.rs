@@ -1147,13 +1147,11 @@ async fn stored_values_are_read_while_fresh_and_computed_again_when_not() {
                  denominator, pre_value, events_seen, settings_hash, refresh_id + 1 \
                  FROM experiment_metric_values WHERE visitor_id = ? AND refresh_id = \
                  (SELECT max(refresh_id) FROM experiment_metric_values WHERE visitor_id = ?)";
-    db.client
-        .query(alter)
-        .bind(&odd)
-        .bind(&odd)
-        .execute()
-        .await
-        .expect("alter");
+    let alter_odd = || async {
+        let query = db.client.query(alter).bind(&odd).bind(&odd);
+        query.execute().await.expect("alter");
+    };
+    alter_odd().await;
     let altered = db.results().await;
     let b = |r: &[Result]| {
         r.iter()
@@ -1194,13 +1192,7 @@ async fn stored_values_are_read_while_fresh_and_computed_again_when_not() {
         "unchanged definitions keep the values"
     );
     // A changed definition: every visitor of the experiment is computed again.
-    db.client
-        .query(alter)
-        .bind(&odd)
-        .bind(&odd)
-        .execute()
-        .await
-        .expect("alter");
+    alter_odd().await;
     assert!(b(&db.results().await) > b(&with_later) + 1.0);
     metrics[0].lookback_days = 7.0;
     db.define(&metrics, "v3", START + 1).await;
