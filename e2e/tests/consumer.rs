@@ -342,6 +342,17 @@ async fn a_batch_keeps_taking_rows_while_the_one_before_is_being_inserted() {
     let (_, once) = e2e::wait_for_events(&ch, 22, WAIT).await;
     assert_eq!(once, 22, "every event once");
     assert_stored(&ch, &all).await;
+    // The rows are queryable before the consumer has the answer and counts the insert;
+    // its rows are counted after it.
+    let rows_inserted = || {
+        stats
+            .rows_inserted
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    e2e::eventually(WAIT, "the consumer counts its inserts", || async {
+        (rows_inserted() == 22).then_some(())
+    })
+    .await;
     assert_eq!(
         stats.inserts.load(std::sync::atomic::Ordering::Relaxed),
         3,
