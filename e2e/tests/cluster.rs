@@ -384,7 +384,7 @@ async fn metric_results_answer_on_the_cluster() {
     for n in 1..=4 {
         let client = cluster.client(n, &database);
         let fresh: u64 = client
-            .query("SELECT countIf(fresh = 1) FROM experiment_metric_stored")
+            .query("SELECT uniqExactIf(visitor_id, fresh = 1) FROM experiment_metric_stored")
             .fetch_one()
             .await
             .expect("stored");

@@ -446,6 +446,9 @@ pub(super) const MIGRATIONS: &[Migration] = &[
                 "CREATE VIEW IF NOT EXISTS {db}.experiment_visitor_exposures{on_cluster} AS \
                  {exposures_select}",
             ),
+            // The same phase settings, answering `SELECT phase_end_ms` alone.
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_phase_settings{on_cluster}"),
+            Step::Once(sql!("migrations/011_experiment_phase_settings.sql")),
             Step::Once(sql!("migrations/013_experiment_metric_stored.sql")),
             Step::Once(sql!("migrations/013_experiment_metric_stale.sql")),
             Step::Once("DROP TABLE IF EXISTS {db}.experiment_metric_visitors{on_cluster}"),

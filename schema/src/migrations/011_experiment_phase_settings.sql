@@ -1,9 +1,12 @@
 CREATE VIEW IF NOT EXISTS {db}.experiment_phase_settings{on_cluster} AS
 SELECT
     experiment_id, phase, conversion_window_hours, sequential_tuning,
-    -- 0: the phase has not ended (no later phase loaded, no endAt).
+    -- 0: the phase has not ended (no later phase loaded, no endAt). `phase` goes into the
+    -- lambda as an array: 18.x does not see a column that only a lambda reads, and
+    -- `SELECT phase_end_ms` alone then failed.
     arrayReduce('min', arrayFilter(t -> t > 0, [
-        arrayReduce('min', arrayFilter((t, q) -> q > phase, phase_starts, phases)),
+        arrayReduce('min', arrayFilter((t, q, p) -> q > p, phase_starts, phases,
+            arrayResize([phase], length(phases), phase))),
         end_at_ms])) AS phase_end_ms
 FROM (
     SELECT

@@ -8,7 +8,8 @@ FROM (
     GROUP BY public_key, visitor_id
 ) AS counted
 ANY LEFT JOIN (
-    SELECT public_key, visitor_id, fresh, latest_rows[1].1 AS latest_refresh
+    -- Any one of a visitor's rows: they all have the visitor's refresh and freshness.
+    SELECT public_key, visitor_id, fresh, refresh_id AS latest_refresh
     FROM {db}.experiment_metric_stored
 ) AS stored USING (public_key, visitor_id)
 WHERE fresh = 0

@@ -11,12 +11,9 @@ FROM (
     -- Each column cast, for UNION ALL's same types (18.x: a function of a
     -- LowCardinality column is one).
     SELECT
-        CAST(public_key AS String) AS public_key, row.2 AS experiment_id, row.3 AS phase,
-        visitor_id,
-        row.5 AS variant_id, row.4 AS metric_id, row.6 AS first_exposure_ms,
-        row.7 AS value, row.8 AS denominator, row.9 AS pre_value
+        CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id,
+        variant_id, metric_id, first_exposure_ms, value, denominator, pre_value
     FROM {db}.experiment_metric_stored
-    ARRAY JOIN latest_rows AS row
     WHERE fresh = 1
     UNION ALL
     SELECT
