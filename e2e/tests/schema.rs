@@ -277,3 +277,149 @@ async fn experiment_daily_counts_each_event_once_without_test_traffic() {
     assert_eq!(got, [("exp_1".to_owned(), "var_a".to_owned(), 2, 2, 2, 4)]);
     e2e::drop_database(&database).await;
 }
+
+/// Every view answers for each of its columns alone after ClickHouse restarts. A restart
+/// attaches each view again from its stored text, with its columns listed; 18.x then
+/// drops a column the query does not ask for even when another column of the same SELECT
+/// is computed from it, so a view can answer `SELECT *` when created and fail after the
+/// next restart.
+#[tokio::test]
+async fn every_view_answers_each_column_after_a_restart() {
+    let mut server = e2e::PrivateClickHouse::start().await;
+    let database = unique("test_");
+    let client = e2e::clickhouse_at(&server.url(), &database);
+    schema::migrate(&client, &database).await.expect("migrates");
+    server.stop();
+    server.start_again().await;
+
+    let columns: Vec<(String, String)> = client
+        .query(
+            "SELECT table, name FROM system.columns WHERE database = ? AND table IN \
+             (SELECT name FROM system.tables WHERE database = ? AND engine = 'View') \
+             ORDER BY table, name",
+        )
+        .bind(&database)
+        .bind(&database)
+        .fetch_all()
+        .await
+        .expect("the views' columns");
+    assert!(columns.len() > 100, "every view listed: {}", columns.len());
+    use futures::StreamExt as _;
+    let failures: Vec<String> = futures::stream::iter(&columns)
+        .map(|(view, column)| {
+            let client = client.clone();
+            async move {
+                let select = format!("SELECT `{column}` FROM `{view}` FORMAT Null");
+                let answer = client.query(&select).execute().await;
+                answer.err().map(|e| format!("{view}.{column}: {e}"))
+            }
+        })
+        .buffer_unordered(4)
+        .filter_map(std::future::ready)
+        .collect()
+        .await;
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Consumers that start together migrate one at a time and end with the whole schema; a
+/// lock left by a migrator that died is broken once it stops beating, and a live one is
+/// waited for.
+#[tokio::test]
+async fn migrators_take_turns_and_a_dead_ones_lock_is_broken() {
+    let tables = |database: String| async move {
+        e2e::clickhouse("default")
+            .query("SELECT name, engine FROM system.tables WHERE database = ? ORDER BY name")
+            .bind(database)
+            .fetch_all::<(String, String)>()
+            .await
+            .expect("tables")
+    };
+    let (reference, _) = migrated().await;
+    let want = tables(reference.clone()).await;
+
+    let together = unique("test_");
+    let client = e2e::clickhouse(&together);
+    let (a, b, c) = tokio::join!(
+        schema::migrate(&client, &together),
+        schema::migrate(&client, &together),
+        schema::migrate(&client, &together),
+    );
+    for migrated in [a, b, c] {
+        migrated.expect("each migrates");
+    }
+    assert_eq!(
+        tables(together.clone()).await,
+        want,
+        "the whole schema, once"
+    );
+
+    // A lock whose last beat is ten minutes old: its migrator died.
+    let dead = unique("test_");
+    let root = e2e::clickhouse("default");
+    for sql in [
+        format!("CREATE DATABASE {dead}"),
+        format!("CREATE TABLE {dead}.schema_migrations_lock (beat DateTime) ENGINE = Log"),
+        format!("INSERT INTO {dead}.schema_migrations_lock SELECT now() - 600"),
+    ] {
+        root.query(&sql)
+            .execute()
+            .await
+            .expect("a dead migrator's lock");
+    }
+    let client = e2e::clickhouse(&dead);
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        schema::migrate(&client, &dead),
+    )
+    .await
+    .expect("the dead lock broken at once")
+    .expect("migrates");
+    assert_eq!(
+        tables(dead.clone()).await,
+        want,
+        "the lock broken and dropped"
+    );
+
+    // A live lock, beating for three seconds and then dropped: waited for.
+    let live = unique("test_");
+    for sql in [
+        format!("CREATE DATABASE {live}"),
+        format!("CREATE TABLE {live}.schema_migrations_lock (beat DateTime) ENGINE = Log"),
+    ] {
+        root.query(&sql)
+            .execute()
+            .await
+            .expect("a live migrator's lock");
+    }
+    let holder = {
+        let (root, live) = (root.clone(), live.clone());
+        tokio::spawn(async move {
+            for _ in 0..6 {
+                let beat = format!("INSERT INTO {live}.schema_migrations_lock SELECT now()");
+                root.query(&beat).execute().await.expect("beat");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            let drop = format!("DROP TABLE {live}.schema_migrations_lock");
+            root.query(&drop).execute().await.expect("released");
+        })
+    };
+    let started = std::time::Instant::now();
+    let client = e2e::clickhouse(&live);
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        schema::migrate(&client, &live),
+    )
+    .await
+    .expect("migrates once the lock is released")
+    .expect("migrates");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(2900),
+        "waited for the holder: {:?}",
+        started.elapsed()
+    );
+    holder.await.expect("holder");
+    assert_eq!(tables(live.clone()).await, want);
+    for database in [reference, together, dead, live] {
+        e2e::drop_database(&database).await;
+    }
+}

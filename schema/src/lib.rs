@@ -15,6 +15,7 @@ use clickhouse::Client;
 use crate::topology::{LOCAL_SUFFIX, Server, Topology, first_answering, is_sql_name};
 
 pub mod backoff;
+mod migration_lock;
 mod migrations;
 pub mod row;
 pub mod topology;
@@ -768,14 +769,34 @@ async fn migrate_layout(
             }
         }
     }
-    let applied: Vec<u32> = server
-        .query(&format!(
-            "SELECT DISTINCT version FROM {database}.schema_migrations"
-        ))
-        .fetch_all()
-        .await
-        .context("cannot read schema_migrations")?;
-    apply_pending(topology, layout, database, last, &applied).await
+    let applied = || async {
+        server
+            .query(&format!(
+                "SELECT DISTINCT version FROM {database}.schema_migrations"
+            ))
+            .fetch_all::<u32>()
+            .await
+            .context("cannot read schema_migrations")
+    };
+    let nothing_left = || async {
+        let applied = applied().await?;
+        anyhow::Ok(
+            MIGRATIONS
+                .iter()
+                .all(|m| m.version > last || applied.contains(&m.version)),
+        )
+    };
+    let lock =
+        migration_lock::MigrationLock::take(topology, layout, caps, database, nothing_left).await?;
+    let Some(lock) = lock else {
+        return Ok(());
+    };
+    let migrated = match applied().await {
+        Ok(applied) => apply_pending(topology, layout, database, last, &applied).await,
+        Err(e) => Err(e),
+    };
+    lock.release().await;
+    migrated
 }
 
 /// [`migrate`] by a consumer that read `schema_migrations` when it held only `applied`, and
