@@ -145,14 +145,7 @@ async fn the_consumer_stores_its_visitors_values_and_sweeps_the_rest_on_a_new_sn
 async fn the_refresh_only_run_stores_the_stale_visitors_and_exits() {
     let database = e2e::unique("refresh_");
     let ch = e2e::clickhouse(&database);
-    let run = || {
-        std::process::Command::new(e2e::workspace_binary("consumer"))
-            .arg("--refresh-metrics-only")
-            .env("CLICKHOUSE_URL", e2e::clickhouse_url())
-            .env("CLICKHOUSE_DATABASE", &database)
-            .output()
-            .expect("the consumer runs")
-    };
+    let run = || refresh_only(&database);
     assert!(
         run().status.success(),
         "an empty database: nothing to store"
@@ -179,6 +172,50 @@ async fn the_refresh_only_run_stores_the_stale_visitors_and_exits() {
     let clicks = "SELECT sum(value) FROM experiment_metric_stored WHERE metric_id = 'clicks'";
     let total: f64 = ch.query(clicks).fetch_one().await.expect("stored");
     assert_eq!(total, 12.0, "three clicks each");
+    e2e::drop_database(&database).await;
+}
+
+/// `consumer --refresh-metrics-only` on `database`.
+fn refresh_only(database: &str) -> std::process::Output {
+    std::process::Command::new(e2e::workspace_binary("consumer"))
+        .arg("--refresh-metrics-only")
+        .env("CLICKHOUSE_URL", e2e::clickhouse_url())
+        .env("CLICKHOUSE_DATABASE", database)
+        .output()
+        .expect("the consumer runs")
+}
+
+/// A sweep stores more visitors than one statement takes, each statement a full list:
+/// the list is part of the statement, and a full one must pass the server's limits on a
+/// statement's size (18.x refused 20 000 visitors: "AST is too big").
+#[tokio::test]
+async fn a_sweep_stores_more_visitors_than_one_statement_takes() {
+    let database = e2e::unique("refresh_");
+    let ch = e2e::clickhouse(&database);
+    assert!(refresh_only(&database).status.success(), "migrated");
+    ch.query(
+        "INSERT INTO events (event_id, received_at, received_at_ms, event_time, public_key, \
+         event_name, experiment_id, variant_id, session_id, visitor_id, phase) \
+         SELECT generateUUIDv4(), toDateTime(1795300000), 1795300000000, 1795300000000, ?, \
+         'impression', ?, 'var_a', concat('s', toString(number)), \
+         concat('v''\\\\', toString(number)), 1 FROM numbers(45000)",
+    )
+    .bind(KEY)
+    .bind(EXPERIMENT)
+    .execute()
+    .await
+    .expect("insert");
+    let stale = "SELECT count() FROM experiment_metric_stale";
+    assert_eq!(count(&ch, stale).await, 45_000);
+    let output = refresh_only(&database);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(count(&ch, stale).await, 0, "every stale visitor stored");
+    let stored = "SELECT uniqExact(visitor_id) FROM experiment_metric_stored WHERE fresh = 1";
+    assert_eq!(count(&ch, stored).await, 45_000);
     e2e::drop_database(&database).await;
 }
 

@@ -279,29 +279,26 @@ fn stored_with_settings_hash() -> String {
     )
 }
 
-/// The statement that stores again the metric values of `visitors` (public key, visitor
-/// id) in `experiment_metric_values`, computed from their events as `experiment_metric_visitors`
-/// computes them, as refresh `refresh_id` (larger than any before it for them). `cluster`
-/// names the cluster (its Distributed table then), `None` one server.
+/// The temporary table of a refresh's visitors, in the refresh's own session.
+const REFRESH_VISITORS: &str = "refresh_visitors";
+
+/// The statement that stores again the metric values of the visitors in the session's
+/// temporary table `refresh_visitors` (public key, visitor id), computed from their events
+/// as `experiment_metric_visitors` computes them, as refresh `refresh_id` (larger than any
+/// before it for them), in `experiment_metric_values`. `cluster` names the cluster (its
+/// Distributed table then), `None` one server.
 pub fn metric_values_refresh(
     caps: ServerCaps,
     cluster: Option<&str>,
     database: &str,
-    visitors: &[(String, String)],
     refresh_id: u64,
 ) -> String {
-    // The visitors are spliced in after the rendering, so that no id is read as a
-    // placeholder.
-    let filter = if visitors.is_empty() {
-        "0"
-    } else {
-        "(toString(public_key), visitor_id) IN ({visitors})"
-    };
-    let visitors: Vec<String> = visitors
-        .iter()
-        .map(|(key, visitor)| format!("({}, {})", quoted(key), quoted(visitor)))
-        .collect();
-    let rows = WITH_SETTINGS_HASH_13.replace("{rows}", &metric_values_select(filter));
+    // `GLOBAL`: the list is read once (and sent to each shard of a cluster).
+    let filter = format!(
+        "(toString(public_key), visitor_id) GLOBAL IN \
+         (SELECT public_key, visitor_id FROM {REFRESH_VISITORS})"
+    );
+    let rows = WITH_SETTINGS_HASH_13.replace("{rows}", &metric_values_select(&filter));
     caps.render(
         &format!(
             "INSERT INTO {{db}}.experiment_metric_values (public_key, experiment_id, phase, \
@@ -314,30 +311,21 @@ pub fn metric_values_refresh(
         database,
         &Layout::new(cluster),
     )
-    .replace("{visitors}", &visitors.join(", "))
 }
 
-/// `text` as a ClickHouse string literal: quotes and backslashes escaped, and every
-/// control character as `\xHH`.
-fn quoted(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('\'');
-    for c in text.chars() {
-        match c {
-            '\\' | '\'' => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if c.is_ascii_control() => out.push_str(&format!("\\x{:02X}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    out
+/// A row of `refresh_visitors`.
+#[derive(clickhouse::Row, serde::Serialize)]
+struct RefreshVisitor<'a> {
+    public_key: &'a str,
+    visitor_id: &'a str,
 }
 
-/// Runs [`metric_values_refresh`] through `client`, for a server of version `caps`.
-/// The statement is sent raw: a visitor id may hold any character.
+/// Stores again the metric values of `visitors` (public key, visitor id) through
+/// `client`, for a server of version `caps` ([`metric_values_refresh`]).
+///
+/// The visitors go into a temporary table of a session of the refresh's own, not into the
+/// statement: 18.x analyses a list written in the statement again at each level of SELECT
+/// around it, and 20 000 visitors took 20 s where the table takes 0.05 s.
 pub async fn refresh_metric_values(
     client: &Client,
     caps: ServerCaps,
@@ -346,11 +334,38 @@ pub async fn refresh_metric_values(
     visitors: &[(String, String)],
     refresh_id: u64,
 ) -> anyhow::Result<()> {
-    let sql = metric_values_refresh(caps, cluster, database, visitors, refresh_id);
-    // A batch's visitors are a list in the statement.
-    let mut query = client
-        .query_raw(&sql)
-        .with_setting("max_query_size", (sql.len() + 1024).to_string());
+    if visitors.is_empty() {
+        return Ok(());
+    }
+    let session_id = format!("metric-refresh-{}", uuid::Uuid::new_v4().simple());
+    let session = client.clone().with_setting("session_id", session_id);
+    session
+        .query(&format!(
+            "CREATE TEMPORARY TABLE {REFRESH_VISITORS} \
+             (public_key String, visitor_id String) ENGINE = Memory"
+        ))
+        .execute()
+        .await
+        .context("cannot create the table of the refresh's visitors")?;
+    let mut insert = session
+        .insert::<RefreshVisitor<'_>>(REFRESH_VISITORS)
+        .await
+        .context("cannot list the refresh's visitors")?;
+    for (public_key, visitor_id) in visitors {
+        insert
+            .write(&RefreshVisitor {
+                public_key,
+                visitor_id,
+            })
+            .await
+            .context("cannot list the refresh's visitors")?;
+    }
+    insert
+        .end()
+        .await
+        .context("cannot list the refresh's visitors")?;
+    let sql = metric_values_refresh(caps, cluster, database, refresh_id);
+    let mut query = session.query_raw(&sql);
     if let Some((name, value)) = caps.low_cardinality_setting() {
         query = query.with_setting(name, value);
     }
@@ -358,10 +373,14 @@ pub async fn refresh_metric_values(
         // Stored on every shard when the statement returns, as on one server.
         query = query.with_setting("insert_distributed_sync", "1");
     }
-    query
+    let stored = query
         .execute()
         .await
-        .context("cannot store the metric values")
+        .context("cannot store the metric values");
+    // The session's end would drop it too, once the session times out.
+    let drop = format!("DROP TEMPORARY TABLE IF EXISTS {REFRESH_VISITORS}");
+    let _ = session.query(&drop).execute().await;
+    stored
 }
 
 /// Migration 12's per-metric statistics: over every visitor (the view), or with `segment`
@@ -943,24 +962,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_refresh_quotes_its_visitors_and_reads_none_as_a_placeholder() {
+    fn a_refresh_reads_its_visitors_from_its_table_once() {
         let caps = ServerCaps::parse("18.16.1").expect("parses");
-        let visitors = [
-            ("pk".to_owned(), "a'b\\c".to_owned()),
-            ("pk".to_owned(), "{db}{metric_values_of_stale}".to_owned()),
-            ("pk".to_owned(), "nul\0here".to_owned()),
-        ];
-        let sql = metric_values_refresh(caps, None, "analytics", &visitors, 7);
-        assert!(
-            sql.contains(
-                "IN (('pk', 'a\\'b\\\\c'), ('pk', '{db}{metric_values_of_stale}'), \
-                 ('pk', 'nul\\x00here'))"
-            ),
-            "{sql}"
-        );
+        let sql = metric_values_refresh(caps, None, "analytics", 7);
+        let filter = "(toString(public_key), visitor_id) GLOBAL IN \
+                      (SELECT public_key, visitor_id FROM refresh_visitors)";
+        assert!(sql.contains(filter), "{sql}");
+        assert!(!sql.contains("{visitor_filter}"), "{sql}");
         assert!(!sql.contains("{local}"), "{sql}");
-        let none = metric_values_refresh(caps, None, "analytics", &[], 7);
-        assert!(none.contains("WHERE 0"), "{none}");
     }
 
     #[test]
