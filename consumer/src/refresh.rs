@@ -19,7 +19,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::shutdown::stopped;
 
-/// Visitors per statement (the list is part of the statement).
+/// Visitors per statement, which bounds a statement's time and memory.
 const VISITORS_PER_STATEMENT: usize = 20_000;
 /// Stale visitors a sweep lists at a time.
 const STALE_PER_LIST: u64 = 200_000;

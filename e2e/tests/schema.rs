@@ -355,25 +355,10 @@ async fn migrators_take_turns_and_a_dead_ones_lock_is_broken() {
 
     // A lock whose last beat is ten minutes old: its migrator died.
     let dead = unique("test_");
-    let root = e2e::clickhouse("default");
-    for sql in [
-        format!("CREATE DATABASE {dead}"),
-        format!("CREATE TABLE {dead}.schema_migrations_lock (beat DateTime) ENGINE = Log"),
-        format!("INSERT INTO {dead}.schema_migrations_lock SELECT now() - 600"),
-    ] {
-        root.query(&sql)
-            .execute()
-            .await
-            .expect("a dead migrator's lock");
-    }
-    let client = e2e::clickhouse(&dead);
-    tokio::time::timeout(
-        std::time::Duration::from_secs(60),
-        schema::migrate(&client, &dead),
-    )
-    .await
-    .expect("the dead lock broken at once")
-    .expect("migrates");
+    held_lock(&dead, Some("now() - 600")).await;
+    migrate_within_a_minute(&dead)
+        .await
+        .expect("the dead lock broken at once");
     assert_eq!(
         tables(dead.clone()).await,
         want,
@@ -382,17 +367,9 @@ async fn migrators_take_turns_and_a_dead_ones_lock_is_broken() {
 
     // A live lock, beating for three seconds and then dropped: waited for.
     let live = unique("test_");
-    for sql in [
-        format!("CREATE DATABASE {live}"),
-        format!("CREATE TABLE {live}.schema_migrations_lock (beat DateTime) ENGINE = Log"),
-    ] {
-        root.query(&sql)
-            .execute()
-            .await
-            .expect("a live migrator's lock");
-    }
+    held_lock(&live, None).await;
     let holder = {
-        let (root, live) = (root.clone(), live.clone());
+        let (root, live) = (e2e::clickhouse("default"), live.clone());
         tokio::spawn(async move {
             for _ in 0..6 {
                 let beat = format!("INSERT INTO {live}.schema_migrations_lock SELECT now()");
@@ -404,14 +381,9 @@ async fn migrators_take_turns_and_a_dead_ones_lock_is_broken() {
         })
     };
     let started = std::time::Instant::now();
-    let client = e2e::clickhouse(&live);
-    tokio::time::timeout(
-        std::time::Duration::from_secs(60),
-        schema::migrate(&client, &live),
-    )
-    .await
-    .expect("migrates once the lock is released")
-    .expect("migrates");
+    migrate_within_a_minute(&live)
+        .await
+        .expect("migrates once the lock is released");
     assert!(
         started.elapsed() >= std::time::Duration::from_millis(2900),
         "waited for the holder: {:?}",
@@ -422,4 +394,37 @@ async fn migrators_take_turns_and_a_dead_ones_lock_is_broken() {
     for database in [reference, together, dead, live] {
         e2e::drop_database(&database).await;
     }
+}
+
+/// `database` with the migration lock of another migrator, its one beat at `beat` (an SQL
+/// time) if any.
+async fn held_lock(database: &str, beat: Option<&str>) {
+    let root = e2e::clickhouse("default");
+    let mut statements = vec![
+        format!("CREATE DATABASE {database}"),
+        format!("CREATE TABLE {database}.schema_migrations_lock (beat DateTime) ENGINE = Log"),
+    ];
+    if let Some(beat) = beat {
+        statements.push(format!(
+            "INSERT INTO {database}.schema_migrations_lock SELECT {beat}"
+        ));
+    }
+    for sql in statements {
+        root.query(&sql)
+            .execute()
+            .await
+            .expect("another migrator's lock");
+    }
+}
+
+/// Migrates `database`; `Err` when it takes more than a minute.
+async fn migrate_within_a_minute(database: &str) -> Result<(), tokio::time::error::Elapsed> {
+    let client = e2e::clickhouse(database);
+    let migrated = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        schema::migrate(&client, database),
+    )
+    .await?;
+    migrated.expect("migrates");
+    Ok(())
 }

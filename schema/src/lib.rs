@@ -287,7 +287,7 @@ const REFRESH_VISITORS: &str = "refresh_visitors";
 /// as `experiment_metric_visitors` computes them, as refresh `refresh_id` (larger than any
 /// before it for them), in `experiment_metric_values`. `cluster` names the cluster (its
 /// Distributed table then), `None` one server.
-pub fn metric_values_refresh(
+fn metric_values_refresh(
     caps: ServerCaps,
     cluster: Option<&str>,
     database: &str,
@@ -830,11 +830,12 @@ pub async fn migrate_as_read_when(
     apply_pending(&topology, &Layout::new(None), database, u32::MAX, applied).await
 }
 
-/// Applies, in order, the migrations up to `last` not in `applied`. Another consumer may
-/// be migrating at the same time, ahead of this one: a migration it has recorded since is
-/// skipped, checked before each statement and after each failure, so a consumer behind
-/// never runs an old statement over a newer schema (an old backfill into a table with more
-/// columns, a view a later migration dropped made again).
+/// Applies, in order, the migrations up to `last` not in `applied`. The migration lock
+/// keeps other migrators out, but one may still be ahead of this one (this one read
+/// `applied` before it, or broke its lock while it was only slow): a migration it has
+/// recorded since is skipped, checked before each statement and after each failure, so a
+/// consumer behind never runs an old statement over a newer schema (an old backfill into a
+/// table with more columns, a view a later migration dropped made again).
 async fn apply_pending(
     topology: &Topology,
     layout: &Layout,
