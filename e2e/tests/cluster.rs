@@ -239,6 +239,7 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                 ("events_local", "ReplicatedReplacingMergeTree"),
                 ("experiment_daily", "View"),
                 ("experiment_metric_definitions", "View"),
+                ("experiment_metric_freshness", "View"),
                 ("experiment_metric_results", "View"),
                 ("experiment_metric_stale", "View"),
                 ("experiment_metric_stored", "View"),
@@ -302,11 +303,11 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                     .fetch_all()
                     .await
                     .ok()?;
-                (v.len() == 13).then_some(v)
+                (v.len() == 14).then_some(v)
             },
         )
         .await;
-        assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]);
+        assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]);
     }
     cluster.drop_database(&database).await;
 }

@@ -25,8 +25,8 @@ pub use topology::ClickHouseArgs;
 
 use migrations::{
     ARM_STATISTICS_12, BOOTSTRAP, EXPOSURES_SELECT_13, FIRST_CONVERSION_11, METRIC_ARRAYS_12,
-    METRIC_RESULTS_SELECT_12, METRIC_VALUE_12, METRIC_VALUES_SELECT_13, MIGRATIONS,
-    RESULTS_DERIVED_11, RESULTS_HEAD_11, RESULTS_STATISTICS, RESULTS_STATISTICS_10,
+    METRIC_RESULTS_SELECT_12, METRIC_RESULTS_SELECT_14, METRIC_VALUE_12, METRIC_VALUES_SELECT_13,
+    MIGRATIONS, RESULTS_DERIVED_11, RESULTS_HEAD_11, RESULTS_STATISTICS, RESULTS_STATISTICS_10,
     RESULTS_STATISTICS_11, RESULTS_TAIL_11, SESSIONS_SELECT, SRM_CHI_SQUARE, SRM_SEQUENTIAL_11,
     Step, VISITORS_SELECT, WITH_SETTINGS_HASH_13,
 };
@@ -160,11 +160,20 @@ impl ServerCaps {
             )
         };
         statement
-            .replace("{metric_values_of_stale}", &metric_values_select(STALE))
+            .replace("{metric_values_of_stale}", &metric_values_select(STALE_13))
+            .replace("{metric_values_of_stale_14}", &metric_values_select(STALE))
             .replace("{stored_with_settings_hash}", &stored_with_settings_hash())
+            .replace("{current_settings}", &current_settings())
             .replace("{exposures_select}", &exposures_select("1"))
             .replace("{event_counts_select}", EVENT_COUNTS_SELECT)
-            .replace("{metric_results_select}", &metric_results_select(None))
+            .replace(
+                "{metric_results_select}",
+                &metric_results_select(METRIC_RESULTS_SELECT_12, None),
+            )
+            .replace(
+                "{metric_results_select_14}",
+                &metric_results_select(METRIC_RESULTS_SELECT_14, None),
+            )
             .replace(
                 "{results_statistics_11}",
                 &statistics_11("experiment_variant_counts", "", "", false),
@@ -221,6 +230,7 @@ impl ServerCaps {
             .replace("{visitors_select_11}", &visitors_select_11())
             .replace("{visitors_select}", VISITORS_SELECT)
             .replace("{first_conversion}", "")
+            .replace("{visitor_key}", VISITOR_KEY)
             .replace("{on_cluster}", &layout.on_cluster)
             .replace("{local}", layout.local)
             .replace("{db}", database)
@@ -253,8 +263,17 @@ pub fn event_counts_select(
 /// theirs from the events. `GLOBAL` on every topology: a subquery of `IN` nested in
 /// SELECTs runs again for each level on 18.x (five times at the depth of a toy query);
 /// `GLOBAL` runs it once, before the query (and is what a Distributed read needs).
-const STALE: &str = "(toString(public_key), visitor_id) GLOBAL NOT IN \
+const STALE_13: &str = "(toString(public_key), visitor_id) GLOBAL NOT IN \
      (SELECT public_key, visitor_id FROM {db}.experiment_metric_stored WHERE fresh = 1)";
+
+/// Migration 14: the visitors whose stored metric values are not fresh, by their key
+/// ([`VISITOR_KEY`]): the set is of fixed-size keys, a fraction of two strings' cost.
+const STALE: &str = "{visitor_key} GLOBAL NOT IN \
+     (SELECT visitor_key FROM {db}.experiment_metric_freshness WHERE fresh = 1)";
+
+/// Migration 14: a visitor's key, of the columns `public_key` and `visitor_id` of any
+/// table. Two visitors of one key are both read as stale (experiment_metric_freshness).
+const VISITOR_KEY: &str = "sipHash64(public_key, visitor_id)";
 
 /// Migration 13: the exposures of the visitors `filter` keeps.
 fn exposures_select(filter: &str) -> String {
@@ -276,6 +295,20 @@ fn stored_with_settings_hash() -> String {
         "SELECT toString(public_key) AS public_key, experiment_id, phase, visitor_id, \
          metric_id, variant_id, first_exposure_ms, value, denominator, pre_value, \
          events_seen, settings_hash, refresh_id FROM {db}.experiment_metric_values",
+    )
+}
+
+/// Migration 14: the current hash of what stored metric values depend on besides the
+/// events, for each experiment and phase that has any (read from the exposures, a fifth
+/// of the stored rows).
+fn current_settings() -> String {
+    WITH_SETTINGS_HASH_13.replace(
+        "{rows}",
+        // A visitor's rows are of their exposures (experiment_visitors), or of none: a
+        // pair missing here reads as changed, which costs time, not correctness.
+        "SELECT DISTINCT CAST(experiment_id AS String) AS experiment_id, phase \
+         FROM {db}.experiment_visitors \
+         UNION ALL SELECT '' AS experiment_id, toUInt32(0) AS phase",
     )
 }
 
@@ -383,13 +416,15 @@ pub async fn refresh_metric_values(
     stored
 }
 
-/// Migration 12's per-metric statistics: over every visitor (the view), or with `segment`
-/// (an expression of an `events` row) per segment, each visitor's taken from the
-/// impression of their first exposure. The cap stays the metric's over every segment.
-fn metric_results_select(segment: Option<&str>) -> String {
+/// The per-metric statistics of `template` (migration 12's or 14's): over every visitor
+/// (the view), or with `segment` (an expression of an `events` row) per segment, each
+/// visitor's taken from the impression of their first exposure. The cap stays the
+/// metric's over every segment.
+fn metric_results_select(template: &str, segment: Option<&str>) -> String {
     let Some(segment) = segment else {
-        return METRIC_RESULTS_SELECT_12
+        return template
             .replace("{segment}", "")
+            .replace("{arm_segment}", "''")
             .replace("{segments_collected}", "")
             .replace("{segments_split}", "")
             .replace("{metric_visitors}", "{db}.experiment_metric_visitors");
@@ -403,8 +438,9 @@ fn metric_results_select(segment: Option<&str>) -> String {
          GROUP BY public_key, experiment_id, phase, visitor_id) AS segments \
          USING (public_key, experiment_id, phase, visitor_id))"
     );
-    METRIC_RESULTS_SELECT_12
+    template
         .replace("{segment}", ", segment")
+        .replace("{arm_segment}", "segment")
         .replace("{segments_collected}", ", groupArray(segment) AS segments")
         .replace("{segments_split}", ", segments AS segment")
         .replace("{metric_visitors}", &visitors)
@@ -415,7 +451,7 @@ fn metric_results_select(segment: Option<&str>) -> String {
 /// expression of an `events` row (a column, or a function of one), trusted.
 pub fn metric_results_by(caps: ServerCaps, database: &str, segment: &str) -> String {
     caps.render(
-        &metric_results_select(Some(segment)),
+        &metric_results_select(METRIC_RESULTS_SELECT_14, Some(segment)),
         database,
         &Layout::new(None),
     )

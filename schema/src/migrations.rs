@@ -60,6 +60,9 @@ pub(super) const ARM_STATISTICS_12: &str = sql!("migrations/012_arm_statistics.s
 pub(super) const METRIC_ARRAYS_12: &str = sql!("migrations/012_metric_arrays.sql");
 /// Migration 12: the per-metric statistics over `{metric_visitors}`, per `{segment}` if any.
 pub(super) const METRIC_RESULTS_SELECT_12: &str = sql!("migrations/012_metric_results_select.sql");
+/// Migration 14: the same statistics, each arm summed in one pass (`{arm_segment}`: the
+/// visitor's segment, or a constant).
+pub(super) const METRIC_RESULTS_SELECT_14: &str = sql!("migrations/014_metric_results_select.sql");
 
 /// Migration 13: the exposed visitors that `{visitor_filter}` (a condition on
 /// `experiment_visitors`' columns) keeps, as `experiment_visitor_exposures` has them
@@ -453,6 +456,24 @@ pub(super) const MIGRATIONS: &[Migration] = &[
             Step::Once(sql!("migrations/013_experiment_metric_stale.sql")),
             Step::Once("DROP TABLE IF EXISTS {db}.experiment_metric_visitors{on_cluster}"),
             Step::Once(sql!("migrations/013_experiment_metric_visitors.sql")),
+        ],
+    },
+    Migration {
+        version: 14,
+        description: "metric values' freshness per visitor key, once per query",
+        steps: &[
+            // Dropped first: a view reads those below it.
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_metric_visitors{on_cluster}"),
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_metric_stale{on_cluster}"),
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_metric_stored{on_cluster}"),
+            Step::Once(sql!("migrations/014_experiment_metric_freshness.sql")),
+            Step::Once(sql!("migrations/014_experiment_metric_stored.sql")),
+            Step::Once(sql!("migrations/014_experiment_metric_stale.sql")),
+            Step::Once(sql!("migrations/014_experiment_metric_visitors.sql")),
+            // The same statistics, summed in one pass but for a metric capped at a
+            // percentile.
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_metric_results{on_cluster}"),
+            Step::Once(sql!("migrations/014_experiment_metric_results.sql")),
         ],
     },
 ];
