@@ -1009,6 +1009,39 @@ async fn a_capped_mean_is_not_moved_by_one_extreme_visitor() {
     );
 }
 
+/// The always-valid tests of every metric use the default tuning (results_settings) in
+/// force when the phase began, as experiment_results does: one set before applies, one
+/// set since does not, and with none the built-in 5 000.
+#[tokio::test]
+async fn the_default_tuning_in_force_when_the_phase_began_applies_to_every_metric() {
+    let db = Database::new().await;
+    db.define(&metrics(), "v1", START - DAY).await;
+    db.store(&events(11, 60)).await;
+    let tunings = async || -> Vec<f64> {
+        let mut tunings: Vec<f64> = db
+            .client
+            .query("SELECT groupUniqArray(sequential_tuning) FROM experiment_metric_results")
+            .fetch_one()
+            .await
+            .expect("tunings");
+        tunings.sort_by(f64::total_cmp);
+        tunings
+    };
+    assert_eq!(tunings().await, [5_000.0], "none set");
+    for (value, set_at) in [(2_000.0, START - DAY), (3_000.0, START + 30 * DAY)] {
+        db.client
+            .query(&format!(
+                "INSERT INTO results_settings (name, value, set_at) \
+                 SELECT 'sequential_tuning', {value}, toDateTime({})",
+                set_at / 1000
+            ))
+            .execute()
+            .await
+            .expect("a setting");
+    }
+    assert_eq!(tunings().await, [2_000.0], "the one before the phase");
+}
+
 /// A metric changed in a later snapshot applies to the events already stored: the view
 /// reads each experiment's definitions as last loaded.
 #[tokio::test]

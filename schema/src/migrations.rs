@@ -460,9 +460,10 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 14,
-        description: "metric values' freshness per visitor key, once per query",
+        description: "metric views at scale: freshness per visitor key, arms in one pass",
         steps: &[
-            // Dropped first: a view reads those below it.
+            // The views made again: dropped first (CREATE … IF NOT EXISTS keeps an old one),
+            // the one that reads another after it.
             Step::Once("DROP TABLE IF EXISTS {db}.experiment_metric_visitors{on_cluster}"),
             Step::Once("DROP TABLE IF EXISTS {db}.experiment_metric_stale{on_cluster}"),
             Step::Once("DROP TABLE IF EXISTS {db}.experiment_metric_stored{on_cluster}"),
