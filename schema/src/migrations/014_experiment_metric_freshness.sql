@@ -10,7 +10,7 @@ CREATE VIEW IF NOT EXISTS {db}.experiment_metric_freshness{on_cluster} AS
 -- strings cost, at millions of visitors.
 SELECT
     visitor_key, intDiv(top_mark, 2) AS latest_refresh, events_seen, events,
-    toUInt8(top_mark > 0 AND top_mark % 2 = 0 AND events = events_seen) AS fresh
+    toUInt8(top_mark % 2 = 0 AND events = events_seen) AS fresh
 FROM (
     -- A stored row's mark: its refresh doubled, plus 1 when its settings changed since
     -- (0 for a count's row). The largest is the latest refresh's, odd when any row of it
