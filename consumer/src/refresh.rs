@@ -25,8 +25,9 @@ const VISITORS_PER_STATEMENT: usize = 20_000;
 const STALE_PER_LIST: u64 = 200_000;
 /// Visitors waiting beyond this are left to the next sweep rather than kept in memory.
 const MOST_WAITING: usize = 1_000_000;
-/// The longest a statement may take.
-const STATEMENT_TIMEOUT: Duration = Duration::from_secs(900);
+/// The longest a refresh of one statement's visitors may take: the server stops its
+/// statement after `schema::REFRESH_LONGEST`; this bounds listing the visitors too.
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// The visitors of the batches stored since the last refresh, as (public key, visitor id).
 #[derive(Default)]
@@ -153,7 +154,7 @@ impl Refresh {
         let (caps, client) = self.caps_and_client().await?;
         let cluster = self.topology.cluster.as_deref();
         for chunk in visitors.chunks(VISITORS_PER_STATEMENT) {
-            let id = self.next_id();
+            let id = || self.next_id();
             let refresh =
                 schema::refresh_metric_values(&client, caps, cluster, &self.database, chunk, id);
             tokio::time::timeout(STATEMENT_TIMEOUT, refresh)

@@ -7,6 +7,7 @@
 mod stats;
 
 use std::fmt::Write;
+use std::time::Duration;
 
 use clickhouse::Row;
 use serde::Deserialize;
@@ -311,7 +312,7 @@ impl Database {
     /// batch, as refresh `id`.
     async fn refresh(&self, visitors: &[(String, String)], id: u64) {
         let caps = schema::ServerCaps::of(&self.client).await.expect("version");
-        schema::refresh_metric_values(&self.client, caps, None, &self.name, visitors, id)
+        schema::refresh_metric_values(&self.client, caps, None, &self.name, visitors, || id)
             .await
             .expect("refresh");
     }
@@ -1135,9 +1136,10 @@ fn assert_same(what: &str, got: &[Result], want: &[Result]) {
 }
 
 /// The per-visitor values that the consumer stores are what the view reads while they are
-/// fresh, and give the results that computing them from the events gives; a visitor with
-/// an event after them, or an experiment whose metric definitions changed, is computed
-/// from the events again until stored again; the same definitions loaded again keep them.
+/// fresh and settled, and give the results that computing them from the events gives; a
+/// visitor with an event after them, or an experiment whose metric definitions changed, is
+/// computed from the events again until stored again; the same definitions loaded again
+/// keep them; a refresh younger than the settling time is not read yet.
 #[tokio::test]
 async fn stored_values_are_read_while_fresh_and_computed_again_when_not() {
     let db = Database::new().await;
@@ -1167,7 +1169,15 @@ async fn stored_values_are_read_while_fresh_and_computed_again_when_not() {
         "every visitor is stale before a refresh"
     );
 
-    db.sweep().await;
+    // Refreshed an hour ago (a sweep's ids are now, not yet settled).
+    let visitors: Vec<(String, String)> = db
+        .client
+        .query("SELECT public_key, visitor_id FROM experiment_metric_stale")
+        .fetch_all()
+        .await
+        .expect("stale visitors");
+    db.refresh(&visitors, refresh_id_of(Duration::from_secs(3600)))
+        .await;
     assert_eq!(db.count(stale).await, 0, "the refresh stores every visitor");
     assert!(db.count(stored).await > 0);
     assert_same("stored", &db.results().await, &computed);
@@ -1210,10 +1220,11 @@ async fn stored_values_are_read_while_fresh_and_computed_again_when_not() {
     );
     // Stored again, for that visitor alone, as the consumer does after a batch.
     let visitor = [(KEY.to_owned(), odd.clone())];
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970");
-    db.refresh(&visitor, now.as_millis() as u64 * 1000).await;
+    db.refresh(
+        &visitor,
+        refresh_id_of(schema::SETTLING + Duration::from_secs(10)),
+    )
+    .await;
     assert_eq!(db.count(stale).await, 0);
     assert_same("stored again", &db.results().await, &with_later);
 
@@ -1238,4 +1249,85 @@ async fn stored_values_are_read_while_fresh_and_computed_again_when_not() {
     db.sweep().await;
     assert_eq!(db.count(stale).await, 0);
     assert_same("changed, stored", &db.results().await, &changed);
+    // A refresh younger than the settling time (after the sweep's, of now), its values
+    // altered: not read yet.
+    alter_odd().await;
+    assert_eq!(db.count(stale).await, 0, "fresh");
+    assert_same("not settled", &db.results().await, &changed);
+}
+
+/// A refresh id of `ago` before now: a refresh's id is its start, in microseconds (the
+/// consumer's `Refresh::next_id`).
+fn refresh_id_of(ago: std::time::Duration) -> u64 {
+    let start = std::time::SystemTime::now() - ago;
+    let since = start
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970");
+    since.as_millis() as u64 * 1000
+}
+
+/// Refreshes landing while a query of the view runs, some read stale (an event came
+/// after them) and some fresh, and events landing too, neither drop a visitor nor count
+/// one twice: each query sees every exposed visitor's metrics once.
+#[tokio::test]
+async fn refreshes_and_events_landing_during_a_query_neither_drop_nor_double_a_visitor() {
+    let db = Database::new().await;
+    db.define(&metrics(), "v1", START - DAY).await;
+    let events = events(13, 60);
+    db.store(&events).await;
+    let visitors: Vec<(String, String)> = db
+        .client
+        .query("SELECT public_key, visitor_id FROM experiment_metric_stale")
+        .fetch_all()
+        .await
+        .expect("stale visitors");
+    db.refresh(&visitors, refresh_id_of(Duration::from_secs(3600)))
+        .await;
+    let rows = "SELECT count() FROM experiment_metric_visitors";
+    let want = db.count(rows).await;
+    assert!(want > 500, "{want} rows");
+
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let running = || !done.load(std::sync::atomic::Ordering::Relaxed);
+    // Refreshes of every visitor: a copy of the latest read as stale, then a real one.
+    let stale_copy = "INSERT INTO experiment_metric_values SELECT public_key, \
+         experiment_id, phase, visitor_id, metric_id, variant_id, first_exposure_ms, value, \
+         denominator, pre_value, events_seen + 1000, settings_hash, ? \
+         FROM experiment_metric_values \
+         WHERE refresh_id = (SELECT max(refresh_id) FROM experiment_metric_values)";
+    let refreshes = async {
+        while running() {
+            let copy = db
+                .client
+                .query(stale_copy)
+                .bind(refresh_id_of(Duration::ZERO));
+            copy.execute().await.expect("stale copy");
+            db.refresh(&visitors, refresh_id_of(Duration::ZERO)).await;
+        }
+    };
+    // A click of a visitor, after their exposure: their stored values turn stale.
+    let clicks = async {
+        let mut n = events.len();
+        while running() {
+            let mut click = events[n % events.len()].clone();
+            (click.name, click.experiment, click.target) = ("click", EXPERIMENT, "");
+            click.t = START + 100 * DAY;
+            db.insert("events", &[click.row(n)]).await;
+            n += 1;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let queries = async {
+        let mut wrong = Vec::new();
+        for _ in 0..60 {
+            let got = db.count(rows).await;
+            if got != want {
+                wrong.push(got);
+            }
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        wrong
+    };
+    let ((), (), wrong) = tokio::join!(refreshes, clicks, queries);
+    assert!(wrong.is_empty(), "{want} rows each time, not {wrong:?}");
 }

@@ -162,6 +162,10 @@ impl ServerCaps {
         statement
             .replace("{metric_values_of_stale}", &metric_values_select(STALE_13))
             .replace("{metric_values_of_stale_14}", &metric_values_select(STALE))
+            .replace(
+                "{metric_values_of_unsettled}",
+                &metric_values_select(UNSETTLED),
+            )
             .replace("{stored_with_settings_hash}", &stored_with_settings_hash())
             .replace("{current_settings}", &current_settings())
             .replace("{exposures_select}", &exposures_select("1"))
@@ -231,6 +235,13 @@ impl ServerCaps {
             .replace("{visitors_select}", VISITORS_SELECT)
             .replace("{first_conversion}", "")
             .replace("{visitor_key}", VISITOR_KEY)
+            .replace(
+                "{settled_before}",
+                &format!(
+                    "(toUInt64(toUnixTimestamp(now())) - {}) * 1000000",
+                    SETTLING.as_secs()
+                ),
+            )
             .replace("{on_cluster}", &layout.on_cluster)
             .replace("{local}", layout.local)
             .replace("{db}", database)
@@ -270,6 +281,24 @@ const STALE_13: &str = "(toString(public_key), visitor_id) GLOBAL NOT IN \
 /// ([`VISITOR_KEY`]): the set is of fixed-size keys, a fraction of two strings' cost.
 const STALE: &str = "{visitor_key} GLOBAL NOT IN \
      (SELECT visitor_key FROM {db}.experiment_metric_freshness WHERE fresh = 1)";
+
+/// Migration 15: the visitors whose stored metric values are not fresh, or whose latest
+/// refresh is younger than [`SETTLING`] (`{settled_before}`: the refresh ids before it).
+const UNSETTLED: &str = "{visitor_key} GLOBAL NOT IN \
+     (SELECT visitor_key FROM {db}.experiment_metric_freshness \
+     WHERE fresh = 1 AND latest_refresh < {settled_before})";
+
+/// The longest a refresh statement runs: the server stops it then
+/// ([`refresh_metric_values`]), so every row of a refresh lands within this of its id.
+pub const REFRESH_LONGEST: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How old a refresh is before `experiment_metric_visitors` reads it; younger ones are
+/// computed from the events. The view reads the stored rows, the stale visitors and the
+/// latest refreshes each at its own moment; a refresh older than this landed before the
+/// first of them, and no refresh landing after the second passes for settled at the
+/// third, while [`REFRESH_LONGEST`], 10 s of clock difference between a consumer and the
+/// server, and the computed visitors' time (50 s) stay within it.
+pub const SETTLING: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Migration 14: a visitor's key, of the columns `public_key` and `visitor_id` of any
 /// table. Two visitors of one key are both read as stale (experiment_metric_freshness),
@@ -361,13 +390,17 @@ struct RefreshVisitor<'a> {
 /// The visitors go into a temporary table of a session of the refresh's own, not into the
 /// statement: 18.x analyses a list written in the statement again at each level of SELECT
 /// around it, and 20 000 visitors took 20 s where the table takes 0.05 s.
+///
+/// `refresh_id` gives the refresh's id (its start, in microseconds since the epoch, larger
+/// than any before for these visitors) as the statement starts; the server stops the
+/// statement after [`REFRESH_LONGEST`], which [`SETTLING`] relies on.
 pub async fn refresh_metric_values(
     client: &Client,
     caps: ServerCaps,
     cluster: Option<&str>,
     database: &str,
     visitors: &[(String, String)],
-    refresh_id: u64,
+    refresh_id: impl FnOnce() -> u64,
 ) -> anyhow::Result<()> {
     if visitors.is_empty() {
         return Ok(());
@@ -399,8 +432,11 @@ pub async fn refresh_metric_values(
         .end()
         .await
         .context("cannot list the refresh's visitors")?;
-    let sql = metric_values_refresh(caps, cluster, database, refresh_id);
-    let mut query = session.query_raw(&sql);
+    // The id is the statement's start, which the server ends within REFRESH_LONGEST.
+    let sql = metric_values_refresh(caps, cluster, database, refresh_id());
+    let mut query = session
+        .query_raw(&sql)
+        .with_setting("max_execution_time", REFRESH_LONGEST.as_secs().to_string());
     if let Some((name, value)) = caps.low_cardinality_setting() {
         query = query.with_setting(name, value);
     }

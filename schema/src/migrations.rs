@@ -477,6 +477,14 @@ pub(super) const MIGRATIONS: &[Migration] = &[
             Step::Once(sql!("migrations/014_experiment_metric_results.sql")),
         ],
     },
+    Migration {
+        version: 15,
+        description: "metric visitors: one side each while refreshes land during a query",
+        steps: &[
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_metric_visitors{on_cluster}"),
+            Step::Once(sql!("migrations/015_experiment_metric_visitors.sql")),
+        ],
+    },
 ];
 
 /// What exists before the first migration: the database and the record of migrations.
