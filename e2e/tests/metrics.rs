@@ -317,6 +317,20 @@ impl Database {
             .expect("refresh");
     }
 
+    /// Stores every missing or stale visitor's metric values as a refresh of an hour ago,
+    /// settled (a sweep's are of now), and returns the visitors.
+    async fn refresh_stale_an_hour_ago(&self) -> Vec<(String, String)> {
+        let visitors: Vec<(String, String)> = self
+            .client
+            .query("SELECT public_key, visitor_id FROM experiment_metric_stale")
+            .fetch_all()
+            .await
+            .expect("stale visitors");
+        self.refresh(&visitors, refresh_id_of(Duration::from_secs(3600)))
+            .await;
+        visitors
+    }
+
     /// Stores every missing or stale visitor's metric values: the consumer's sweep.
     async fn sweep(&self) {
         let topology = schema::topology::Topology::single(self.client.clone());
@@ -1170,14 +1184,7 @@ async fn stored_values_are_read_while_fresh_and_computed_again_when_not() {
     );
 
     // Refreshed an hour ago (a sweep's ids are now, not yet settled).
-    let visitors: Vec<(String, String)> = db
-        .client
-        .query("SELECT public_key, visitor_id FROM experiment_metric_stale")
-        .fetch_all()
-        .await
-        .expect("stale visitors");
-    db.refresh(&visitors, refresh_id_of(Duration::from_secs(3600)))
-        .await;
+    db.refresh_stale_an_hour_ago().await;
     assert_eq!(db.count(stale).await, 0, "the refresh stores every visitor");
     assert!(db.count(stored).await > 0);
     assert_same("stored", &db.results().await, &computed);
@@ -1275,14 +1282,7 @@ async fn refreshes_and_events_landing_during_a_query_neither_drop_nor_double_a_v
     db.define(&metrics(), "v1", START - DAY).await;
     let events = events(13, 60);
     db.store(&events).await;
-    let visitors: Vec<(String, String)> = db
-        .client
-        .query("SELECT public_key, visitor_id FROM experiment_metric_stale")
-        .fetch_all()
-        .await
-        .expect("stale visitors");
-    db.refresh(&visitors, refresh_id_of(Duration::from_secs(3600)))
-        .await;
+    let visitors = db.refresh_stale_an_hour_ago().await;
     let rows = "SELECT count() FROM experiment_metric_visitors";
     let want = db.count(rows).await;
     assert!(want > 500, "{want} rows");
