@@ -1265,7 +1265,7 @@ async fn stored_values_are_read_while_fresh_and_computed_again_when_not() {
 
 /// A refresh id of `ago` before now: a refresh's id is its start, in microseconds (the
 /// consumer's `Refresh::next_id`).
-fn refresh_id_of(ago: std::time::Duration) -> u64 {
+fn refresh_id_of(ago: Duration) -> u64 {
     let start = std::time::SystemTime::now() - ago;
     let since = start
         .duration_since(std::time::UNIX_EPOCH)
