@@ -601,6 +601,18 @@ impl Layout {
         }
     }
 
+    /// Where a table's `CREATE` runs: in a cluster, on each server in turn, never
+    /// `ON CLUSTER`. There 18.16 creates a table's replicas at the same moment; a replica
+    /// that loses the race ("Retrying createReplica(), because some other replicas were
+    /// created at the same time") can leave its server's DDL worker stuck, and every later
+    /// `ON CLUSTER` statement then waits for that server until its timeout.
+    fn create_target(&self) -> Target {
+        match self.cluster {
+            None => Target::Once,
+            Some(_) => Target::EachServer,
+        }
+    }
+
     /// A table's engine: replicated in a cluster, across each shard (`{shard}` macro) or
     /// across every server (`all`). The `{replica}` macro must name each server uniquely.
     fn engine(&self, engine: &str, name: &str, shards: &str) -> String {
@@ -650,9 +662,9 @@ impl Step {
                 key,
             } => {
                 let local = create
-                    .replace("{table}", &format!("{{db}}.{name}{{local}}{{on_cluster}}"))
+                    .replace("{table}", &format!("{{db}}.{name}{{local}}"))
                     .replace("{engine}", &layout.engine(engine, name, "{shard}"));
-                let mut statements = vec![(Target::Once, local)];
+                let mut statements = vec![(layout.create_target(), local)];
                 if let Some(cluster) = &layout.cluster {
                     statements.push((
                         Target::Once,
@@ -670,9 +682,9 @@ impl Step {
                 engine,
                 create,
             } => vec![(
-                Target::Once,
+                layout.create_target(),
                 create
-                    .replace("{table}", &format!("{{db}}.{name}{{on_cluster}}"))
+                    .replace("{table}", &format!("{{db}}.{name}"))
                     .replace("{engine}", &layout.engine(engine, name, "all")),
             )],
             Step::Reshard { .. } if layout.whole => Vec::new(),
@@ -855,10 +867,12 @@ async fn migrate_layout(
         .context("cannot look for schema_migrations")?;
     if has_record == 0 {
         for step in BOOTSTRAP {
-            for (_, sql) in step.render(layout, caps, database) {
-                execute(&server, caps, &sql)
-                    .await
-                    .context("cannot create the database and schema_migrations")?;
+            for (target, sql) in step.render(layout, caps, database) {
+                for target in servers_of(topology, primary, target).await? {
+                    execute(&target.client.clone().with_database("default"), caps, &sql)
+                        .await
+                        .context("cannot create the database and schema_migrations")?;
+                }
             }
         }
     }
@@ -902,6 +916,25 @@ pub async fn migrate_as_read_when(
 ) -> anyhow::Result<()> {
     let topology = Topology::single(client.clone());
     apply_pending(&topology, &Layout::new(None), database, u32::MAX, applied).await
+}
+
+/// The servers a statement for `target` runs on, `primary` the one of [`Target::Once`].
+async fn servers_of<'a>(
+    topology: &'a Topology,
+    primary: &'a Server,
+    target: Target,
+) -> anyhow::Result<Vec<&'a Server>> {
+    Ok(match target {
+        Target::Once => vec![primary],
+        Target::EachServer => topology.servers().collect(),
+        Target::EachShard => {
+            let mut firsts = Vec::new();
+            for replicas in &topology.shards {
+                firsts.push(first_answering(replicas).await?);
+            }
+            firsts
+        }
+    })
 }
 
 /// Applies, in order, the migrations up to `last` not in `applied`. The migration lock
@@ -954,18 +987,7 @@ async fn apply_pending(
                 if recorded(migration.version).await? {
                     continue 'migration;
                 }
-                let servers: Vec<&Server> = match target {
-                    Target::Once => vec![primary],
-                    Target::EachServer => topology.servers().collect(),
-                    Target::EachShard => {
-                        let mut firsts = Vec::new();
-                        for replicas in &topology.shards {
-                            firsts.push(first_answering(replicas).await?);
-                        }
-                        firsts
-                    }
-                };
-                for target in servers {
+                for target in servers_of(topology, primary, target).await? {
                     let client = target.client.clone().with_database("default");
                     match execute(&client, caps, &sql).await {
                         Ok(()) => {}
@@ -1080,9 +1102,22 @@ mod tests {
         let cluster = statements(old, Some("analytics"), "analytics");
         let sql: Vec<&str> = cluster.iter().map(|s| s.sql.as_str()).collect();
         assert!(
-            sql[2].contains("analytics.events_local ON CLUSTER analytics (\n    event_id"),
+            sql[2].contains("analytics.events_local (\n    event_id"),
             "{}",
             sql[2]
+        );
+        // A replicated table is made on each server in turn: ON CLUSTER makes its
+        // replicas race, which can leave a server's DDL worker stuck on 18.16.
+        let replicated: Vec<&Statement> = cluster
+            .iter()
+            .filter(|s| s.sql.contains("ENGINE = Replicated"))
+            .collect();
+        assert!(replicated.len() >= 8, "{}", replicated.len());
+        assert!(
+            replicated
+                .iter()
+                .all(|s| s.runs == "each_server" && !s.sql.contains("ON CLUSTER")),
+            "{replicated:#?}"
         );
         assert!(sql[2].contains(
             "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/analytics/events', '{replica}')"
@@ -1097,11 +1132,12 @@ mod tests {
         assert!(sql.iter().any(|s| s.contains(
             "ReplicatedReplacingMergeTree('/clickhouse/tables/all/analytics/experiment_variants', '{replica}')"
         )));
-        // The Distributed table is altered on each server; the rest runs once, cluster-wide
-        // where it creates something, except the backfill, once per shard.
+        // The replicated tables are made and the Distributed table altered on each server;
+        // the rest runs once, cluster-wide where it creates something, except the backfill,
+        // once per shard.
         let each_server: Vec<&str> = cluster
             .iter()
-            .filter(|s| s.runs == "each_server")
+            .filter(|s| s.runs == "each_server" && !s.sql.contains("ENGINE = Replicated"))
             .map(|s| s.sql.as_str())
             .collect();
         assert_eq!(each_server.len(), 5);
@@ -1182,12 +1218,17 @@ mod tests {
                 .all(|s| !s.contains("Distributed") && !s.contains("_local"))
         );
         assert!(
-            copy.iter().all(|s| s.runs == "once"),
-            "no per-server or per-shard step"
+            copy.iter()
+                .all(|s| if s.sql.contains("ENGINE = Replicated") {
+                    s.runs == "each_server" && !s.sql.contains("ON CLUSTER")
+                } else {
+                    s.runs == "once"
+                }),
+            "the tables on each server in turn, no per-shard step"
         );
         assert!(sql.iter().any(|s| {
             s.contains(
-            "analyst_a.events ON CLUSTER analytics (\n    event_id"
+            "analyst_a.events (\n    event_id"
         ) && s.contains(
             "ReplicatedReplacingMergeTree('/clickhouse/tables/all/analyst_a/events', '{replica}')"
         )
