@@ -38,7 +38,7 @@ pub use kafka::{
 pub use private_broker::PrivateBroker;
 pub use private_clickhouse::PrivateClickHouse;
 pub use process::{
-    ChildProcess, Paused, ScriptedClickHouse, compose_cluster_config, free_port, lib_sh, resume,
+    ChildProcess, Paused, ScriptedClickHouse, compose_cluster_config, free_port, repo, resume,
     send_signal, workspace_binary,
 };
 pub use services::{

@@ -85,51 +85,39 @@ fn kill(pid: u32, signal: &str) -> std::io::Result<std::process::ExitStatus> {
         .status()
 }
 
-/// Runs `script` with the functions of `scripts/lib.sh` (what `scripts/up` uses), its
-/// arguments `$1`, `$2`...; panics unless it succeeds.
-pub fn lib_sh(script: &str, args: &[&str]) {
-    let status = std::process::Command::new("bash")
-        .arg("-c")
-        .arg(format!("set -e; source \"$0\"; {script}"))
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/lib.sh"))
-        .args(args)
-        .status()
-        .expect("bash runs");
-    assert!(status.success(), "{script} {args:?}");
+/// The repository (its `deploy/`, `sdk/dist` and `target/`).
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// A ClickHouse server started as `scripts/up` starts one (`start_clickhouse DIR HTTP TCP`
-/// of `scripts/lib.sh`, after whatever the test put in DIR), stopped when dropped.
+/// A ClickHouse server started as `scripts/up` starts one (stack-kit's, after whatever the
+/// test put in DIR), stopped when dropped.
 pub struct ScriptedClickHouse {
     dir: PathBuf,
 }
 
 impl ScriptedClickHouse {
     pub fn start(dir: &Path, http_port: u16, tcp_port: u16) -> Self {
-        let server = Self {
+        stack_kit::clickhouse::start(
+            &repo(),
+            &stack_kit::clickhouse::Server {
+                dir,
+                http_port,
+                tcp_port,
+                extra_config: None,
+                env: &[],
+            },
+        )
+        .expect("ClickHouse starts");
+        Self {
             dir: dir.to_owned(),
-        };
-        lib_sh(
-            "start_clickhouse \"$1\" \"$2\" \"$3\"",
-            &[
-                &dir.display().to_string(),
-                &http_port.to_string(),
-                &tcp_port.to_string(),
-            ],
-        );
-        server
+        }
     }
 }
 
 impl Drop for ScriptedClickHouse {
     fn drop(&mut self) {
-        let pidfile = self.dir.join("clickhouse.pid");
-        let _ = std::process::Command::new("bash")
-            .arg("-c")
-            .arg("source \"$0\"; stop_pidfile \"$1\" clickhouse")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/lib.sh"))
-            .arg(pidfile)
-            .status();
+        let _ = stack_kit::clickhouse::stop(&self.dir, "clickhouse");
     }
 }
 

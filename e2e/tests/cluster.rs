@@ -18,7 +18,7 @@ const CLUSTER: &str = "analytics";
 struct Cluster {
     url: String,
     dir: PathBuf,
-    ports: Vec<String>,
+    ports: stack_kit::clickhouse::ClusterPorts,
 }
 
 impl Cluster {
@@ -52,10 +52,19 @@ impl Cluster {
                 &repo.join(".run/test/cluster").display().to_string(),
             )),
             // ZooKeeper, then the first HTTP, native and interserver ports.
-            ports: var("TEST_CLICKHOUSE_CLUSTER_PORTS", "22181 28123 29000 29009")
-                .split_whitespace()
-                .map(str::to_owned)
-                .collect(),
+            ports: {
+                let ports: Vec<u16> =
+                    var("TEST_CLICKHOUSE_CLUSTER_PORTS", "22181 28123 29000 29009")
+                        .split_whitespace()
+                        .map(|p| p.parse().expect("a port"))
+                        .collect();
+                stack_kit::clickhouse::ClusterPorts {
+                    zookeeper: ports[0],
+                    http: ports[1],
+                    tcp: ports[2],
+                    interserver: ports[3],
+                }
+            },
         }
     }
 
@@ -99,16 +108,8 @@ impl Cluster {
 
     /// Starts whatever of the cluster is not running, as `scripts/test` did.
     fn start(&self) {
-        let lib = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/lib.sh");
-        let status = std::process::Command::new("bash")
-            .arg("-c")
-            .arg(r#"source "$0" && start_clickhouse_cluster "$@""#)
-            .arg(lib)
-            .arg(&self.dir)
-            .args(&self.ports)
-            .status()
-            .expect("bash runs");
-        assert!(status.success(), "the cluster did not start");
+        stack_kit::clickhouse::start_cluster(&e2e::repo(), &self.dir, self.ports)
+            .expect("the cluster starts");
     }
 
     async fn drop_database(&self, database: &str) {

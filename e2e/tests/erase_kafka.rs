@@ -127,36 +127,27 @@ async fn with_topic_creation_off_the_services_create_no_topic() {
     );
 }
 
-/// A broker started by `start_tansu` of scripts/lib.sh (as scripts/up starts its own),
-/// SQLite storage in a folder of its own, stopped when dropped.
+/// A broker started as scripts/up starts its own (stack-kit), SQLite storage in a folder
+/// of its own, stopped when dropped.
 struct ScriptedTansu {
     dir: tempfile::TempDir,
     brokers: String,
 }
 
 impl ScriptedTansu {
-    /// `TEST_TANSU_BIN` (`<root>/bin/tansu`, set by scripts/test) is the broker, through
-    /// the `TANSU_ROOT` that scripts/lib.sh reads.
+    /// `TEST_TANSU_BIN` (set by scripts/test) is the broker.
     fn start(maintenance_interval: &str) -> Self {
         let dir = tempfile::tempdir().expect("temporary folder");
         let port = e2e::free_port();
-        let mut command = lib_sh(
-            "start_tansu \"$1\" \"$2\" sqlite \"$3\"",
-            &[
-                &dir.path().join("tansu").display().to_string(),
-                &port.to_string(),
-                maintenance_interval,
-            ],
-        );
-        if let Ok(bin) = std::env::var("TEST_TANSU_BIN") {
-            let root = Path::new(&bin)
-                .parent()
-                .and_then(Path::parent)
-                .expect("TEST_TANSU_BIN is <root>/bin/tansu");
-            command.env("TANSU_ROOT", root);
-        }
-        let status = command.status().expect("bash runs");
-        assert!(status.success(), "start_tansu failed");
+        let bin = std::env::var("TEST_TANSU_BIN").expect("TEST_TANSU_BIN (scripts/test sets it)");
+        stack_kit::tansu::start(&stack_kit::tansu::Broker {
+            bin: Path::new(&bin),
+            dir: &dir.path().join("tansu"),
+            port,
+            storage: stack_kit::tansu::Storage::Sqlite,
+            maintenance_interval: Some(maintenance_interval),
+        })
+        .expect("the broker starts");
         Self {
             dir,
             brokers: format!("127.0.0.1:{port}"),
@@ -170,23 +161,8 @@ impl ScriptedTansu {
 
 impl Drop for ScriptedTansu {
     fn drop(&mut self) {
-        let _ = lib_sh(
-            "stop_pidfile \"$1\" tansu",
-            &[&self.folder().join("tansu.pid").display().to_string()],
-        )
-        .status();
+        let _ = stack_kit::tansu::stop(&self.folder(), "tansu");
     }
-}
-
-/// `bash -c "source scripts/lib.sh; <script>"` with arguments `$1`, `$2`...
-fn lib_sh(script: &str, args: &[&str]) -> Command {
-    let mut command = Command::new("bash");
-    command
-        .arg("-c")
-        .arg(format!("set -e; source \"$0\"; {script}"))
-        .arg(repo().join("scripts/lib.sh"))
-        .args(args);
-    command
 }
 
 /// Every record of `topic` readable from the beginning, without a group, after `quiet` of
@@ -327,33 +303,6 @@ async fn an_erased_visitors_events_are_gone_from_the_broker_after_the_horizon() 
     for file in &files {
         assert_eq!(mode(file), 0o600, "{}", file.display());
     }
-}
-
-/// `private_dir` of scripts/lib.sh, which scripts/up applies to the services' logs and
-/// start_tansu to the broker's folder: files written before (a log of an older start,
-/// 644) are closed too.
-#[test]
-fn private_dir_closes_a_folder_and_the_files_already_in_it() {
-    let dir = tempfile::tempdir().expect("temporary folder");
-    let logs = dir.path().join("logs");
-    std::fs::create_dir(&logs).expect("folder");
-    std::fs::set_permissions(&logs, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let old = logs.join("ingest.log");
-    std::fs::write(&old, "visitor v1 from 203.0.113.7\n").expect("log");
-    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-    let status = lib_sh("private_dir \"$1\"", &[&logs.display().to_string()])
-        .status()
-        .expect("bash");
-    assert!(status.success());
-    assert_eq!(mode(&logs), 0o700);
-    assert_eq!(mode(&old), 0o600);
-    // scripts/up closes its logs folder with it, and starts each service under umask 077.
-    let up = read("scripts/up");
-    assert!(up.contains("private_dir \"$RUN_DIR/logs\""), "scripts/up");
-    assert!(
-        up.contains("(umask 077 && cd \"$REPO\" && exec env \"$@\" \"$bin\" >>\"$logfile\""),
-        "scripts/up starts a service without umask 077"
-    );
 }
 
 /// The report's last line, whatever ClickHouse held (here, an empty database: "Nothing

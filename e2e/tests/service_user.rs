@@ -1,5 +1,5 @@
-//! The consumer's own ClickHouse user as `scripts/up` makes it (`clickhouse_service_user` of
-//! `scripts/lib.sh`), on a real 18.16 server of the test's own: with its password it
+//! The consumer's own ClickHouse user as `scripts/up` makes it (stack-kit's
+//! `clickhouse::service_user`), on a real 18.16 server of the test's own: with its password it
 //! migrates and inserts; without it, or into another database, it is refused.
 
 use clap::Parser;
@@ -26,11 +26,7 @@ async fn the_consumer_user_migrates_and_inserts_with_its_password_only() {
     let root = dir.path().join("clickhouse");
     let secret = dir.path().join("secrets/clickhouse-consumer");
     let (http, tcp) = (e2e::free_port(), e2e::free_port());
-    let root_s = root.display().to_string();
-    e2e::lib_sh(
-        "clickhouse_service_user \"$1\" consumer \"$2\"",
-        &[&root_s, &secret.display().to_string()],
-    );
+    stack_kit::clickhouse::service_user(&root, "consumer", &secret).expect("the user made");
     let _server = e2e::ScriptedClickHouse::start(&root, http, tcp);
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(&secret).expect("secret").permissions(),
@@ -40,10 +36,15 @@ async fn the_consumer_user_migrates_and_inserts_with_its_password_only() {
     assert_eq!(password.len(), 32);
     let url = format!("http://127.0.0.1:{http}");
     // What scripts/up waits for before it starts the consumer.
-    e2e::lib_sh(
-        "clickhouse_user_ok \"$1\" consumer \"$2\" >/dev/null",
-        &[&http.to_string(), &secret.display().to_string()],
-    );
+    e2e::eventually(
+        std::time::Duration::from_secs(30),
+        "the consumer's user",
+        || {
+            let ok = stack_kit::clickhouse::user_ok(http, "consumer", &secret);
+            async move { ok.then_some(()) }
+        },
+    )
+    .await;
 
     let consumer = args(&url, "consumer", &password, "analytics");
     let topology = schema::topology::Topology::from_args(&consumer).expect("topology");

@@ -16,7 +16,7 @@ use super::context::{Run, log, sql_to};
 use super::measure::{Measure, Stderr, Stdout, strings};
 use super::plan;
 use super::series::{Round, Series};
-use crate::supervise::{self, Output};
+use crate::supervise;
 
 /// The peers' ClickHouse.
 struct Peer<'a> {
@@ -32,23 +32,31 @@ struct Peer<'a> {
 }
 
 impl Peer<'_> {
-    /// scripts/lib.sh's `start_clickhouse`, with the librdkafka of the peers' folder.
+    /// The peers' ClickHouse, started as scripts/up starts its own, with the librdkafka of
+    /// the peers' folder.
     async fn start(&mut self) -> anyhow::Result<()> {
-        supervise::lib_sh(
-            self.run.repo,
-            &[(
-                "LD_LIBRARY_PATH".to_owned(),
-                self.librdkafka.display().to_string(),
-            )],
-            "start_clickhouse \"$1\" \"$2\" \"$3\" \"$4\"",
-            &[
-                &self.dir.display().to_string(),
-                &self.http_port.to_string(),
-                &self.tcp_port.to_string(),
-                &self.config.display().to_string(),
-            ],
-            Output::Stderr,
-        )
+        let (repo, dir, config) = (
+            self.run.repo.to_owned(),
+            self.dir.clone(),
+            self.config.clone(),
+        );
+        let (http_port, tcp_port) = (self.http_port, self.tcp_port);
+        let env = [(
+            "LD_LIBRARY_PATH".to_owned(),
+            self.librdkafka.display().to_string(),
+        )];
+        supervise::blocking(move || {
+            stack_kit::clickhouse::start(
+                &repo,
+                &stack_kit::clickhouse::Server {
+                    dir: &dir,
+                    http_port,
+                    tcp_port,
+                    extra_config: Some(&config),
+                    env: &env,
+                },
+            )
+        })
         .await
         .context("the Kafka engine's ClickHouse did not start")?;
         self.pid = supervise::read_pid(&self.dir.join("clickhouse.pid"))?;
@@ -415,24 +423,14 @@ pub async fn section(run: &Run<'_>, series: &Series<'_>) -> anyhow::Result<()> {
     )
     .await?;
     peer.engine(None, "bench_crash_engine").await?;
-    stop_peer(run.repo, run.out).await
+    stop_peer(run.out).await
 }
 
-/// scripts/lib.sh's `stop_pidfile` for the peers' ClickHouse.
-pub async fn stop_peer(repo: &Path, out: &Path) -> anyhow::Result<()> {
-    supervise::lib_sh(
-        repo,
-        &[],
-        "stop_pidfile \"$1\" \"$2\"",
-        &[
-            &out.join("clickhouse-peer/clickhouse.pid")
-                .display()
-                .to_string(),
-            "the Kafka engine's ClickHouse",
-        ],
-        Output::Stderr,
-    )
-    .await
+/// Stops the peers' ClickHouse.
+pub async fn stop_peer(out: &Path) -> anyhow::Result<()> {
+    let dir = out.join("clickhouse-peer");
+    supervise::blocking(move || stack_kit::clickhouse::stop(&dir, "the Kafka engine's ClickHouse"))
+        .await
 }
 
 #[cfg(test)]

@@ -54,7 +54,4 @@ pub async fn sql_to(url: &str, sql: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `log` of scripts/lib.sh.
-pub fn log(message: &str) {
-    eprintln!("==> {message}");
-}
+pub use stack_kit::log;

@@ -87,7 +87,6 @@ fn absolute(path: &Path) -> PathBuf {
 /// What the end of the run stops, however it ends (the script's EXIT trap): everything
 /// started, a series' broker still running, the static nginx.
 struct Cleanup<'a> {
-    repo: &'a Path,
     out: &'a Path,
     services: &'a Services,
 }
@@ -98,14 +97,7 @@ impl Drop for Cleanup<'_> {
         for series in ["ingest", "consumer"] {
             let pidfile = self.out.join(format!("tansu-{series}/tansu.pid"));
             if pidfile.exists() {
-                let _ = std::process::Command::new("bash")
-                    .arg("-c")
-                    .arg("source \"$0\"; stop_pidfile \"$1\" \"the benchmark's tansu\"")
-                    .arg(self.repo.join("scripts/lib.sh"))
-                    .arg(&pidfile)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status();
+                let _ = stack_kit::process::stop(&pidfile, "the benchmark's tansu");
             }
         }
         if self.out.join("nginx/nginx.conf").exists() {
@@ -163,7 +155,6 @@ async fn run(repo: &Path, settings: &Settings) -> anyhow::Result<bool> {
     };
     let services = Services::new(repo, &out);
     let _cleanup = Cleanup {
-        repo,
         out: &out,
         services: &services,
     };
@@ -210,7 +201,7 @@ async fn run(repo: &Path, settings: &Settings) -> anyhow::Result<bool> {
         run.clickhouse_sql("DROP DATABASE IF EXISTS bench_reference")
             .await?;
         if settings.peers.is_some() {
-            consumer_peers::stop_peer(repo, &out).await?;
+            consumer_peers::stop_peer(&out).await?;
         }
     }
     if settings.wanted("pipeline") {

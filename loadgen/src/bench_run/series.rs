@@ -15,7 +15,7 @@ use super::broker::{Broker, Refusals};
 use super::context::Run;
 use super::measure::{Bench, Measure};
 use super::services::{Ready, Services, Start};
-use crate::supervise::{self, Output};
+use crate::supervise;
 
 /// What became of a round.
 #[derive(Debug, PartialEq, Eq)]
@@ -89,7 +89,6 @@ pub struct Series<'a> {
     /// `127.0.0.1:PORT`.
     pub brokers: String,
     dir: PathBuf,
-    repo: &'a Path,
     out: &'a Path,
     bench: &'a Bench,
     services: &'a Services,
@@ -98,17 +97,23 @@ pub struct Series<'a> {
 }
 
 impl<'a> Series<'a> {
-    /// A fresh broker for the series `name` (scripts/lib.sh's `start_tansu`, memory storage).
+    /// A fresh broker for the series `name` (memory storage), started as scripts/up starts its own.
     pub async fn start(name: &str, run: &Run<'a>) -> anyhow::Result<Self> {
         let dir = run.out.join(format!("tansu-{name}"));
         let port = supervise::free_port_from(9192);
-        supervise::lib_sh(
-            run.repo,
-            &[],
-            "start_tansu \"$1\" \"$2\" memory",
-            &[&dir.display().to_string(), &port.to_string()],
-            Output::Stderr,
-        )
+        let tansu = std::env::var_os("TANSU")
+            .map(PathBuf::from)
+            .context("TANSU is not set (scripts/bench sets it)")?;
+        let broker_dir = dir.clone();
+        supervise::blocking(move || {
+            stack_kit::tansu::start(&stack_kit::tansu::Broker {
+                bin: &tansu,
+                dir: &broker_dir,
+                port,
+                storage: stack_kit::tansu::Storage::Memory,
+                maintenance_interval: None,
+            })
+        })
         .await
         .with_context(|| format!("the broker of series {name} did not start"))?;
         let pidfile = dir.join("tansu.pid");
@@ -123,7 +128,6 @@ impl<'a> Series<'a> {
             },
             brokers: format!("127.0.0.1:{port}"),
             dir,
-            repo: run.repo,
             out: run.out,
             bench: run.bench,
             services: run.services,
@@ -186,25 +190,16 @@ impl<'a> Series<'a> {
     /// its broker.
     pub async fn end(self) -> anyhow::Result<()> {
         self.services.stop_since(self.mark).await;
-        stop_broker(self.repo, &self.dir, &self.guard.series).await?;
+        stop_broker(&self.dir, &self.guard.series).await?;
         self.bench.watch_restore(self.watch_before);
         Ok(())
     }
 }
 
-/// scripts/lib.sh's `stop_pidfile` for the broker of a series.
-pub async fn stop_broker(repo: &Path, dir: &Path, series: &str) -> anyhow::Result<()> {
-    supervise::lib_sh(
-        repo,
-        &[],
-        "stop_pidfile \"$1\" \"$2\"",
-        &[
-            &dir.join("tansu.pid").display().to_string(),
-            &format!("the broker of series {series}"),
-        ],
-        Output::Stderr,
-    )
-    .await
+/// Stops the broker of a series.
+pub async fn stop_broker(dir: &Path, series: &str) -> anyhow::Result<()> {
+    let (dir, name) = (dir.to_owned(), format!("the broker of series {series}"));
+    supervise::blocking(move || stack_kit::tansu::stop(&dir, &name)).await
 }
 
 #[cfg(test)]

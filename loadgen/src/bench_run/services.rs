@@ -35,7 +35,7 @@ struct Started {
     pid: u32,
     /// Its handle until it was waited for.
     child: Option<tokio::process::Child>,
-    /// Started by scripts/lib.sh, not a child of this process: never waited for here.
+    /// Started by stack-kit, not a child of this process: never waited for here.
     adopted: bool,
 }
 
@@ -156,7 +156,7 @@ impl Services {
         }
     }
 
-    /// Records a process started elsewhere (a ClickHouse of scripts/lib.sh) so that the end
+    /// Records a process started elsewhere (a ClickHouse of stack-kit) so that the end
     /// of the run stops it too.
     pub fn adopt(&self, pid: u32) {
         self.started.borrow_mut().push(Started {
@@ -177,7 +177,7 @@ impl Services {
     }
 }
 
-/// `wait_ready` of scripts/lib.sh: the check every 0.2 s for 120 s while the process lives.
+/// The check every 0.2 s for 120 s while the process lives, as stack-kit waits.
 async fn wait_ready(pid: u32, ready: &Ready, log: &Path, name: &str) -> anyhow::Result<()> {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))

@@ -28,18 +28,12 @@ pub struct ChaosRunArgs {
     /// The repository whose scripts/up pipeline to run (scripts/chaos passes its own).
     #[arg(long)]
     repo: PathBuf,
-    /// Servers of scripts/up's ClickHouse cluster (scripts/lib.sh's CLUSTER_SERVERS).
-    #[arg(long, default_value_t = 4)]
-    cluster_servers: usize,
     /// scripts/chaos's own arguments, checked as its --help describes them: [SECONDS].
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     args: Vec<String>,
 }
 
-/// scripts/lib.sh's `log`.
-fn log(message: &str) {
-    eprintln!("==> {message}");
-}
+use stack_kit::log;
 
 /// Exits 0 when the run passed, 1 when it failed or could not be made, 2 on a usage
 /// error; 130 or 143 when interrupted, after letting go of what it started or stopped.
@@ -150,7 +144,7 @@ async fn run(args: &ChaosRunArgs, settings: &Settings) -> anyhow::Result<bool> {
     pipeline.up().await?;
 
     let faults = settings::round(topology);
-    let services = settings::services(topology, args.cluster_servers);
+    let services = settings::services(topology);
     let sampler = memory::Sampler::start(
         out.join("rss.log"),
         services
@@ -192,7 +186,7 @@ async fn run(args: &ChaosRunArgs, settings: &Settings) -> anyhow::Result<bool> {
     let mut nemesis = Nemesis::new(
         &pipeline,
         settings,
-        settings::clickhouses(topology, args.cluster_servers),
+        settings::clickhouses(topology),
         snapshot.clone(),
         out.join("faults.log"),
     )?;

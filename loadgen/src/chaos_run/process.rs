@@ -1,17 +1,16 @@
 //! The pipeline of `scripts/up` as the nemesis sees it: each service's pid file, and the
-//! thin calls into bash that start and stop servers the way scripts/up does (`scripts/up`
-//! itself, and `scripts/lib.sh`'s `stop_pidfile` and `start_tansu`, through
-//! `supervise::lib_sh`), so that how a server is started stays written once.
+//! calls that start and stop servers the way scripts/up does (`scripts/up` itself, and
+//! stack-kit's stop and broker start), so that how a server is started stays written once.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use anyhow::Context;
 
-use crate::supervise::{self, Output};
+use crate::supervise;
 
 /// The broker's port (scripts/up's).
-pub const BROKER_PORT: u16 = 9092;
+pub const BROKER_PORT: u16 = stack_kit::up::BROKER_PORT;
 
 /// The pipeline of `scripts/up` in a repository, restarted with the run's settings.
 pub struct Pipeline {
@@ -76,29 +75,37 @@ impl Pipeline {
         Ok(())
     }
 
-    /// `stop_pidfile` of scripts/lib.sh: SIGTERM, up to 20 s, then SIGKILL.
+    /// Stops a process of the pipeline: SIGTERM, up to 20 s, then SIGKILL.
     pub async fn stop(&self, service: &str) -> anyhow::Result<()> {
-        let pidfile = self.pidfile(service).display().to_string();
-        self.lib_sh("stop_pidfile \"$1\" \"$2\"", &[&pidfile, service])
+        let (pidfile, name) = (self.pidfile(service), service.to_owned());
+        supervise::blocking(move || stack_kit::process::stop(&pidfile, &name))
             .await
             .with_context(|| format!("{service} could not be stopped"))
     }
 
-    /// `start_tansu` of scripts/lib.sh: the broker again, on its SQLite file.
+    /// The broker again, on its SQLite file, as scripts/up starts it.
     pub async fn start_broker(&self) -> anyhow::Result<()> {
-        let dir = self.run_dir.join("tansu").display().to_string();
-        self.lib_sh(
-            "start_tansu \"$1\" \"$2\" sqlite",
-            &[&dir, &BROKER_PORT.to_string()],
-        )
+        let dir = self.run_dir.join("tansu");
+        let tansu = self.tansu()?;
+        let log = dir.join("tansu.log");
+        supervise::blocking(move || {
+            stack_kit::tansu::start(&stack_kit::tansu::Broker {
+                bin: &tansu,
+                dir: &dir,
+                port: BROKER_PORT,
+                storage: stack_kit::tansu::Storage::Sqlite,
+                maintenance_interval: None,
+            })
+        })
         .await
-        .with_context(|| format!("the broker did not start again (log: {dir}/tansu.log)"))
+        .with_context(|| format!("the broker did not start again (log: {})", log.display()))
     }
 
-    /// Runs `script` with the functions of scripts/lib.sh, its output discarded as the
-    /// nemesis's own steps are not the run's log.
-    async fn lib_sh(&self, script: &str, args: &[&str]) -> anyhow::Result<()> {
-        supervise::lib_sh(&self.repo, &self.env, script, args, Output::Discarded).await
+    /// The tansu binary: `$TANSU`, which scripts/lib.sh exports (scripts/chaos sources it).
+    fn tansu(&self) -> anyhow::Result<PathBuf> {
+        std::env::var_os("TANSU")
+            .map(PathBuf::from)
+            .context("TANSU is not set (scripts/chaos sets it)")
     }
 }
 

@@ -189,20 +189,22 @@ pub fn round(topology: Topology) -> Vec<Fault> {
 }
 
 /// The ClickHouse servers a ClickHouse fault hits, each in turn: the single server, or
-/// `ch1`…`chN` of the cluster (scripts/lib.sh's CLUSTER_SERVERS).
-pub fn clickhouses(topology: Topology, cluster_servers: usize) -> Vec<String> {
+/// `ch1`…`ch4` of the cluster.
+pub fn clickhouses(topology: Topology) -> Vec<String> {
     match topology {
         Topology::Single => vec!["clickhouse".to_owned()],
-        Topology::Cluster => (1..=cluster_servers).map(|n| format!("ch{n}")).collect(),
+        Topology::Cluster => (1..=stack_kit::clickhouse::CLUSTER_SERVERS)
+            .map(|n| format!("ch{n}"))
+            .collect(),
     }
 }
 
 /// Every service whose memory is sampled, in the summary's order.
-pub fn services(topology: Topology, cluster_servers: usize) -> Vec<String> {
+pub fn services(topology: Topology) -> Vec<String> {
     let mut services: Vec<String> = ["ingest", "config-api", "consumer", "tansu"]
         .map(str::to_owned)
         .into();
-    services.extend(clickhouses(topology, cluster_servers));
+    services.extend(clickhouses(topology));
     if topology == Topology::Cluster {
         services.push("zookeeper".to_owned());
     }
@@ -347,18 +349,18 @@ mod tests {
              snapshot-change broker-restart consumer-kill"
         );
         assert_eq!(
-            services(Topology::Single, 4).join(" "),
+            services(Topology::Single).join(" "),
             "ingest config-api consumer tansu clickhouse"
         );
         assert_eq!(
-            services(Topology::Cluster, 4).join(" "),
+            services(Topology::Cluster).join(" "),
             "ingest config-api consumer tansu ch1 ch2 ch3 ch4 zookeeper"
         );
-        let bounds: Vec<u64> = services(Topology::Cluster, 2)
+        let bounds: Vec<u64> = services(Topology::Cluster)
             .iter()
             .map(|s| rss_bound_mib(s))
             .collect();
-        assert_eq!(bounds, [16, 8, 128, 256, 1024, 1024, 384]);
+        assert_eq!(bounds, [16, 8, 128, 256, 1024, 1024, 1024, 1024, 384]);
     }
 
     #[test]
