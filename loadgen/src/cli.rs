@@ -91,6 +91,10 @@ pub enum Command {
     /// series on brokers of their own whose every round is refused on a dead broker, and
     /// prints the tables. Exits 1 when something could not run, a refused round included.
     BenchRun(crate::bench_run::BenchRunArgs),
+    /// The body of scripts/bench-results (see its --help; its settings come from the
+    /// environment): times the results views over millions of events in a database of its
+    /// own, dropped at the end, and prints the table. Exits 1 when a step fails.
+    BenchResults(crate::bench_results::BenchResultsArgs),
     /// The verdict of scripts/chaos from its run's folder (faults.log, answers.log,
     /// rss.log), written to verdict.md: exits 1 when it fails, 3 when it cannot be made.
     ChaosVerdict(crate::chaos_verdict::VerdictArgs),

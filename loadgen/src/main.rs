@@ -8,6 +8,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod bench_results;
 mod bench_run;
 mod chaos;
 mod chaos_run;
@@ -71,6 +72,7 @@ async fn run(command: Command) -> anyhow::Result<Option<Figure>> {
         Command::Chaos(args) => return tools::chaos(args).await.map(|()| None),
         Command::ChaosRun(args) => chaos_run::command(args).await,
         Command::BenchRun(args) => bench_run::command(args).await,
+        Command::BenchResults(args) => bench_results::command(args).await,
         Command::ChaosVerdict(args) => chaos_verdict::command(&args),
         Command::SnapshotVersion(args) => return tools::snapshot_version(&args).map(|()| None),
         Command::Demo(args) => return demo::run(args).await.map(|()| None),

@@ -1,0 +1,350 @@
+//! `loadgen bench-results`, the body of `scripts/bench-results` (whose --help says what it
+//! times): the results views over BENCH_RESULTS_EVENTS events in a database of its own on
+//! scripts/up's ClickHouse, dropped at the end however the run ends.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use stack_kit::log;
+
+use crate::supervise;
+
+/// The database the run fills and drops.
+const DATABASE: &str = "bench_results";
+/// The key of the demo experiments it fills.
+const KEY: &str = "pk_demo_coffee";
+
+#[derive(clap::Args)]
+pub struct BenchResultsArgs {
+    /// The repository whose scripts/up pipeline and consumer to use.
+    #[arg(long)]
+    repo: PathBuf,
+}
+
+/// What the environment sets.
+#[derive(Debug, PartialEq, Eq)]
+struct Settings {
+    events: u64,
+    url: String,
+}
+
+impl Settings {
+    fn parse(var: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
+        let events = match var("BENCH_RESULTS_EVENTS") {
+            None => 10_000_000,
+            Some(text) => text
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n > 0 && n % 5 == 0)
+                .with_context(|| {
+                    format!("BENCH_RESULTS_EVENTS must be a multiple of 5, not {text}")
+                })?,
+        };
+        let url = var("CLICKHOUSE_URL").unwrap_or_else(|| "http://127.0.0.1:8123".to_owned());
+        Ok(Self { events, url })
+    }
+}
+
+/// Exits 0 when every step ran, 1 when one failed; 130 or 143 when interrupted. The
+/// database is dropped in every case.
+pub async fn command(args: BenchResultsArgs) -> ! {
+    let settings = match Settings::parse(|name| std::env::var(name).ok()) {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(1)
+        }
+    };
+    let client = ClickHouse::new(&settings.url);
+    let code =
+        supervise::exit_code(async { run(&args.repo, &settings, &client).await.map(|()| true) })
+            .await;
+    let _ = client
+        .statement("", &format!("DROP DATABASE IF EXISTS {DATABASE}"))
+        .await;
+    std::process::exit(code)
+}
+
+async fn run(repo: &Path, settings: &Settings, clickhouse: &ClickHouse) -> anyhow::Result<()> {
+    let events = settings.events;
+    let visitors = events / 5;
+    let half = visitors / 2;
+    let status = tokio::process::Command::new(repo.join("scripts/up"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .await
+        .context("scripts/up does not run")?;
+    anyhow::ensure!(status.success(), "scripts/up failed ({status})");
+
+    clickhouse
+        .statement("", &format!("DROP DATABASE IF EXISTS {DATABASE}"))
+        .await?;
+    consumer(
+        repo,
+        &settings.url,
+        "--migrate-only",
+        "bench-results-migrate.log",
+    )
+    .await
+    .context("migrations failed")?;
+    let sql = |statement: String| async move { clickhouse.statement(DATABASE, &statement).await };
+    sql(VARIANTS.to_owned()).await?;
+    sql(METRICS.to_owned()).await?;
+
+    log(&format!("Inserting {events} events"));
+    let started = Instant::now();
+    sql(events_insert(events, visitors, half)).await?;
+    let insert_seconds = started.elapsed();
+    // As the script did: a merge that fails only leaves the timings a little slower.
+    let _ = sql("OPTIMIZE TABLE experiment_visitors FINAL".to_owned()).await;
+
+    let sweep = |name: &'static str| async move {
+        let started = Instant::now();
+        consumer(
+            repo,
+            &settings.url,
+            "--refresh-metrics-only",
+            "bench-results-sweep.log",
+        )
+        .await
+        .context("the sweep failed")?;
+        anyhow::Ok(row(name, &seconds(started.elapsed())))
+    };
+    let sweep_row = sweep("consumer sweep: every visitor's metric values stored (once)").await?;
+    // The stored values are read once they are settled.
+    tokio::time::sleep(schema::SETTLING + Duration::from_secs(5)).await;
+
+    let rows = sql("SELECT count() FROM experiment_visitors".to_owned()).await?;
+    let version = sql("SELECT version()".to_owned()).await?;
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!();
+    println!(
+        "{events} events ({visitors} visitors) inserted in {} s; experiment_visitors: {} rows",
+        seconds(insert_seconds),
+        rows.trim()
+    );
+    println!("ClickHouse {}, nproc {cores}", version.trim());
+    println!();
+    println!("| query | time (warm, 3 runs) |");
+    println!("|---|---|");
+    println!("{sweep_row}");
+    for (name, query) in TIMED {
+        let query = format!("{query} FORMAT Null");
+        sql(query.clone()).await?;
+        let mut times = Vec::new();
+        for _ in 0..3 {
+            let started = Instant::now();
+            sql(query.clone()).await?;
+            times.push(seconds(started.elapsed()));
+        }
+        println!("{}", row(name, &times.join("-")));
+    }
+    sql(STALE_CLICKS.to_owned()).await?;
+    let started = Instant::now();
+    sql(format!(
+        "SELECT * FROM experiment_metric_results WHERE public_key = '{KEY}' FORMAT Null"
+    ))
+    .await?;
+    println!(
+        "{}",
+        row(
+            "experiment_metric_results with 1 000 visitors stale (once)",
+            &seconds(started.elapsed())
+        )
+    );
+    println!(
+        "{}",
+        sweep("consumer sweep: the 1 000 stale visitors' values stored (once)").await?
+    );
+    println!();
+    print!("{}", sql(SUMMARY.to_owned()).await?);
+    Ok(())
+}
+
+/// A row of the table.
+fn row(name: &str, seconds: &str) -> String {
+    format!("| {name} | {seconds} s |")
+}
+
+/// Seconds with two decimals.
+fn seconds(elapsed: Duration) -> String {
+    format!("{:.2}", elapsed.as_secs_f64())
+}
+
+/// The consumer of the repository with `flag`, on the run's database, its output in
+/// `.run/up/LOG`.
+async fn consumer(repo: &Path, url: &str, flag: &str, log: &str) -> anyhow::Result<()> {
+    let log = repo.join(".run/up").join(log);
+    let out =
+        std::fs::File::create(&log).with_context(|| format!("cannot write {}", log.display()))?;
+    let status = tokio::process::Command::new(repo.join("target/release/consumer"))
+        .arg(flag)
+        .env("CLICKHOUSE_URL", url)
+        .env("CLICKHOUSE_DATABASE", DATABASE)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .status()
+        .await
+        .context("the consumer does not run")?;
+    anyhow::ensure!(status.success(), "{status} (log: {})", log.display());
+    Ok(())
+}
+
+/// scripts/up's ClickHouse over HTTP.
+struct ClickHouse {
+    client: reqwest::Client,
+    url: String,
+}
+
+impl ClickHouse {
+    fn new(url: &str) -> Self {
+        Self {
+            // The 10-million-event insert takes minutes on a 2-core machine.
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(900))
+                .build()
+                .unwrap_or_default(),
+            url: url.trim_end_matches('/').to_owned(),
+        }
+    }
+
+    /// Runs `sql` in `database` (empty: the server's default); its answer as text.
+    async fn statement(&self, database: &str, sql: &str) -> anyhow::Result<String> {
+        let mut request = self.client.post(format!("{}/", self.url));
+        if !database.is_empty() {
+            request = request.query(&[("database", database)]);
+        }
+        let response = request.body(sql.to_owned()).send().await?;
+        let status = response.status();
+        let text = response.text().await?;
+        anyhow::ensure!(status.is_success(), "ClickHouse answered {status}: {text}");
+        Ok(text)
+    }
+}
+
+const VARIANTS: &str = "INSERT INTO experiment_variants (experiment_id, variant_id, version, \
+     weight, is_control, status, parts, loaded_at, phase) VALUES
+     ('exp_home_headline', 'var_home_control', 'bench', 50, 1, 'live', '{}', 0, 1),
+     ('exp_home_headline', 'var_home_urgency', 'bench', 50, 0, 'live', '{}', 0, 1),
+     ('exp_checkout_button', 'var_checkout_blue', 'bench', 34, 1, 'live', '{}', 0, 1),
+     ('exp_checkout_button', 'var_checkout_green', 'bench', 33, 0, 'live', '{}', 0, 1),
+     ('exp_checkout_button', 'var_checkout_orange', 'bench', 33, 0, 'live', '{}', 0, 1)";
+
+/// Five metrics per experiment: a proportion, two means (one capped at a percentile), a
+/// ratio, and the default goal.
+const METRICS: &str = "INSERT INTO experiment_metrics (experiment_id, version, phase, \
+     metric_id, role, position, kind, num_event, num_conversion, num_field, num_aggregate, \
+     den_aggregate, cap_percentile, cuped_lookback_days, loaded_at)
+     SELECT experiment_id, 'bench', 1, metric.1, metric.2, metric.3, metric.4, metric.5,
+       metric.6, metric.7, metric.8, metric.9, metric.10, 14, 0
+     FROM (SELECT arrayJoin(['exp_home_headline', 'exp_checkout_button']) AS experiment_id,
+       arrayJoin([
+         ('conversion', 'goal', 0, 'proportion', '', 1, '', 'any', '', 0.),
+         ('clicked', 'secondary', 1, 'proportion', 'click', 0, '', 'any', '', 0.),
+         ('clicks', 'secondary', 2, 'mean', 'click', 0, '', 'count', '', 0.),
+         ('time_on_page', 'guardrail', 3, 'mean', 'click', 0, 'time_on_page', 'max', '', 0.99),
+         ('clicks_per_session', 'secondary', 4, 'ratio', 'click', 0, '', 'count', 'sessions', 0.)
+       ]) AS metric)";
+
+/// Each visitor: an impression, three clicks over two sessions (the first with a time on
+/// page), and a 20% conversion in the second session.
+fn events_insert(events: u64, visitors: u64, half: u64) -> String {
+    format!(
+        "INSERT INTO events (event_id, received_at, received_at_ms, event_time, public_key,
+    event_name, experiment_id, variant_id, session_id, visitor_id, phase, is_bot, conversion,
+    time_on_page, test)
+SELECT generateUUIDv4(), toDateTime(1795300000 + intDiv(number, 1000)),
+  (1795300000 + intDiv(number, 1000)) * 1000 + number % 1000 AS ms, ms, '{KEY}',
+  multiIf(intDiv(number, {visitors}) = 0, 'impression',
+          intDiv(number, {visitors}) = 4 AND cityHash64(number % {visitors}) % 10 < 2, 'conversion',
+          'click'),
+  if(number % {visitors} < {half}, 'exp_home_headline', 'exp_checkout_button'),
+  if(number % {visitors} < {half},
+     if(cityHash64(number % {visitors}) % 2 = 0, 'var_home_control', 'var_home_urgency'),
+     multiIf(cityHash64(number % {visitors}) % 100 < 34, 'var_checkout_blue',
+             cityHash64(number % {visitors}) % 100 < 67, 'var_checkout_green', 'var_checkout_orange')),
+  concat('s', toString(number % {visitors}), '-', toString(intDiv(number, {visitors}) >= 3)),
+  concat('v', toString(number % {visitors})), 1, 0, NULL,
+  if(intDiv(number, {visitors}) = 1, (number % 600) / 10, NULL), 0
+FROM numbers({events})"
+    )
+}
+
+/// The queries timed, warm, three runs each.
+const TIMED: [(&str, &str); 4] = [
+    (
+        "experiment_results of the key (5 variants, z-tests, always-valid, SRM)",
+        "SELECT * FROM experiment_results WHERE public_key = 'pk_demo_coffee'",
+    ),
+    (
+        "experiment_results_over_time of the key (every hour as of its end, sequential SRM)",
+        "SELECT * FROM experiment_results_over_time WHERE public_key = 'pk_demo_coffee'",
+    ),
+    (
+        "experiment_metric_results of the key (5 metrics per experiment: t-tests, \
+         always-valid, CUPED, caps)",
+        "SELECT * FROM experiment_metric_results WHERE public_key = 'pk_demo_coffee'",
+    ),
+    (
+        "reference: uniqExact(visitor_id) of impressions per variant over events FINAL",
+        "SELECT experiment_id, variant_id, uniqExact(visitor_id) FROM events FINAL
+         WHERE public_key = 'pk_demo_coffee' AND event_name = 'impression'
+         GROUP BY experiment_id, variant_id",
+    ),
+];
+
+/// One more click for 1 000 visitors: their stored values stale.
+const STALE_CLICKS: &str = "INSERT INTO events (event_id, received_at, received_at_ms, \
+    event_time, public_key, event_name, experiment_id, variant_id, session_id, visitor_id, \
+    phase, is_bot, test)
+SELECT generateUUIDv4(), toDateTime(1795400000), 1795400000000, 1795400000000,
+  'pk_demo_coffee', 'click', 'exp_home_headline', '', concat('s', toString(number), '-1'),
+  concat('v', toString(number)), 1, 0, 0
+FROM numbers(1000)";
+
+const SUMMARY: &str = "SELECT experiment_id, variant_id, exposed, converted, \
+     round(diff, 4) AS diff, round(always_valid_p_value, 4) AS av_p, \
+     round(srm_p_value, 4) AS srm
+     FROM experiment_results WHERE public_key = 'pk_demo_coffee'
+     ORDER BY experiment_id, variant_id FORMAT PrettyCompact";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_event_count_is_a_multiple_of_5() {
+        let parse = |events: Option<&str>| {
+            Settings::parse(|name| match name {
+                "BENCH_RESULTS_EVENTS" => events.map(str::to_owned),
+                _ => None,
+            })
+        };
+        assert_eq!(
+            parse(None).unwrap(),
+            Settings {
+                events: 10_000_000,
+                url: "http://127.0.0.1:8123".to_owned()
+            }
+        );
+        assert_eq!(parse(Some("2000000")).unwrap().events, 2_000_000);
+        for refused in ["7", "0", "-5", "ten", ""] {
+            let error = parse(Some(refused)).unwrap_err().to_string();
+            assert_eq!(
+                error,
+                format!("BENCH_RESULTS_EVENTS must be a multiple of 5, not {refused}")
+            );
+        }
+    }
+
+    #[test]
+    fn the_events_are_five_per_visitor_in_two_experiments() {
+        let sql = events_insert(10, 2, 1);
+        assert!(sql.contains("FROM numbers(10)"));
+        assert!(sql.contains("if(number % 2 < 1, 'exp_home_headline'"));
+    }
+}
