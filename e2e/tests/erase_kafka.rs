@@ -135,11 +135,11 @@ struct ScriptedTansu {
 }
 
 impl ScriptedTansu {
-    /// `TEST_TANSU_BIN` (set by scripts/test) is the broker.
+    /// `TEST_TANSU_BIN` (set by scripts/test) is the broker, else `tansu` on PATH.
     fn start(maintenance_interval: &str) -> Self {
         let dir = tempfile::tempdir().expect("temporary folder");
         let port = e2e::free_port();
-        let bin = std::env::var("TEST_TANSU_BIN").expect("TEST_TANSU_BIN (scripts/test sets it)");
+        let bin = std::env::var("TEST_TANSU_BIN").unwrap_or_else(|_| "tansu".into());
         stack_kit::tansu::start(&stack_kit::tansu::Broker {
             bin: Path::new(&bin),
             dir: &dir.path().join("tansu"),

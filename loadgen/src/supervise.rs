@@ -6,6 +6,15 @@
 pub use stack_kit::process::{free_port_from, is_running, read_pid, signal, tcp_open};
 pub use stack_kit::up::pidfile;
 
+/// The tansu binary: `$TANSU`, which scripts/lib.sh exports (scripts/bench and
+/// scripts/chaos source it).
+pub fn tansu() -> anyhow::Result<std::path::PathBuf> {
+    use anyhow::Context;
+    std::env::var_os("TANSU")
+        .map(Into::into)
+        .context("TANSU is not set (scripts/lib.sh exports it)")
+}
+
 /// Runs `work`, a start or a stop of stack-kit that polls and sleeps, off the runtime's
 /// worker threads.
 pub async fn blocking<T: Send + 'static>(

@@ -1,13 +1,13 @@
 //! ClickHouse servers of the stack's own: one server, or the cluster `analytics` (two
 //! shards of two replicas) with its standalone ZooKeeper; and the services' users.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::process::{self, http_ok, tcp_open};
+use crate::process::{self, http_ok};
 
 /// The servers of the cluster: 1 and 2 are the first shard, 3 and 4 the second.
 pub const CLUSTER_SERVERS: u16 = 4;
@@ -77,13 +77,18 @@ pub fn start(repo: &Path, server: &Server) -> anyhow::Result<()> {
             "--init-groups",
             "--",
         ])
-        .arg(which("clickhouse-server")?)
+        .arg("clickhouse-server")
         .arg(format!(
             "--config-file={}",
             dir.join("config.xml").display()
         ))
         .envs(server.env.iter().map(|(k, v)| (k, v)));
-    process::spawn(&mut command, &dir.join("log/stdout.log"), &pidfile)?;
+    let output = process::Output {
+        log: &dir.join("log/stdout.log"),
+        append: false,
+        private: false,
+    };
+    process::spawn(&mut command, output, &pidfile)?;
     process::wait_ready(
         Duration::from_secs(60),
         &pidfile,
@@ -106,7 +111,7 @@ pub fn stop(dir: &Path, name: &str) -> anyhow::Result<()> {
 /// grants, `allow_databases` is its narrowest rule. `default`, loopback only too
 /// (users.xml), stays the operators' user.
 pub fn service_user(dir: &Path, name: &str, secret: &Path) -> anyhow::Result<()> {
-    let hash = hex(&sha256(password(secret)?.as_bytes()));
+    let hash = crate::sha256_hex(password(secret)?.as_bytes());
     std::fs::create_dir_all(dir.join("users.d"))?;
     let file = dir.join(format!("users.d/{name}.xml"));
     process::write_private(
@@ -127,6 +132,7 @@ pub fn service_user(dir: &Path, name: &str, secret: &Path) -> anyhow::Result<()>
     let _ = Command::new("chown")
         .args(["-R", "clickhouse:clickhouse"])
         .arg(dir.join("users.d"))
+        .stderr(std::process::Stdio::null())
         .status();
     Ok(())
 }
@@ -144,7 +150,7 @@ pub fn password(secret: &Path) -> anyhow::Result<String> {
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut random))
         .context("cannot read /dev/urandom")?;
-    let password = hex(&random);
+    let password = crate::hex(&random);
     process::write_private(secret, &password)?;
     Ok(password)
 }
@@ -152,11 +158,14 @@ pub fn password(secret: &Path) -> anyhow::Result<String> {
 /// User `name` with the password in `secret` logs in to the server on `http_port` (a
 /// running server reads a new users.d file within seconds, not at once).
 pub fn user_ok(http_port: u16, name: &str, secret: &Path) -> bool {
-    // The password is hex: nothing to escape in the query string.
-    password(secret).is_ok_and(|password| {
-        http_ok(
+    use base64::Engine;
+    std::fs::read_to_string(secret).is_ok_and(|password| {
+        let credentials = base64::engine::general_purpose::STANDARD
+            .encode(format!("{name}:{}", password.trim_end_matches('\n')));
+        process::http_ok_with(
             http_port,
-            &format!("/?user={name}&password={password}&query=SELECT%201"),
+            "/?query=SELECT%201",
+            &format!("Authorization: Basic {credentials}\r\n"),
         )
     })
 }
@@ -247,7 +256,11 @@ fn start_zookeeper(dir: &Path, port: u16) -> anyhow::Result<()> {
             .args(["-Xmx256m", "-cp", "/usr/share/java/zookeeper.jar"])
             .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
             .arg(dir.join("zoo.cfg")),
-        &log,
+        process::Output {
+            log: &log,
+            append: false,
+            private: false,
+        },
         &pidfile,
     )?;
     process::wait_ready(
@@ -270,35 +283,11 @@ fn zookeeper_ok(port: u16) -> bool {
         stream.read_to_string(&mut text)?;
         Ok(text)
     };
-    tcp_open(port) && answer().is_ok_and(|text| text.contains("Mode: standalone"))
+    answer().is_ok_and(|text| text.contains("Mode: standalone"))
 }
 
 fn read(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
-}
-
-fn which(program: &str) -> anyhow::Result<PathBuf> {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join(program))
-        .find(|path| path.is_file())
-        .with_context(|| format!("{program} is not on PATH (scripts/lib.sh installs it)"))
-}
-
-fn sha256(bytes: &[u8]) -> [u8; 32] {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes).into()
-}
-
-/// Lower-case hexadecimal.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The SHA-256 of `bytes` in hexadecimal.
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&sha256(bytes))
 }
 
 #[cfg(test)]
@@ -319,7 +308,7 @@ mod tests {
         let file = std::fs::read_to_string(dir.path().join("users.d/consumer.xml")).unwrap();
         assert!(!file.contains(&password));
         // The hash sha256sum(1) gives, as the server compares it.
-        let expected = sha256_hex(password.as_bytes());
+        let expected = crate::sha256_hex(password.as_bytes());
         assert!(file.contains(&format!(
             "<password_sha256_hex>{expected}</password_sha256_hex>"
         )));
@@ -332,7 +321,7 @@ mod tests {
     #[test]
     fn the_sha256_is_the_standard_one() {
         assert_eq!(
-            sha256_hex(b"abc"),
+            crate::sha256_hex(b"abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
     }

@@ -21,3 +21,14 @@ pub mod up;
 pub fn log(line: &str) {
     eprintln!("==> {line}");
 }
+
+/// The SHA-256 of `bytes` in hexadecimal, as sha256sum(1) prints it.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex(&sha2::Sha256::digest(bytes))
+}
+
+/// Lower-case hexadecimal.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

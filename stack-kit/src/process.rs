@@ -70,22 +70,49 @@ pub fn signal(pid: u32, signal: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts `command` in the background, its stdout and stderr appended to `log`, with
-/// umask 077 (what it writes is its owner's only), and records its pid in `pidfile`
-/// (mode 600). The process outlives this one; a thread here reaps it if it ends first.
-pub fn spawn(command: &mut Command, log: &Path, pidfile: &Path) -> anyhow::Result<u32> {
+/// Where a background process writes, and how private what it writes is.
+pub struct Output<'a> {
+    /// Its stdout and stderr.
+    pub log: &'a Path,
+    /// Appended to across starts (a service's log), or started afresh (a server's).
+    pub append: bool,
+    /// Under umask 077, its log too: its owner's only (the broker and the services, whose
+    /// files hold visitors' events and ids).
+    pub private: bool,
+}
+
+/// Starts `command` in the background as a script's `command &` would: stdin from
+/// /dev/null, stdout and stderr to `output.log`, SIGINT and SIGQUIT ignored (a Ctrl-C on
+/// the script that started it does not stop it), and records its pid in `pidfile` (mode
+/// 600). The process outlives this one; a thread here reaps it if it ends first. Only the
+/// variables `command` sets are passed on (over this process's environment).
+pub fn spawn(command: &mut Command, output: Output, pidfile: &Path) -> anyhow::Result<u32> {
     use std::os::unix::fs::OpenOptionsExt;
-    // Made as the process's umask would make it: its owner's only.
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true);
+    if output.append {
+        options.append(true);
+    } else {
+        options.write(true).truncate(true);
+    }
+    if output.private {
+        // As the process's umask would make it.
+        options.mode(0o600);
+    }
+    let log = output.log;
+    let out = options
         .open(log)
         .with_context(|| format!("cannot open {}", log.display()))?;
-    // umask through the shell: std's Command has none, and the workspace forbids unsafe.
+    // Through the shell: std's Command sets no umask and no ignored signals, and the
+    // workspace forbids unsafe. Signals ignored stay ignored across exec.
+    let script = if output.private {
+        "trap '' INT QUIT; umask 077; exec \"$@\""
+    } else {
+        "trap '' INT QUIT; exec \"$@\""
+    };
     let mut wrapped = Command::new("sh");
     wrapped
-        .args(["-c", "umask 077 && exec \"$@\"", "sh"])
+        .args(["-c", script, "sh"])
         .arg(command.get_program())
         .args(command.get_args())
         .envs(
@@ -165,7 +192,7 @@ pub fn wait_ready(
 }
 
 /// The last 20 lines of `log` on stderr.
-fn print_tail(log: &Path) {
+pub fn print_tail(log: &Path) {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     for line in &lines[lines.len().saturating_sub(20)..] {
@@ -207,19 +234,25 @@ pub fn free_port_from(port: u16) -> u16 {
 /// probe on loopback, HTTP/1.0 by hand: the servers probed (ClickHouse, ZooKeeper's
 /// neighbours, the services, nginx) all speak it.
 pub fn http_ok(port: u16, path_and_query: &str) -> bool {
-    let answer = || -> std::io::Result<String> {
+    http_ok_with(port, path_and_query, "")
+}
+
+/// [`http_ok`] with more request headers, each line ending in CRLF.
+pub fn http_ok_with(port: u16, path_and_query: &str, headers: &str) -> bool {
+    let answer = || -> std::io::Result<[u8; 12]> {
         let mut stream =
             TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2))?;
         stream.set_read_timeout(Some(Duration::from_secs(2)))?;
         stream.set_write_timeout(Some(Duration::from_secs(2)))?;
-        let request = format!("GET {path_and_query} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+        let request =
+            format!("GET {path_and_query} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n{headers}\r\n");
         stream.write_all(request.as_bytes())?;
         let mut head = [0u8; 12];
         stream.read_exact(&mut head)?;
-        Ok(String::from_utf8_lossy(&head).into_owned())
+        Ok(head)
     };
     // "HTTP/1.1 200"
-    answer().is_ok_and(|head| head.starts_with("HTTP/1.") && head[9..].starts_with('2'))
+    answer().is_ok_and(|head| head.starts_with(b"HTTP/1.") && head[9] == b'2')
 }
 
 /// `dir` made if missing, readable by its owner only (700), and every file already in it
@@ -263,35 +296,49 @@ pub fn run(command: &mut Command) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
+    /// `sh` making the file `made` in `dir`, then sleeping, started by [`spawn`].
+    fn sleeper(dir: &Path, append: bool, private: bool) -> u32 {
+        let _ = std::fs::remove_file(dir.join("made"));
+        spawn(
+            Command::new("sh")
+                .args(["-c", "echo started; touch made; exec sleep 30"])
+                .current_dir(dir),
+            Output {
+                log: &dir.join("p.log"),
+                append,
+                private,
+            },
+            &dir.join("p.pid"),
+        )
+        .unwrap()
+    }
+
+    fn mode(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
     #[test]
     fn a_started_process_is_recorded_awaited_and_stopped() {
         let dir = tempfile::tempdir().unwrap();
-        let pidfile = dir.path().join("p.pid");
-        let log = dir.path().join("p.log");
+        let (pidfile, log) = (dir.path().join("p.pid"), dir.path().join("p.log"));
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener);
-        let pid = spawn(
-            Command::new("sh")
-                .args(["-c", "echo started; touch made; exec sleep 30"])
-                .current_dir(dir.path()),
-            &log,
-            &pidfile,
-        )
-        .unwrap();
+        let pid = sleeper(dir.path(), true, true);
         assert_eq!(read_pid(&pidfile).unwrap(), pid);
         assert!(pidfile_running(&pidfile));
-        // Its umask: what it makes is its owner's only.
         wait_ready(Duration::from_secs(5), &pidfile, &log, "sleep", || {
             dir.path().join("made").exists()
         })
         .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(dir.path().join("made"))
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o077, 0, "{mode:o}");
+        // Private: what it makes, and its log, are its owner's only.
+        assert_eq!(mode(&dir.path().join("made")) & 0o077, 0);
+        assert_eq!(mode(&log) & 0o077, 0, "the log is its owner's only");
+        // A Ctrl-C on the script that started it does not stop it.
+        signal(pid, "INT").unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(is_running(pid), "SIGINT stopped it");
         // Never ready: the wait ends at its limit, saying so.
         let late = wait_ready(Duration::from_millis(500), &pidfile, &log, "sleep", || {
             tcp_open(port)
@@ -306,8 +353,29 @@ mod tests {
         std::thread::sleep(Duration::from_millis(200));
         assert!(!is_running(pid));
         assert!(std::fs::read_to_string(&log).unwrap().contains("started"));
-        let mode = std::fs::metadata(&log).unwrap().permissions().mode();
-        assert_eq!(mode & 0o077, 0, "the log is its owner's only: {mode:o}");
+    }
+
+    #[test]
+    fn a_servers_log_starts_afresh_and_a_services_grows() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pidfile, log) = (dir.path().join("p.pid"), dir.path().join("p.log"));
+        let started = |append| {
+            sleeper(dir.path(), append, false);
+            wait_ready(Duration::from_secs(5), &pidfile, &log, "sleep", || {
+                dir.path().join("made").exists()
+            })
+            .unwrap();
+            stop(&pidfile, "sleep").unwrap();
+            std::fs::read_to_string(&log)
+                .unwrap()
+                .matches("started")
+                .count()
+        };
+        assert_eq!(started(true), 1);
+        assert_eq!(started(true), 2);
+        assert_eq!(started(false), 1);
+        // Not private: the process's own umask.
+        assert_ne!(mode(&dir.path().join("made")) & 0o044, 0);
     }
 
     #[test]
@@ -317,7 +385,11 @@ mod tests {
         let log = dir.path().join("p.log");
         spawn(
             Command::new("sh").args(["-c", "echo broken config; exit 3"]),
-            &log,
+            Output {
+                log: &log,
+                append: false,
+                private: false,
+            },
             &pidfile,
         )
         .unwrap();

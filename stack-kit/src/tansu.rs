@@ -16,6 +16,16 @@ pub enum Storage {
     Sqlite,
 }
 
+impl Storage {
+    /// Its name, as the `stack` binary takes it.
+    pub fn name(self) -> String {
+        use clap::ValueEnum;
+        self.to_possible_value()
+            .map(|v| v.get_name().to_owned())
+            .unwrap_or_default()
+    }
+}
+
 /// A broker of the stack's own.
 pub struct Broker<'a> {
     /// The `tansu` binary (`$TANSU` of scripts/lib.sh).
@@ -49,10 +59,7 @@ pub fn start(broker: &Broker) -> anyhow::Result<()> {
     }
     crate::log(&format!(
         "Starting tansu on 127.0.0.1:{port} ({} storage)",
-        match broker.storage {
-            Storage::Memory => "memory",
-            Storage::Sqlite => "sqlite",
-        }
+        broker.storage.name()
     ));
     let url = format!("tcp://127.0.0.1:{port}");
     let log = dir.join("tansu.log");
@@ -67,7 +74,11 @@ pub fn start(broker: &Broker) -> anyhow::Result<()> {
             ])
             .args(["--storage-engine", &engine])
             .current_dir(dir),
-        &log,
+        process::Output {
+            log: &log,
+            append: false,
+            private: true,
+        },
         &pidfile,
     )?;
     process::wait_ready(

@@ -104,8 +104,9 @@ pub fn up(settings: &Settings) -> anyhow::Result<()> {
                 },
             )?;
             wait_for_user(&dir, CLICKHOUSE_HTTP_PORT, &secret, "")?;
-            vec![format!(
-                "CLICKHOUSE_URL=http://127.0.0.1:{CLICKHOUSE_HTTP_PORT}"
+            vec![(
+                "CLICKHOUSE_URL",
+                format!("http://127.0.0.1:{CLICKHOUSE_HTTP_PORT}"),
             )]
         }
         Topology::Cluster => {
@@ -124,11 +125,11 @@ pub fn up(settings: &Settings) -> anyhow::Result<()> {
                 )?;
             }
             vec![
-                format!(
-                    "CLICKHOUSE_URL={}",
-                    clickhouse::cluster_urls(CLUSTER_PORTS.http)
+                (
+                    "CLICKHOUSE_URL",
+                    clickhouse::cluster_urls(CLUSTER_PORTS.http),
                 ),
-                "CLICKHOUSE_CLUSTER=analytics".to_owned(),
+                ("CLICKHOUSE_CLUSTER", "analytics".to_owned()),
             ]
         }
     };
@@ -140,23 +141,27 @@ pub fn up(settings: &Settings) -> anyhow::Result<()> {
         maintenance_interval: None,
     })?;
 
-    let snapshot = format!("EXPERIMENTS_SNAPSHOT={}", settings.snapshot.display());
+    // Each service's settings, in the order of their signature.
+    let snapshot = (
+        "EXPERIMENTS_SNAPSHOT",
+        settings.snapshot.display().to_string(),
+    );
     let kafka = [
-        format!("KAFKA_BROKERS=127.0.0.1:{BROKER_PORT}"),
-        format!("KAFKA_TOPIC_PARTITIONS={}", settings.partitions),
+        ("KAFKA_BROKERS", format!("127.0.0.1:{BROKER_PORT}")),
+        ("KAFKA_TOPIC_PARTITIONS", settings.partitions.to_string()),
     ];
-    let mut consumer: Vec<String> = kafka.to_vec();
-    consumer.push(format!("CONSUMER_LISTEN=127.0.0.1:{CONSUMER_PORT}"));
+    let mut consumer = kafka.to_vec();
+    consumer.push(("CONSUMER_LISTEN", format!("127.0.0.1:{CONSUMER_PORT}")));
     consumer.extend(clickhouse_url);
     consumer.extend([
-        "CLICKHOUSE_DATABASE=analytics".to_owned(),
+        ("CLICKHOUSE_DATABASE", "analytics".to_owned()),
         snapshot.clone(),
-        "CLICKHOUSE_USER=consumer".to_owned(),
-        format!("CLICKHOUSE_PASSWORD={}", clickhouse::password(&secret)?),
+        ("CLICKHOUSE_USER", "consumer".to_owned()),
+        ("CLICKHOUSE_PASSWORD", clickhouse::password(&secret)?),
     ]);
     start_service(repo, "consumer", CONSUMER_PORT, &consumer)?;
-    let mut ingest: Vec<String> = kafka.to_vec();
-    ingest.push(format!("INGEST_LISTEN=127.0.0.1:{INGEST_PORT}"));
+    let mut ingest = kafka.to_vec();
+    ingest.push(("INGEST_LISTEN", format!("127.0.0.1:{INGEST_PORT}")));
     ingest.push(snapshot.clone());
     start_service(repo, "ingest", INGEST_PORT, &ingest)?;
     start_service(
@@ -164,7 +169,7 @@ pub fn up(settings: &Settings) -> anyhow::Result<()> {
         "config-api",
         CONFIG_API_PORT,
         &[
-            format!("CONFIG_API_LISTEN=127.0.0.1:{CONFIG_API_PORT}"),
+            ("CONFIG_API_LISTEN", format!("127.0.0.1:{CONFIG_API_PORT}")),
             snapshot,
         ],
     )?;
@@ -203,10 +208,14 @@ fn wait_for_user(dir: &Path, http_port: u16, secret: &Path, on: &str) -> anyhow:
     )
 }
 
-/// (Re)starts `target/release/NAME` with `settings` (`KEY=value` each) over the
-/// environment, unless the same binary with the same settings runs, then waits up to
-/// 120 s for its `/readyz`.
-fn start_service(repo: &Path, name: &str, port: u16, settings: &[String]) -> anyhow::Result<()> {
+/// (Re)starts `target/release/NAME` with `settings` over the environment, unless the same
+/// binary with the same settings runs, then waits up to 120 s for its `/readyz`.
+fn start_service(
+    repo: &Path,
+    name: &str,
+    port: u16,
+    settings: &[(&str, String)],
+) -> anyhow::Result<()> {
     let run = run_dir(repo);
     let bin = repo.join("target/release").join(name);
     let pidfile = pidfile(&run, name);
@@ -214,16 +223,11 @@ fn start_service(repo: &Path, name: &str, port: u16, settings: &[String]) -> any
     let log = run.join(format!("logs/{name}.log"));
     // A hash of the settings: they may hold a password.
     let binary = std::fs::read(&bin).with_context(|| format!("{} not built", bin.display()))?;
+    let lines: String = settings.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
     let signature = format!(
         "{} {}",
-        clickhouse::sha256_hex(&binary),
-        clickhouse::sha256_hex(
-            settings
-                .iter()
-                .map(|s| format!("{s}\n"))
-                .collect::<String>()
-                .as_bytes()
-        )
+        crate::sha256_hex(&binary),
+        crate::sha256_hex(lines.as_bytes())
     );
     if process::pidfile_running(&pidfile)
         && std::fs::read_to_string(&sigfile).is_ok_and(|s| s.trim_end() == signature)
@@ -233,15 +237,18 @@ fn start_service(repo: &Path, name: &str, port: u16, settings: &[String]) -> any
     process::stop(&pidfile, name)?;
     process::claim_port(port, name)?;
     crate::log(&format!("Starting {name} on 127.0.0.1:{port}"));
-    let mut command = Command::new(&bin);
-    command.current_dir(repo);
-    for setting in settings {
-        let (key, value) = setting
-            .split_once('=')
-            .with_context(|| format!("{setting}: not KEY=value"))?;
-        command.env(key, value);
-    }
-    process::spawn(&mut command, &log, &pidfile)?;
+    let output = process::Output {
+        log: &log,
+        append: true,
+        private: true,
+    };
+    process::spawn(
+        Command::new(&bin)
+            .current_dir(repo)
+            .envs(settings.iter().map(|(k, v)| (k, v))),
+        output,
+        &pidfile,
+    )?;
     process::write_private(&sigfile, &format!("{signature}\n"))?;
     process::wait_ready(Duration::from_secs(120), &pidfile, &log, name, || {
         http_ok(port, "/readyz")

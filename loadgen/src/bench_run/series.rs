@@ -101,9 +101,7 @@ impl<'a> Series<'a> {
     pub async fn start(name: &str, run: &Run<'a>) -> anyhow::Result<Self> {
         let dir = run.out.join(format!("tansu-{name}"));
         let port = supervise::free_port_from(9192);
-        let tansu = std::env::var_os("TANSU")
-            .map(PathBuf::from)
-            .context("TANSU is not set (scripts/bench sets it)")?;
+        let tansu = supervise::tansu()?;
         let broker_dir = dir.clone();
         supervise::blocking(move || {
             stack_kit::tansu::start(&stack_kit::tansu::Broker {

@@ -65,11 +65,7 @@ impl Pipeline {
             .await
             .context("scripts/up does not run")?;
         if !status.success() {
-            let text = std::fs::read_to_string(&self.up_log).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            for line in &lines[lines.len().saturating_sub(20)..] {
-                eprintln!("{line}");
-            }
+            stack_kit::process::print_tail(&self.up_log);
             anyhow::bail!("scripts/up failed");
         }
         Ok(())
@@ -86,7 +82,7 @@ impl Pipeline {
     /// The broker again, on its SQLite file, as scripts/up starts it.
     pub async fn start_broker(&self) -> anyhow::Result<()> {
         let dir = self.run_dir.join("tansu");
-        let tansu = self.tansu()?;
+        let tansu = supervise::tansu()?;
         let log = dir.join("tansu.log");
         supervise::blocking(move || {
             stack_kit::tansu::start(&stack_kit::tansu::Broker {
@@ -99,13 +95,6 @@ impl Pipeline {
         })
         .await
         .with_context(|| format!("the broker did not start again (log: {})", log.display()))
-    }
-
-    /// The tansu binary: `$TANSU`, which scripts/lib.sh exports (scripts/chaos sources it).
-    fn tansu(&self) -> anyhow::Result<PathBuf> {
-        std::env::var_os("TANSU")
-            .map(PathBuf::from)
-            .context("TANSU is not set (scripts/chaos sets it)")
     }
 }
 
