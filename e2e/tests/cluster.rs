@@ -97,8 +97,19 @@ impl Cluster {
             .unwrap_or_else(|| panic!("server {n} of the cluster has no pid file"))
     }
 
+    /// Server `n` killed (SIGKILL), and gone: a start while it still dies would find it
+    /// running and leave it dead.
     fn kill(&self, n: usize) {
-        e2e::send_signal(self.running_pid(n), "-KILL");
+        let pid = self.running_pid(n);
+        e2e::send_signal(pid, "-KILL");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while stack_kit::process::is_running(pid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "server {n} still runs 10 s after SIGKILL"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Server `n` frozen (SIGSTOP) until the guard is dropped, however the test ends.

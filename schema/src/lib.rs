@@ -1119,6 +1119,18 @@ mod tests {
                 .all(|s| s.runs == "each_server" && !s.sql.contains("ON CLUSTER")),
             "{replicated:#?}"
         );
+        // So is every ALTER (of a replicated table through one replica per shard or of
+        // the whole one, of a Distributed one on each server): ON CLUSTER has stopped a
+        // server's DDL worker for good.
+        let alters: Vec<&Statement> = cluster
+            .iter()
+            .filter(|s| s.sql.starts_with("ALTER"))
+            .collect();
+        assert!(alters.len() >= 10, "{}", alters.len());
+        assert!(
+            alters.iter().all(|s| !s.sql.contains("ON CLUSTER")),
+            "{alters:#?}"
+        );
         assert!(sql[2].contains(
             "ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/analytics/events', '{replica}')"
         ));

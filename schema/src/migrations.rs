@@ -152,14 +152,17 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 3,
         description: "event times in milliseconds",
-        // Rows stored before it read received_at's second for both.
+        // Rows stored before it read received_at's second for both. A replicated table's
+        // ALTER reaches its replicas through ZooKeeper: it runs on one replica of each
+        // shard, never ON CLUSTER, whose every replica runs it and where 18.16's DDL worker
+        // has stopped for good on a ZooKeeper "Node exists" (the same schema either way).
         steps: &[
-            Step::Once(
-                "ALTER TABLE {db}.events{local}{on_cluster} ADD COLUMN received_at_ms {millis} \
+            Step::EachShard(
+                "ALTER TABLE {db}.events{local} ADD COLUMN received_at_ms {millis} \
                  DEFAULT {received_at_ms} AFTER received_at",
             ),
-            Step::Once(
-                "ALTER TABLE {db}.events{local}{on_cluster} ADD COLUMN event_time {millis} \
+            Step::EachShard(
+                "ALTER TABLE {db}.events{local} ADD COLUMN event_time {millis} \
                  DEFAULT received_at_ms AFTER received_at_ms",
             ),
             Step::EachServer(
@@ -226,25 +229,19 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         version: 7,
         description: "the visitor as the unit, phases, bots, always-valid inference",
         steps: &[
-            // Rows stored before it: their session is their visitor, phase 1, no bot.
-            Step::Once(
-                "ALTER TABLE {db}.events{local}{on_cluster} \
-                 ADD COLUMN visitor_id String DEFAULT session_id",
+            // Rows stored before it: their session is their visitor, phase 1, no bot. The
+            // replicated tables' ALTERs run on one replica of each shard (migration 3).
+            Step::EachShard(
+                "ALTER TABLE {db}.events{local} ADD COLUMN visitor_id String DEFAULT session_id",
             ),
-            Step::Once(
-                "ALTER TABLE {db}.events{local}{on_cluster} ADD COLUMN phase UInt32 DEFAULT 1",
-            ),
-            Step::Once(
-                "ALTER TABLE {db}.events{local}{on_cluster} ADD COLUMN is_bot UInt8 DEFAULT 0",
-            ),
+            Step::EachShard("ALTER TABLE {db}.events{local} ADD COLUMN phase UInt32 DEFAULT 1"),
+            Step::EachShard("ALTER TABLE {db}.events{local} ADD COLUMN is_bot UInt8 DEFAULT 0"),
             Step::Reshard {
                 name: "events",
                 key: SHARDING_KEY,
             },
-            Step::Once(
-                "ALTER TABLE {db}.experiment_variants{on_cluster} \
-                 ADD COLUMN phase UInt32 DEFAULT 1",
-            ),
+            // Replicated whole: one server's ALTER reaches every server.
+            Step::Once("ALTER TABLE {db}.experiment_variants ADD COLUMN phase UInt32 DEFAULT 1"),
             // The always-valid tuning (`sequential_tuning`), a row an analyst may insert.
             Step::Whole {
                 name: "results_settings",
@@ -301,9 +298,9 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         // Who may read an experiment's definitions: an analyst's copy of
         // `experiment_variants` keeps the rows of their keys' experiments
         // (`analytics-access` on 18.x). Rows written before it have none.
+        // Replicated whole: one server's ALTER reaches every server (migration 3).
         steps: &[Step::Once(
-            "ALTER TABLE {db}.experiment_variants{on_cluster} \
-             ADD COLUMN public_keys Array(String)",
+            "ALTER TABLE {db}.experiment_variants ADD COLUMN public_keys Array(String)",
         )],
     },
     Migration {
