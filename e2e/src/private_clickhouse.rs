@@ -2,7 +2,6 @@
 //! without touching the shared one. It is made from the project's config template in a
 //! temporary folder and killed when dropped, so a failing test leaves no server running.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::process::{ChildProcess, free_port, send_signal};
@@ -20,24 +19,18 @@ impl PrivateClickHouse {
     pub async fn start() -> Self {
         let dir = tempfile::tempdir().expect("temporary folder");
         let http_port = free_port();
-        let tcp_port = free_port();
-        let template = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/clickhouse");
-        let config = std::fs::read_to_string(template.join("config.xml"))
-            .expect("config template")
-            .replace("@DIR@", &dir.path().display().to_string())
-            .replace("@HTTP_PORT@", &http_port.to_string())
-            .replace("@TCP_PORT@", &tcp_port.to_string());
-        std::fs::write(dir.path().join("config.xml"), config).expect("config written");
-        std::fs::copy(template.join("users.xml"), dir.path().join("users.xml")).expect("users");
-        for sub in ["data", "tmp", "user_files", "format_schemas", "log"] {
-            std::fs::create_dir_all(dir.path().join(sub)).expect("folder");
-        }
-        let status = std::process::Command::new("chown")
-            .args(["-R", "clickhouse:clickhouse"])
-            .arg(dir.path())
-            .status()
-            .expect("chown runs");
-        assert!(status.success(), "chown failed");
+        // As scripts/up prepares its own; the process is this kit's, to stop and kill.
+        stack_kit::clickhouse::prepare(
+            &crate::process::repo(),
+            &stack_kit::clickhouse::Server {
+                dir: dir.path(),
+                http_port,
+                tcp_port: free_port(),
+                extra_config: None,
+                env: &[],
+            },
+        )
+        .expect("the server's folder and configuration");
         let mut server = Self {
             dir,
             http_port,
@@ -53,20 +46,7 @@ impl PrivateClickHouse {
 
     /// Starts the server (again) on the same data.
     pub async fn start_again(&mut self) {
-        let child = std::process::Command::new("setpriv")
-            .args([
-                "--reuid",
-                "clickhouse",
-                "--regid",
-                "clickhouse",
-                "--init-groups",
-                "--",
-            ])
-            .arg(clickhouse_server_path())
-            .arg(format!(
-                "--config-file={}",
-                self.dir.path().join("config.xml").display()
-            ))
+        let child = stack_kit::clickhouse::server_command(self.dir.path())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -108,12 +88,4 @@ impl PrivateClickHouse {
             let _ = child.0.wait();
         }
     }
-}
-
-fn clickhouse_server_path() -> PathBuf {
-    ["/usr/sbin/clickhouse-server", "/usr/bin/clickhouse-server"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-        .unwrap_or_else(|| PathBuf::from("clickhouse-server"))
 }

@@ -71,13 +71,7 @@ async fn run(repo: &Path, settings: &Settings, clickhouse: &ClickHouse) -> anyho
     let events = settings.events;
     let visitors = events / 5;
     let half = visitors / 2;
-    let status = tokio::process::Command::new(repo.join("scripts/up"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .status()
-        .await
-        .context("scripts/up does not run")?;
-    anyhow::ensure!(status.success(), "scripts/up failed ({status})");
+    supervise::scripts_up(repo).await?;
 
     clickhouse
         .statement("", &format!("DROP DATABASE IF EXISTS {DATABASE}"))

@@ -15,6 +15,19 @@ pub fn tansu() -> anyhow::Result<std::path::PathBuf> {
         .context("TANSU is not set (scripts/lib.sh exports it)")
 }
 
+/// `scripts/up` of `repo`, its output but errors discarded: the pipeline a run measures.
+pub async fn scripts_up(repo: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let status = tokio::process::Command::new(repo.join("scripts/up"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .await
+        .context("scripts/up does not run")?;
+    anyhow::ensure!(status.success(), "scripts/up failed ({status})");
+    Ok(())
+}
+
 /// Runs `work`, a start or a stop of stack-kit that polls and sleeps, off the runtime's
 /// worker threads.
 pub async fn blocking<T: Send + 'static>(

@@ -36,37 +36,30 @@ pub fn start(repo: &Path, server: &Server) -> anyhow::Result<()> {
     let (http, tcp) = (server.http_port, server.tcp_port);
     process::claim_port(http, "ClickHouse HTTP")?;
     process::claim_port(tcp, "ClickHouse native")?;
-    for sub in ["data", "tmp", "user_files", "format_schemas", "log"] {
-        std::fs::create_dir_all(dir.join(sub))
-            .with_context(|| format!("cannot make {}", dir.join(sub).display()))?;
-    }
-    let config = read(&repo.join("deploy/clickhouse/config.xml"))?
-        .replace("@DIR@", &dir.display().to_string())
-        .replace("@HTTP_PORT@", &http.to_string())
-        .replace("@TCP_PORT@", &tcp.to_string());
-    std::fs::write(dir.join("config.xml"), config)?;
-    std::fs::copy(
-        repo.join("deploy/clickhouse/users.xml"),
-        dir.join("users.xml"),
-    )?;
-    // Left by releases whose analysts read through a user with every right (access_reader).
-    for old in ["users.d/access_reader.xml", "config.d/analytics-access.xml"] {
-        let _ = std::fs::remove_file(dir.join(old));
-    }
-    if let Some(extra) = server.extra_config {
-        std::fs::create_dir_all(dir.join("config.d"))?;
-        std::fs::copy(extra, dir.join("config.d/extra.xml"))
-            .with_context(|| format!("cannot copy {}", extra.display()))?;
-    }
-    process::run(
-        Command::new("chown")
-            .args(["-R", "clickhouse:clickhouse"])
-            .arg(dir),
-    )?;
+    prepare(repo, server)?;
     crate::log(&format!(
         "Starting ClickHouse on 127.0.0.1:{http} (data in {})",
         dir.display()
     ));
+    let mut command = server_command(dir);
+    command.envs(server.env.iter().map(|(k, v)| (k, v)));
+    let output = process::Output {
+        log: &dir.join("log/stdout.log"),
+        append: false,
+        private: false,
+    };
+    process::spawn(&mut command, output, &pidfile)?;
+    process::wait_ready(
+        Duration::from_secs(60),
+        &pidfile,
+        &dir.join("log/clickhouse-server.err.log"),
+        &format!("ClickHouse on port {http}"),
+        || http_ok(http, "/ping"),
+    )
+}
+
+/// The server of `dir` ([`prepare`]d), run as the `clickhouse` user.
+pub fn server_command(dir: &Path) -> Command {
     let mut command = Command::new("setpriv");
     command
         .args([
@@ -81,21 +74,45 @@ pub fn start(repo: &Path, server: &Server) -> anyhow::Result<()> {
         .arg(format!(
             "--config-file={}",
             dir.join("config.xml").display()
-        ))
-        .envs(server.env.iter().map(|(k, v)| (k, v)));
-    let output = process::Output {
-        log: &dir.join("log/stdout.log"),
-        append: false,
-        private: false,
-    };
-    process::spawn(&mut command, output, &pidfile)?;
-    process::wait_ready(
-        Duration::from_secs(60),
-        &pidfile,
-        &dir.join("log/clickhouse-server.err.log"),
-        &format!("ClickHouse on port {http}"),
-        || http_ok(http, "/ping"),
+        ));
+    command
+}
+
+/// The folders and configuration of the server of `server.dir` (`deploy/clickhouse/`
+/// with its folder and ports, and its extra configuration), owned by the `clickhouse`
+/// user; what a start needs before the server runs.
+pub fn prepare(repo: &Path, server: &Server) -> anyhow::Result<()> {
+    let (dir, http, tcp) = (server.dir, server.http_port, server.tcp_port);
+    for sub in ["data", "tmp", "user_files", "format_schemas", "log"] {
+        std::fs::create_dir_all(dir.join(sub))
+            .with_context(|| format!("cannot make {}", dir.join(sub).display()))?;
+    }
+    let config = read(&repo.join("deploy/clickhouse/config.xml"))?
+        .replace("@DIR@", &dir.display().to_string())
+        .replace("@HTTP_PORT@", &http.to_string())
+        .replace("@TCP_PORT@", &tcp.to_string());
+    std::fs::write(dir.join("config.xml"), config)
+        .with_context(|| format!("cannot write {}/config.xml", dir.display()))?;
+    std::fs::copy(
+        repo.join("deploy/clickhouse/users.xml"),
+        dir.join("users.xml"),
     )
+    .with_context(|| format!("cannot write {}/users.xml", dir.display()))?;
+    // Left by releases whose analysts read through a user with every right (access_reader).
+    for old in ["users.d/access_reader.xml", "config.d/analytics-access.xml"] {
+        let _ = std::fs::remove_file(dir.join(old));
+    }
+    if let Some(extra) = server.extra_config {
+        std::fs::create_dir_all(dir.join("config.d"))?;
+        std::fs::copy(extra, dir.join("config.d/extra.xml"))
+            .with_context(|| format!("cannot copy {}", extra.display()))?;
+    }
+    process::run(
+        Command::new("chown")
+            .args(["-R", "clickhouse:clickhouse"])
+            .arg(dir),
+    )?;
+    Ok(())
 }
 
 /// Stops the server of `dir`.

@@ -21,7 +21,6 @@ mod settings;
 use std::cell::{Cell, RefCell};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use anyhow::Context;
 
@@ -110,13 +109,7 @@ impl Drop for Cleanup<'_> {
 async fn run(repo: &Path, settings: &Settings) -> anyhow::Result<bool> {
     let out = repo.join(".run/bench").join(stamp());
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
-    let status = tokio::process::Command::new(repo.join("scripts/up"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .status()
-        .await
-        .context("scripts/up does not run")?;
-    anyhow::ensure!(status.success(), "scripts/up failed ({status})");
+    supervise::scripts_up(repo).await?;
 
     let up = repo.join(".run/up");
     let mut watch = vec!["loadgen=self".to_owned()];
