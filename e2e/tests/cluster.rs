@@ -102,14 +102,10 @@ impl Cluster {
     fn kill(&self, n: usize) {
         let pid = self.running_pid(n);
         e2e::send_signal(pid, "-KILL");
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while stack_kit::process::is_running(pid) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "server {n} still runs 10 s after SIGKILL"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        assert!(
+            stack_kit::process::wait_gone(pid, Duration::from_secs(10)),
+            "server {n} still runs 10 s after SIGKILL"
+        );
     }
 
     /// Server `n` frozen (SIGSTOP) until the guard is dropped, however the test ends.

@@ -42,11 +42,7 @@ pub fn stop(pidfile: &Path, name: &str) -> anyhow::Result<()> {
     {
         crate::log(&format!("Stopping {name} (pid {pid})"));
         let _ = signal(pid, "TERM");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while is_running(pid) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        if is_running(pid) {
+        if !wait_gone(pid, Duration::from_secs(20)) {
             let _ = signal(pid, "KILL");
         }
     }
@@ -56,6 +52,18 @@ pub fn stop(pidfile: &Path, name: &str) -> anyhow::Result<()> {
         }
         _ => Ok(()),
     }
+}
+
+/// Waits up to `limit` for `pid` to stop running; whether it did.
+pub fn wait_gone(pid: u32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while is_running(pid) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
 }
 
 /// Sends `signal` (`TERM`, `KILL`, `STOP`…) to `pid` with kill(1).
