@@ -208,9 +208,11 @@ pub fn print_tail(log: &Path) {
     }
 }
 
-/// Something accepts connections on 127.0.0.1:`port`.
+/// Something accepts connections on 127.0.0.1:`port`. A connection to itself (the kernel
+/// gave it the free port as its own, TCP's simultaneous open) is not something listening.
 pub fn tcp_open(port: u16) -> bool {
-    TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2)).is_ok()
+    TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2))
+        .is_ok_and(|s| s.local_addr().ok() != s.peer_addr().ok())
 }
 
 /// Nothing accepts connections on 127.0.0.1:`port`.
