@@ -58,6 +58,9 @@ pub async fn section(run: &Run<'_>, series: &Series<'_>, nginx: &Static) -> anyh
                 ),
                 ("CLICKHOUSE_URL", "http://127.0.0.1:8123".to_owned()),
                 ("CLICKHOUSE_DATABASE", "bench_ingest".to_owned()),
+                // It only stores the events: the metrics' refresh would be ClickHouse
+                // work beside the rounds (docs/benchmarks.md).
+                ("METRICS_REFRESH_MS", "0".to_owned()),
             ],
         )
         .await?;
@@ -74,8 +77,8 @@ pub async fn section(run: &Run<'_>, series: &Series<'_>, nginx: &Static) -> anyh
         .await?;
     let ingest_url = format!("http://127.0.0.1:{port}");
     // The ingest is measured alone: before each round the series' consumer stores what the
-    // last one sent and ClickHouse finishes its merges, then the consumer is frozen
-    // (SIGSTOP, shorter than its group session) until the next settle. Landing is checked
+    // last one sent, then it is frozen (SIGSTOP, shorter than its group session) until the
+    // next settle, and ClickHouse finishes its merges and statements. Landing is checked
     // apart, after the rounds, with the consumer running.
     let settle_before = run.bench.settle.replace(Settle::Ingest {
         consumer,

@@ -93,8 +93,8 @@ pub enum Settle {
     /// scripts/up's consumer has stored what the last measurement sent.
     Pipeline,
     /// The ingest series': its consumer (continued) has stored what the last round sent
-    /// to the series' broker, ClickHouse's merges are done, then the consumer is frozen
-    /// until the next settle, so that the ingest is measured alone.
+    /// to the series' broker, then it is frozen until the next settle and ClickHouse has
+    /// finished its merges and statements, so that the ingest is measured alone.
     Ingest { consumer: u32, brokers: String },
 }
 
@@ -259,30 +259,38 @@ impl Bench {
                     Stderr::Inherit,
                 )
                 .await?;
+                // Frozen first: a statement it sent before still runs in ClickHouse,
+                // and so would one it sent while the merges were waited for.
+                supervise::signal(consumer, "STOP")?;
                 for _ in 0..120 {
-                    if clickhouse_merges().await.as_deref() == Some("0") {
+                    if clickhouse_busy().await == Some(0) {
                         break;
                     }
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
-                supervise::signal(consumer, "STOP")?;
             }
         }
         Ok(())
     }
 }
 
-/// The merges ClickHouse (scripts/up's) is running, as it answers.
-async fn clickhouse_merges() -> Option<String> {
+/// The merges and statements (but this one) that ClickHouse (scripts/up's) is running, as
+/// it answers.
+async fn clickhouse_busy() -> Option<u64> {
+    let id = format!("bench-settle-{}", std::process::id());
     let answer = reqwest::Client::new()
         .post("http://127.0.0.1:8123/")
-        .body("SELECT count() FROM system.merges")
+        .query(&[("query_id", id.as_str())])
+        .body(format!(
+            "SELECT (SELECT count() FROM system.merges) \
+             + (SELECT count() FROM system.processes WHERE query_id != '{id}')"
+        ))
         .send()
         .await
         .ok()?
         .error_for_status()
         .ok()?;
-    Some(answer.text().await.ok()?.trim().to_owned())
+    answer.text().await.ok()?.trim().parse().ok()
 }
 
 /// A child's exit code as a shell reports it.
