@@ -3,6 +3,7 @@
 //! the dashboard and alert rules of `deploy/monitoring` are checked against that list.
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
@@ -37,8 +38,13 @@ pub fn install_metrics() {
     metrics_handle();
 }
 
-/// The recorder, installed on first use; services of one process share it. `/metrics`
-/// renders it.
+/// How often the recorder folds the histograms' new samples into their buckets. It keeps
+/// each sample until then (or until `/metrics` is scraped): without it, a config-api that
+/// nobody scraped grew by about 20 bytes per request, 10 MB per 530 000.
+const UPKEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// The recorder, installed on first use, with a thread of its own for its upkeep; services
+/// of one process share it. `/metrics` renders it.
 pub fn metrics_handle() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
@@ -52,6 +58,16 @@ pub fn metrics_handle() -> &'static PrometheusHandle {
         }
         let recorder = builder.build_recorder();
         let handle = recorder.handle();
+        let upkeep = handle.clone();
+        std::thread::Builder::new()
+            .name("metrics-upkeep".to_owned())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(UPKEEP_EVERY);
+                    upkeep.run_upkeep();
+                }
+            })
+            .expect("the metrics' upkeep thread starts");
         if metrics::set_global_recorder(recorder).is_err() {
             tracing::warn!("A metrics recorder was already installed; /metrics will be empty.");
         }
@@ -274,3 +290,38 @@ pub const METRICS: &[Metric] = &[
         "1 for the version of the snapshot mirrored.",
     ),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Resident bytes of this process.
+    fn resident() -> u64 {
+        let statm = std::fs::read_to_string("/proc/self/statm").expect("statm");
+        let pages: u64 = statm
+            .split(' ')
+            .nth(1)
+            .expect("resident")
+            .parse()
+            .expect("pages");
+        pages * 4096
+    }
+
+    #[test]
+    fn histogram_samples_are_folded_in_without_a_scrape() {
+        metrics_handle();
+        let histogram = metrics::histogram!(REQUEST_DURATIONS, "route" => "/test");
+        let record = || {
+            for _ in 0..2_000_000 {
+                histogram.record(0.001);
+            }
+            std::thread::sleep(UPKEEP_EVERY * 3);
+        };
+        record();
+        let before = resident();
+        record();
+        let grown = resident().saturating_sub(before);
+        // Kept, two million samples take 16 MB or more.
+        assert!(grown < 4 << 20, "grew by {grown} bytes");
+    }
+}
