@@ -571,6 +571,10 @@ fn draw(k: u32) -> String {
     format!("(cityHash64(number, {k}) / 18446744073709551616.)")
 }
 
+/// The metrics the A/A simulations define, one of each kind (the proportion, a count, a
+/// capped mean, the ratio).
+const SIMULATED: [&str; 4] = ["clicks", "clicks_per_session", "conversion", "time_on_page"];
+
 /// A/A experiments of every kind, made in SQL: `experiments` experiments of `visitors`
 /// visitors each, `control_share` of them in the control A (by a draw per visitor), the
 /// rest in B. Each visitor has an activity level `a`; 80% of them were active before
@@ -729,23 +733,21 @@ impl Simulation {
         .expect("variants");
         let metrics: Vec<Metric> = metrics()
             .into_iter()
-            .filter(|m| {
-                ["conversion", "clicks", "time_on_page", "clicks_per_session"].contains(&m.id)
-            })
+            .filter(|m| SIMULATED.contains(&m.id))
             .collect();
         for (position, m) in metrics.iter().enumerate() {
             let (ne, nt, nc, nf, na) = m.numerator;
             let (de, dt, dc, df, da) = m.denominator.unwrap_or(("", "", 0, "", ""));
             defined(format!(
                 "INSERT INTO {db}.experiment_metrics (experiment_id, version, phase, metric_id, \
-             role, position, kind, num_event, num_click_target, num_conversion, num_field, \
-             num_aggregate, den_event, den_click_target, den_conversion, den_field, \
-             den_aggregate, cap_value, cap_percentile, higher_is_better, \
-             cuped_lookback_days, definition, loaded_at, public_keys) SELECT \
-             concat('exp_aa_', toString(number)), 'v1', 1, '{id}', '{role}', {position}, \
-             '{kind}', '{ne}', '{nt}', {nc}, '{nf}', '{na}', '{de}', '{dt}', {dc}, '{df}', \
-             '{da}', {cv}, {cp}, 1, 14, '{{}}', {loaded}, ['{KEY}'] \
-             FROM numbers({experiments})",
+                 role, position, kind, num_event, num_click_target, num_conversion, num_field, \
+                 num_aggregate, den_event, den_click_target, den_conversion, den_field, \
+                 den_aggregate, cap_value, cap_percentile, higher_is_better, \
+                 cuped_lookback_days, definition, loaded_at, public_keys) SELECT \
+                 concat('exp_aa_', toString(number)), 'v1', 1, '{id}', '{role}', {position}, \
+                 '{kind}', '{ne}', '{nt}', {nc}, '{nf}', '{na}', '{de}', '{dt}', {dc}, '{df}', \
+                 '{da}', {cv}, {cp}, 1, 14, '{{}}', {loaded}, ['{KEY}'] \
+                 FROM numbers({experiments})",
                 db = db.name,
                 id = m.id,
                 role = m.role,
@@ -837,6 +839,15 @@ async fn a_a_tests_of_every_kind_hold_their_error_rate_with_and_without_cuped() 
     assert!(reduction("time_on_page") > 0.2, "{tallies:?}");
 }
 
+/// What the looks at one experiment's metric showed: the smallest fixed-horizon,
+/// always-valid and CUPED always-valid p, and the fixed-horizon p of the last look.
+struct Seen {
+    fixed: f64,
+    always_valid: f64,
+    cuped_always_valid: f64,
+    fixed_last: f64,
+}
+
 #[derive(Debug, Deserialize, Row)]
 struct Look {
     experiment_id: String,
@@ -867,9 +878,7 @@ async fn a_a_tests_of_every_kind_hold_their_error_rate_under_looks_on_a_ramp() {
         tuning: VISITORS as f64,
     };
     simulation.define(&db).await;
-    // Per metric and experiment: the smallest fixed-horizon, always-valid and CUPED
-    // always-valid p seen, and the fixed-horizon p of the last look.
-    let mut seen: BTreeMap<(String, String), [f64; 4]> = BTreeMap::new();
+    let mut seen: BTreeMap<(String, String), Seen> = BTreeMap::new();
     for look in 0..LOOKS {
         simulation.arrive(&db, look, LOOKS).await;
         let rows: Vec<Look> = db
@@ -883,14 +892,21 @@ async fn a_a_tests_of_every_kind_hold_their_error_rate_under_looks_on_a_ramp() {
             .await
             .expect("a look");
         for row in rows {
-            let least = seen
-                .entry((row.metric_id, row.experiment_id))
-                .or_insert([1.0; 4]);
             let p = |p: Option<f64>| p.unwrap_or(1.0);
-            least[0] = least[0].min(p(row.p_value));
-            least[1] = least[1].min(p(row.always_valid_p_value));
-            least[2] = least[2].min(p(row.cuped_always_valid_p_value));
-            least[3] = p(row.p_value);
+            let seen = seen
+                .entry((row.metric_id, row.experiment_id))
+                .or_insert(Seen {
+                    fixed: 1.0,
+                    always_valid: 1.0,
+                    cuped_always_valid: 1.0,
+                    fixed_last: 1.0,
+                });
+            seen.fixed = seen.fixed.min(p(row.p_value));
+            seen.always_valid = seen.always_valid.min(p(row.always_valid_p_value));
+            seen.cuped_always_valid = seen
+                .cuped_always_valid
+                .min(p(row.cuped_always_valid_p_value));
+            seen.fixed_last = p(row.p_value);
         }
     }
     let (lo, hi) = band(EXPERIMENTS, 0.05);
@@ -899,17 +915,18 @@ async fn a_a_tests_of_every_kind_hold_their_error_rate_under_looks_on_a_ramp() {
          (99.9% band of 5%: {lo}..={hi}), experiments with p < 0.05:",
         started.elapsed().as_secs_f64()
     );
-    let kinds = ["clicks", "clicks_per_session", "conversion", "time_on_page"];
     let mut fixed_ever_total = 0;
-    for kind in kinds {
-        let of_kind: Vec<&[f64; 4]> = seen
+    for kind in SIMULATED {
+        let of_kind: Vec<&Seen> = seen
             .iter()
             .filter(|((metric, _), _)| metric == kind)
-            .map(|(_, least)| least)
+            .map(|(_, seen)| seen)
             .collect();
-        let count = |i: usize| of_kind.iter().filter(|least| least[i] < 0.05).count() as u64;
-        let (fixed_ever, always_ever, cuped_ever, fixed_last) =
-            (count(0), count(1), count(2), count(3));
+        let count = |p: fn(&Seen) -> f64| of_kind.iter().filter(|s| p(s) < 0.05).count() as u64;
+        let fixed_ever = count(|s| s.fixed);
+        let always_ever = count(|s| s.always_valid);
+        let cuped_ever = count(|s| s.cuped_always_valid);
+        let fixed_last = count(|s| s.fixed_last);
         println!(
             "  {kind:<20} fixed horizon at the last look {fixed_last:>3}, at some look \
              {fixed_ever:>3}; always-valid at some look {always_ever:>3}, CUPED {cuped_ever:>3}"
@@ -933,7 +950,7 @@ async fn a_a_tests_of_every_kind_hold_their_error_rate_under_looks_on_a_ramp() {
         );
         fixed_ever_total += fixed_ever;
     }
-    let (_, hi_all) = band(EXPERIMENTS * kinds.len() as u64, 0.05);
+    let (_, hi_all) = band(EXPERIMENTS * SIMULATED.len() as u64, 0.05);
     assert!(
         fixed_ever_total > hi_all,
         "the fixed-horizon p went below 0.05 at some look only {fixed_ever_total} times"
