@@ -30,13 +30,16 @@ pub struct Settings {
     pub pipeline_rates: String,
     /// Seconds per rate of the whole pipeline (`BENCH_PIPELINE_SECONDS`).
     pub pipeline_seconds: u64,
-    /// The peers measured too (`BENCH_PEERS`, any value).
+    /// The peers measured too (`BENCH_PEERS=1`; `0` or unset: not).
     pub peers: Option<Peers>,
     /// `EXPERIMENTS_SNAPSHOT` as given, the demo snapshot without it.
     pub snapshot: Option<PathBuf>,
 }
 
 /// Where the peers' binaries are, as given (checked by [`Settings::check_peers`]).
+/// The sections of a run, in their order: what `BENCH_ONLY` may name.
+pub const SECTIONS: [&str; 4] = ["config-api", "ingest", "consumer", "pipeline"];
+
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Peers {
     pub unleash_edge: Option<PathBuf>,
@@ -57,6 +60,18 @@ impl Settings {
             }
         };
         let path = |name: &str| var(name).map(PathBuf::from);
+        let only = var("BENCH_ONLY");
+        if let Some(name) = only.as_deref().filter(|name| !SECTIONS.contains(name)) {
+            return Err(format!(
+                "BENCH_ONLY must be one of {}, not '{name}'",
+                SECTIONS.join(", ")
+            ));
+        }
+        let peers = match var("BENCH_PEERS").as_deref() {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(text) => return Err(format!("BENCH_PEERS must be 0 or 1, not '{text}'")),
+        };
         Ok(Self {
             rounds: count("BENCH_ROUNDS", 5)?,
             consumer_rounds: count("BENCH_CONSUMER_ROUNDS", 3)?,
@@ -66,11 +81,11 @@ impl Settings {
             backlog: count("BENCH_BACKLOG_EVENTS", 1_000_000)?,
             produce_events: count("BENCH_PRODUCE_EVENTS", 2_000_000)?,
             fetch_wait_ms: count("BENCH_FETCH_WAIT_MS", 5)?,
-            only: var("BENCH_ONLY"),
+            only,
             pipeline_rates: var("BENCH_PIPELINE_RATES")
                 .unwrap_or_else(|| "2000,5000,10000,15000,20000,30000,40000".to_owned()),
             pipeline_seconds: count("BENCH_PIPELINE_SECONDS", 30)?,
-            peers: var("BENCH_PEERS").map(|_| Peers {
+            peers: peers.then(|| Peers {
                 unleash_edge: path("BENCH_UNLEASH_EDGE"),
                 posthog_capture: path("BENCH_POSTHOG_CAPTURE"),
                 clickhouse_librdkafka: path("BENCH_CLICKHOUSE_LIBRDKAFKA"),
@@ -79,8 +94,8 @@ impl Settings {
         })
     }
 
-    /// Whether the run measures `section` (config-api, ingest, consumer, pipeline): every section unless
-    /// `BENCH_ONLY` names another (a name that is none of them runs none).
+    /// Whether the run measures `section` (one of [`SECTIONS`]): every section unless
+    /// `BENCH_ONLY` names another.
     pub fn wanted(&self, section: &str) -> bool {
         self.only.as_deref().is_none_or(|only| only == section)
     }
@@ -193,7 +208,7 @@ mod tests {
             ("BENCH_SECONDS", "3"),
             ("BENCH_PIPELINE_RATES", "2000,5000"),
             ("BENCH_ONLY", "ingest"),
-            ("BENCH_PEERS", "0"),
+            ("BENCH_PEERS", "1"),
             ("BENCH_UNLEASH_EDGE", "/opt/edge"),
         ])
         .unwrap();
@@ -202,16 +217,34 @@ mod tests {
             (1, 2, 3)
         );
         assert_eq!(settings.pipeline_rates, "2000,5000");
-        // Any value of BENCH_PEERS asks for the peers, as `[ -n "$PEERS" ]` did.
         let peers = settings.peers.clone().unwrap();
         assert_eq!(peers.unleash_edge, Some(PathBuf::from("/opt/edge")));
         assert!(settings.wanted("ingest"));
         assert!(!settings.wanted("config-api"));
         assert!(parse(&[]).unwrap().wanted("pipeline"));
-        // A name that is no section runs none.
-        let none = parse(&[("BENCH_ONLY", "ingset")]).unwrap();
-        let sections = ["config-api", "ingest", "consumer", "pipeline"];
-        assert!(sections.iter().all(|s| !none.wanted(s)));
+        // 0 is off, as an experienced user reads it, and so is unset.
+        let off = parse(&[("BENCH_PEERS", "0"), ("BENCH_UNLEASH_EDGE", "/opt/edge")]).unwrap();
+        assert_eq!(off.peers, None);
+    }
+
+    #[test]
+    fn a_setting_that_means_nothing_is_refused_before_anything_starts() {
+        // A misspelt section would run none and print empty tables.
+        let refused = parse(&[("BENCH_ONLY", "ingset")]).unwrap_err();
+        assert_eq!(
+            refused,
+            "BENCH_ONLY must be one of config-api, ingest, consumer, pipeline, not 'ingset'"
+        );
+        for section in SECTIONS {
+            assert!(parse(&[("BENCH_ONLY", section)]).unwrap().wanted(section));
+        }
+        for value in ["yes", "true", "2", "off"] {
+            let refused = parse(&[("BENCH_PEERS", value)]).unwrap_err();
+            assert_eq!(
+                refused,
+                format!("BENCH_PEERS must be 0 or 1, not '{value}'")
+            );
+        }
     }
 
     #[test]
