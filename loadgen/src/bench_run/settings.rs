@@ -36,10 +36,10 @@ pub struct Settings {
     pub snapshot: Option<PathBuf>,
 }
 
-/// Where the peers' binaries are, as given (checked by [`Settings::check_peers`]).
 /// The sections of a run, in their order: what `BENCH_ONLY` may name.
 pub const SECTIONS: [&str; 4] = ["config-api", "ingest", "consumer", "pipeline"];
 
+/// Where the peers' binaries are, as given (checked by [`Settings::check_peers`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Peers {
     pub unleash_edge: Option<PathBuf>,
