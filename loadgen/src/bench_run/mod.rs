@@ -30,7 +30,7 @@ use context::{Run, log};
 use measure::{Bench, Settle, Stderr, Stdout, strings};
 use series::{Round, Series};
 use services::Services;
-use settings::Settings;
+use settings::{Section, Settings};
 
 #[derive(clap::Args)]
 pub struct BenchRunArgs {
@@ -165,25 +165,28 @@ async fn run(repo: &Path, settings: &Settings) -> anyhow::Result<bool> {
         key,
     };
 
-    let static_nginx = if settings.wanted("config-api") || settings.wanted("ingest") {
+    let static_nginx = if settings.wanted(Section::ConfigApi) || settings.wanted(Section::Ingest) {
         Some(nginx::Static::start(&out).await?)
     } else {
         None
     };
     if let Some(nginx) = static_nginx
         .as_ref()
-        .filter(|_| settings.wanted("config-api"))
+        .filter(|_| settings.wanted(Section::ConfigApi))
     {
         config_api::section(&run, nginx).await?;
     }
-    if let Some(nginx) = static_nginx.as_ref().filter(|_| settings.wanted("ingest")) {
+    if let Some(nginx) = static_nginx
+        .as_ref()
+        .filter(|_| settings.wanted(Section::Ingest))
+    {
         let series = Series::start("ingest", &run).await?;
         ingest::section(&run, &series, nginx).await?;
         series.end().await?;
         run.clickhouse_sql("DROP DATABASE IF EXISTS bench_ingest")
             .await?;
     }
-    if settings.wanted("consumer") {
+    if settings.wanted(Section::Consumer) {
         let series = Series::start("consumer", &run).await?;
         if consumer::section(&run, &series).await? == Round::Kept && settings.peers.is_some() {
             consumer_peers::section(&run, &series).await?;
@@ -197,7 +200,7 @@ async fn run(repo: &Path, settings: &Settings) -> anyhow::Result<bool> {
             consumer_peers::stop_peer(&out).await?;
         }
     }
-    if settings.wanted("pipeline") {
+    if settings.wanted(Section::Pipeline) {
         pipeline(&run).await?;
     }
     for service in ["ingest", "config-api", "consumer"] {

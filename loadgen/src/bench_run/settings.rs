@@ -25,7 +25,7 @@ pub struct Settings {
     /// fetch.wait.max.ms of the readers of the benchmark's broker (`BENCH_FETCH_WAIT_MS`).
     pub fetch_wait_ms: u64,
     /// The one section to run (`BENCH_ONLY`); every section without it.
-    pub only: Option<String>,
+    pub only: Option<Section>,
     /// The whole pipeline's rates, as `loadgen pipeline --rates` takes them.
     pub pipeline_rates: String,
     /// Seconds per rate of the whole pipeline (`BENCH_PIPELINE_SECONDS`).
@@ -36,8 +36,45 @@ pub struct Settings {
     pub snapshot: Option<PathBuf>,
 }
 
-/// The sections of a run, in their order: what `BENCH_ONLY` may name.
-pub const SECTIONS: [&str; 4] = ["config-api", "ingest", "consumer", "pipeline"];
+/// A section of a run: what `BENCH_ONLY` may name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    ConfigApi,
+    Ingest,
+    Consumer,
+    Pipeline,
+}
+
+impl Section {
+    /// Every section, in the order a run takes them.
+    pub const ALL: [Section; 4] = [
+        Section::ConfigApi,
+        Section::Ingest,
+        Section::Consumer,
+        Section::Pipeline,
+    ];
+
+    /// The section `BENCH_ONLY` names; the refusal names them all.
+    fn named(name: String) -> Result<Section, String> {
+        Section::ALL
+            .into_iter()
+            .find(|section| section.name() == name)
+            .ok_or_else(|| {
+                let names = Section::ALL.map(Section::name).join(", ");
+                format!("BENCH_ONLY must be one of {names}, not '{name}'")
+            })
+    }
+
+    /// Its name in `BENCH_ONLY`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Section::ConfigApi => "config-api",
+            Section::Ingest => "ingest",
+            Section::Consumer => "consumer",
+            Section::Pipeline => "pipeline",
+        }
+    }
+}
 
 /// Where the peers' binaries are, as given (checked by [`Settings::check_peers`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -60,13 +97,7 @@ impl Settings {
             }
         };
         let path = |name: &str| var(name).map(PathBuf::from);
-        let only = var("BENCH_ONLY");
-        if let Some(name) = only.as_deref().filter(|name| !SECTIONS.contains(name)) {
-            return Err(format!(
-                "BENCH_ONLY must be one of {}, not '{name}'",
-                SECTIONS.join(", ")
-            ));
-        }
+        let only = var("BENCH_ONLY").map(Section::named).transpose()?;
         let peers = match var("BENCH_PEERS").as_deref() {
             None | Some("0") => false,
             Some("1") => true,
@@ -94,10 +125,10 @@ impl Settings {
         })
     }
 
-    /// Whether the run measures `section` (one of [`SECTIONS`]): every section unless
-    /// `BENCH_ONLY` names another.
-    pub fn wanted(&self, section: &str) -> bool {
-        self.only.as_deref().is_none_or(|only| only == section)
+    /// Whether the run measures `section`: every section unless `BENCH_ONLY` names
+    /// another.
+    pub fn wanted(&self, section: Section) -> bool {
+        self.only.is_none_or(|only| only == section)
     }
 
     /// With the peers, each wanted section's peer must be there: the first missing one's
@@ -114,16 +145,16 @@ impl Settings {
                  (docs/benchmarks.md, Peers)"
             )),
         };
-        if self.wanted("config-api") {
+        if self.wanted(Section::ConfigApi) {
             need("BENCH_UNLEASH_EDGE", &peers.unleash_edge)?;
         }
-        if self.wanted("ingest") {
+        if self.wanted(Section::Ingest) {
             need("BENCH_POSTHOG_CAPTURE", &peers.posthog_capture)?;
             if !probe(Probe::Command("redis-server")) {
                 return Err("PostHog capture needs redis-server (Debian's)".to_owned());
             }
         }
-        if self.wanted("consumer") && !probe(Probe::File(&self.librdkafka())) {
+        if self.wanted(Section::Consumer) && !probe(Probe::File(&self.librdkafka())) {
             return Err(
                 "BENCH_PEERS=1 needs BENCH_CLICKHOUSE_LIBRDKAFKA, a folder with a \
                  librdkafka.so.1 for ClickHouse's Kafka engine (docs/benchmarks.md, Peers)"
@@ -219,9 +250,9 @@ mod tests {
         assert_eq!(settings.pipeline_rates, "2000,5000");
         let peers = settings.peers.clone().unwrap();
         assert_eq!(peers.unleash_edge, Some(PathBuf::from("/opt/edge")));
-        assert!(settings.wanted("ingest"));
-        assert!(!settings.wanted("config-api"));
-        assert!(parse(&[]).unwrap().wanted("pipeline"));
+        assert!(settings.wanted(Section::Ingest));
+        assert!(!settings.wanted(Section::ConfigApi));
+        assert!(parse(&[]).unwrap().wanted(Section::Pipeline));
         // 0 is off, as an experienced user reads it, and so is unset.
         let off = parse(&[("BENCH_PEERS", "0"), ("BENCH_UNLEASH_EDGE", "/opt/edge")]).unwrap();
         assert_eq!(off.peers, None);
@@ -235,8 +266,13 @@ mod tests {
             refused,
             "BENCH_ONLY must be one of config-api, ingest, consumer, pipeline, not 'ingset'"
         );
-        for section in SECTIONS {
-            assert!(parse(&[("BENCH_ONLY", section)]).unwrap().wanted(section));
+        for section in Section::ALL {
+            let only = parse(&[("BENCH_ONLY", section.name())]).unwrap();
+            assert!(
+                Section::ALL
+                    .iter()
+                    .all(|s| only.wanted(*s) == (*s == section))
+            );
         }
         for value in ["yes", "true", "2", "off"] {
             let refused = parse(&[("BENCH_PEERS", value)]).unwrap_err();
