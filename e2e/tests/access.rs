@@ -67,10 +67,13 @@ async fn grant(
 }
 
 /// Round `round` of visitors of two sites, pk_a (experiment exp_a) and pk_b (exp_b),
-/// exposed to two variants, some converting; visitor ids name their key.
-async fn fill(url: &str, round: usize) {
+/// exposed to two variants, some converting; visitor ids name their key. Inserted as
+/// `user`.
+async fn fill(url: &str, round: usize, (user, password): (&str, &str)) {
     let client = clickhouse::Client::default()
         .with_url(url)
+        .with_user(user)
+        .with_password(password)
         .with_database("analytics")
         .with_validation(false);
     let mut insert = client
@@ -102,10 +105,12 @@ async fn fill(url: &str, round: usize) {
     insert.end().await.expect("inserted");
 }
 
-/// Stores the metric values of every stale visitor: a consumer's sweep.
-async fn refresh_metric_values(url: &str) {
+/// Stores the metric values of every stale visitor: a consumer's sweep, as `user`.
+async fn refresh_metric_values(url: &str, (user, password): (&str, &str)) {
     let client = clickhouse::Client::default()
         .with_url(url)
+        .with_user(user)
+        .with_password(password)
         .with_validation(false);
     let topology = schema::topology::Topology::single(client);
     consumer::refresh::sweep_once(topology, "analytics")
@@ -347,6 +352,12 @@ async fn an_analyst_reads_only_their_keys_rows_by_every_path_within_caps() {
     let dir = tempfile::tempdir().expect("temporary folder");
     let root = dir.path().join("clickhouse");
     let (http, tcp) = (e2e::free_port(), e2e::free_port());
+    // The consumer's own user, as scripts/up makes it: after the grants it inserts the
+    // events, definitions and metric values, which the feeds copy with its rights.
+    let secret = dir.path().join("secrets/clickhouse-consumer");
+    stack_kit::clickhouse::service_user(&root, "consumer", &secret).expect("the user made");
+    let consumer_pw = std::fs::read_to_string(&secret).expect("the consumer's password");
+    let consumer = ("consumer", consumer_pw.as_str());
     let _server = e2e::ScriptedClickHouse::start(&root, http, tcp);
     let url = format!("http://127.0.0.1:{http}");
     let admin = |sql: String| {
@@ -365,12 +376,12 @@ async fn an_analyst_reads_only_their_keys_rows_by_every_path_within_caps() {
     schema::migrate_topology(&topology, "analytics", u32::MAX)
         .await
         .expect("migrated");
-    fill(&url, 0).await;
+    fill(&url, 0, ("default", "")).await;
     admin(definitions("v1", false)).await;
     admin(definitions("v2", true)).await;
     admin(metric_definitions("v1", false)).await;
     admin(metric_definitions("v2", true)).await;
-    refresh_metric_values(&url).await;
+    refresh_metric_values(&url, ("default", "")).await;
     let users = root.join("users.d");
 
     // Refused before anything is sent: exit code 2 from the binary, nothing made.
@@ -433,11 +444,15 @@ async fn an_analyst_reads_only_their_keys_rows_by_every_path_within_caps() {
         access_run(&url, &users, &["list"]).await,
         "alice\tpk_a\nbob\tpk_b\n"
     );
-    // Rows that arrive after the grant reach the copies too.
-    fill(&url, 1).await;
-    admin(definitions("v3", true)).await;
-    admin(metric_definitions("v3", true)).await;
-    refresh_metric_values(&url).await;
+    // Rows that arrive after the grant reach the copies too, written by the consumer's
+    // user (the feeds run with its rights).
+    fill(&url, 1, consumer).await;
+    for sql in [definitions("v3", true), metric_definitions("v3", true)] {
+        query(&url, consumer.0, consumer.1, &sql)
+            .await
+            .unwrap_or_else(|e| panic!("the consumer's user writes {sql}: {e}"));
+    }
+    refresh_metric_values(&url, consumer).await;
 
     // Every table and view with a public_key, as the analyst sees it and as the operator
     // sees the key's rows: the same rows.
@@ -644,7 +659,7 @@ async fn an_analyst_reads_only_their_keys_rows_by_every_path_within_caps() {
     let long: Vec<_> = long.collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let operator = query(&url, "default", "", "SELECT 1").await;
-    fill(&url, 2).await;
+    fill(&url, 2, consumer).await;
     let mut refused = 0;
     for task in long {
         let answer = task.await.expect("joined");

@@ -123,10 +123,12 @@ pub fn stop(dir: &Path, name: &str) -> anyhow::Result<()> {
 /// The ClickHouse user `name` of a service on the server of `dir` (made before
 /// [`start`], or the server takes a few seconds to see it), its password kept in `secret`
 /// (made once: 32 random hex characters, readable by its owner only) and stored as its
-/// SHA-256 in `dir/users.d/NAME.xml`. It reaches the server from loopback only, and only
-/// the analysts' database and `default` (where the migrations connect): 18.x has no
-/// grants, `allow_databases` is its narrowest rule. `default`, loopback only too
-/// (users.xml), stays the operators' user.
+/// SHA-256 in `dir/users.d/NAME.xml`. It reaches the server from loopback only. It may use
+/// every database: on 18.x the materialized views that fill each analyst's copy
+/// (`analytics-access`, a database `analyst_NAME` per analyst) run with the rights of the
+/// user that inserts, and 18.x names allowed databases one by one, so a list would stop
+/// the consumer's inserts at the first grant. `default`, loopback only too (users.xml),
+/// stays the operators' user.
 pub fn service_user(dir: &Path, name: &str, secret: &Path) -> anyhow::Result<()> {
     let hash = crate::sha256_hex(password(secret)?.as_bytes());
     std::fs::create_dir_all(dir.join("users.d"))?;
@@ -140,7 +142,6 @@ pub fn service_user(dir: &Path, name: &str, secret: &Path) -> anyhow::Result<()>
              \x20 <password_sha256_hex>{hash}</password_sha256_hex>\n\
              \x20 <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>\n\
              \x20 <profile>default</profile><quota>default</quota>\n\
-             \x20 <allow_databases><database>analytics</database><database>default</database></allow_databases>\n\
              </{name}></users></yandex>\n",
             secret.display()
         ),
