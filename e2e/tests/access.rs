@@ -118,6 +118,12 @@ async fn refresh_metric_values(url: &str, (user, password): (&str, &str)) {
         .expect("metric values stored");
 }
 
+/// When definitions of `version` (`vN`) were loaded, as the consumer records it: each
+/// version later than the one before, so the views take the last.
+fn loaded_at(version: &str) -> u32 {
+    version[1..].parse().expect("vN")
+}
+
 /// The definitions of both experiments at `version`, as the consumer writes them (the keys
 /// that list each), or, `listed` false, as rows written before the keys were recorded.
 fn definitions(version: &str, listed: bool) -> String {
@@ -131,12 +137,13 @@ fn definitions(version: &str, listed: bool) -> String {
     format!(
         "INSERT INTO analytics.experiment_variants (experiment_id, variant_id, version, weight, \
          is_control, status, parts, loaded_at, public_keys) VALUES \
-         ('exp_a', 'var_a', '{version}', 50, 1, 'live', '{{}}', 0, {a}), \
-         ('exp_a', 'var_b', '{version}', 50, 0, 'live', '{{}}', 0, {a}), \
-         ('exp_b', 'var_a', '{version}', 50, 1, 'live', '{{\"secret\":\"b\"}}', 0, {b}), \
-         ('exp_b', 'var_b', '{version}', 50, 0, 'live', '{{}}', 0, {b})",
+         ('exp_a', 'var_a', '{version}', 50, 1, 'live', '{{}}', {at}, {a}), \
+         ('exp_a', 'var_b', '{version}', 50, 0, 'live', '{{}}', {at}, {a}), \
+         ('exp_b', 'var_a', '{version}', 50, 1, 'live', '{{\"secret\":\"b\"}}', {at}, {b}), \
+         ('exp_b', 'var_b', '{version}', 50, 0, 'live', '{{}}', {at}, {b})",
         a = keys("pk_a"),
-        b = keys("pk_b")
+        b = keys("pk_b"),
+        at = loaded_at(version)
     )
 }
 
@@ -154,15 +161,16 @@ fn metric_definitions(version: &str, listed: bool) -> String {
         .iter()
         .flat_map(|(experiment, key)| {
             let keys = keys(key);
+            let at = loaded_at(version);
             [
                 format!(
                     "('{experiment}', '{version}', 'conversion', 'goal', 0, 'proportion', '', \
-                     1, 'any', '', '{{}}', 0, {keys})"
+                     1, 'any', '', '{{}}', {at}, {keys})"
                 ),
                 format!(
                     "('{experiment}', '{version}', 'metric_{key}', 'guardrail', 1, 'ratio', \
                      'secret_{key}', 0, 'count', 'sessions', \
-                     '{{\"id\":\"metric_{key}\"}}', 0, {keys})"
+                     '{{\"id\":\"metric_{key}\"}}', {at}, {keys})"
                 ),
             ]
         })
@@ -509,9 +517,10 @@ async fn an_analyst_reads_only_their_keys_rows_by_every_path_within_caps() {
                 .expect("a count");
         }
         assert!(rows_seen > 0, "{user} saw no rows at all");
-        // The definitions of their keys' experiments: listed, and those of before the
-        // keys were recorded whose events they have; never the other site's.
+        // The definitions that list their keys, never those that list none (v1: before
+        // the keys were recorded, whatever events the analyst sent) nor the other site's.
         let experiment = if user == "alice" { "exp_a" } else { "exp_b" };
+        let listed = format!("experiment_id = '{experiment}' AND has(public_keys, '{key}')");
         assert_eq!(
             query(
                 &url,
@@ -522,7 +531,7 @@ async fn an_analyst_reads_only_their_keys_rows_by_every_path_within_caps() {
             .await
             .as_deref(),
             Ok(admin(digest(&format!(
-                "analytics.experiment_variants FINAL WHERE experiment_id = '{experiment}'"
+                "analytics.experiment_variants FINAL WHERE {listed}"
             )))
             .await
             .as_str()),
@@ -537,13 +546,13 @@ async fn an_analyst_reads_only_their_keys_rows_by_every_path_within_caps() {
         )
         .await;
         let truth = admin(digest(&format!(
-            "analytics.experiment_metrics FINAL WHERE experiment_id = '{experiment}'"
+            "analytics.experiment_metrics FINAL WHERE {listed}"
         )))
         .await;
         assert_eq!(theirs.as_deref(), Ok(truth.as_str()), "{user}'s metrics");
         assert!(
-            truth.starts_with("6\t"),
-            "v1 to v3, two metrics each: {truth}"
+            truth.starts_with("4\t"),
+            "v2 and v3, two metrics each: {truth}"
         );
         assert_eq!(
             query(
@@ -586,6 +595,35 @@ async fn an_analyst_reads_only_their_keys_rows_by_every_path_within_caps() {
             );
         }
     }
+    // What anyone can send with their own key: an event of another site's experiment,
+    // whose definitions of before the keys were recorded list no key (v1). Once they went
+    // to whoever had their events; at the next grant, alice's copy still has none of them.
+    admin(
+        "INSERT INTO analytics.events (event_id, received_at, public_key, event_name, \
+         experiment_id, variant_id, session_id, visitor_id) SELECT generateUUIDv4(), \
+         now(), 'pk_a', 'impression', 'exp_b', 'var_a', 's_forged', 'pk_a_forged'"
+            .into(),
+    )
+    .await;
+    grant(&url, &users, "alice", alice_pw, &["pk_a"], &caps).await;
+    for table in ["experiment_variants", "experiment_metrics"] {
+        assert_eq!(
+            query(
+                &url,
+                "alice",
+                alice_pw,
+                &format!(
+                    "SELECT count() FROM analyst_alice.{table} \
+                     WHERE experiment_id != 'exp_a' OR empty(public_keys)"
+                ),
+            )
+            .await
+            .as_deref(),
+            Ok("0"),
+            "alice reads {table} that list none of her keys"
+        );
+    }
+
     // Another user's query cannot be killed.
     let operator = {
         let url = url.clone();

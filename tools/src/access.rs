@@ -388,9 +388,10 @@ fn copy_of(user: &str) -> String {
 /// materialized view on another's writes.
 const FED: &[(&str, &str, &str)] = &[
     ("events", "events", "public_key IN ({keys})"),
-    // The experiments of the analyst's keys, their variants and their metrics; the rows
-    // of an experiment written before the keys were recorded (none listed) go to whoever
-    // has its events, at grant ([`LISTS_KEYS`]).
+    // The experiments of the analyst's keys, their variants and their metrics. A row that
+    // lists no key (written before the keys were recorded, or of an experiment no key
+    // serves: a draft) goes to nobody: anyone can send events of any experiment id with
+    // their own key, so having its events proves nothing.
     (
         "experiment_variants",
         "experiment_variants",
@@ -414,10 +415,6 @@ const FED: &[(&str, &str, &str)] = &[
 
 /// 18.x: the fed tables that a cluster shards: written in each shard's own part.
 const SHARDED: &[&str] = &["events", "experiment_metric_values"];
-
-/// 18.x: the fed tables whose rows name the keys that list their experiment
-/// (`public_keys`), empty in rows written before the keys were recorded.
-const LISTS_KEYS: &[&str] = &["experiment_variants", "experiment_metrics"];
 
 /// 18.x: a feed, the materialized view in `analytics_access` named `USER__TABLE` that
 /// copies rows into the analyst's copy as they are inserted.
@@ -485,14 +482,7 @@ fn legacy_backfill(
     let keys = key_list(keys);
     FED.iter()
         .map(|(table, _, filter)| {
-            let mut filter = filter.replace("{keys}", &keys);
-            if LISTS_KEYS.contains(table) {
-                filter = format!(
-                    "{filter} OR (empty(public_keys) AND experiment_id IN \
-                     (SELECT DISTINCT experiment_id FROM {database}.events \
-                     WHERE public_key IN ({keys})))"
-                );
-            }
+            let filter = filter.replace("{keys}", &keys);
             let cols = columns(table);
             format!(
                 "INSERT INTO {copy}.{table} ({cols}) SELECT {cols} FROM {database}.{table} \
