@@ -157,11 +157,11 @@ fn metric_definitions(version: &str, listed: bool) -> String {
             "[]".to_owned()
         }
     };
+    let at = loaded_at(version);
     let rows: Vec<String> = [("exp_a", "pk_a"), ("exp_b", "pk_b")]
         .iter()
         .flat_map(|(experiment, key)| {
             let keys = keys(key);
-            let at = loaded_at(version);
             [
                 format!(
                     "('{experiment}', '{version}', 'conversion', 'goal', 0, 'proportion', '', \
