@@ -31,6 +31,22 @@ async fn assert_stored(ch: &clickhouse::Client, all: &[contract::event::EventMes
     assert_eq!(ids.into_iter().collect::<HashSet<_>>(), want);
 }
 
+/// Waits until the consumer has the answer to the inserts of `rows` rows. A row is
+/// queryable before that: ClickHouse stopped in between leaves the consumer retrying a
+/// batch the test counts as stored.
+async fn until_inserted(stats: &consumer::Stats, rows: u64) {
+    let inserted = || {
+        stats
+            .rows_inserted
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    e2e::eventually(WAIT, "the consumer has its inserts' answers", || async {
+        (inserted() >= rows).then_some(())
+    })
+    .await;
+    assert_eq!(inserted(), rows, "each row inserted once");
+}
+
 #[tokio::test]
 async fn a_message_delivered_twice_counts_once() {
     let names = ConsumerNames::unique();
@@ -39,16 +55,7 @@ async fn a_message_delivered_twice_counts_once() {
     produce_events(&names.topic, &[event.clone(), event]).await;
     // Both deliveries stored, by the consumer's count: a count of raw rows could see the
     // two copies merged into one already.
-    let inserted = || {
-        stats
-            .rows_inserted
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
-    e2e::eventually(WAIT, "both deliveries stored", || async {
-        (inserted() >= 2).then_some(())
-    })
-    .await;
-    assert_eq!(inserted(), 2, "both deliveries stored");
+    until_inserted(&stats, 2).await;
     let ch = e2e::clickhouse(&names.database);
     let once: u64 = ch
         .query("SELECT count() FROM events FINAL")
@@ -268,6 +275,7 @@ async fn a_consumer_stopped_while_clickhouse_is_down_commits_none_of_the_batches
     produce_events(&names.topic, &all).await;
     e2e::wait_for_events(&ch, 10, WAIT).await;
     assert_eq!(read(), 10);
+    until_inserted(&stats, 10).await;
 
     server.stop();
     let held = events(50, "held");
@@ -323,6 +331,7 @@ async fn a_batch_keeps_taking_rows_while_the_one_before_is_being_inserted() {
     let mut all = events(1, "first");
     produce_events(&names.topic, &all).await;
     e2e::wait_for_events(&ch, 1, WAIT).await;
+    until_inserted(&stats, 1).await;
 
     server.stop();
     let stuck = events(1, "stuck");
@@ -342,17 +351,7 @@ async fn a_batch_keeps_taking_rows_while_the_one_before_is_being_inserted() {
     let (_, once) = e2e::wait_for_events(&ch, 22, WAIT).await;
     assert_eq!(once, 22, "every event once");
     assert_stored(&ch, &all).await;
-    // The rows are queryable before the consumer has the answer and counts the insert;
-    // its rows are counted after it.
-    let rows_inserted = || {
-        stats
-            .rows_inserted
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
-    e2e::eventually(WAIT, "the consumer counts its inserts", || async {
-        (rows_inserted() == 22).then_some(())
-    })
-    .await;
+    until_inserted(&stats, 22).await;
     assert_eq!(
         stats.inserts.load(std::sync::atomic::Ordering::Relaxed),
         3,
