@@ -254,7 +254,13 @@ impl<'a> EventMessage<Cow<'a, str>> {
             utm_term: f.opt_str(keys::utm_term(), MAX_UTM_CHARS, Text::Free)?,
             utm_content: f.opt_str(keys::utm_content(), MAX_UTM_CHARS, Text::Free)?,
             test: f.opt_bool(keys::test())?,
-            visitor_id: f.opt_str(keys::visitor_id(), MAX_ID_CHARS, Text::Id)?,
+            // The rules of `sessionId` when present: an empty id would merge every
+            // client that sends one into one visitor.
+            visitor_id: {
+                let key = keys::visitor_id();
+                let id = f.opt_str(key, MAX_ID_CHARS, Text::Id)?;
+                id.map(|id| required(key.name, Some(id))).transpose()?
+            },
             phase: f.opt_whole(keys::phase())?,
             event_time: envelope.event_time(f.opt_number(keys::timestamp())?),
         })

@@ -347,6 +347,7 @@ fn rejections_name_the_field() {
             "experimentId must be exp_",
         ),
         (with("sessionId", json!(null)), "sessionId is required"),
+        (with("visitorId", json!("")), "visitorId must not be empty"),
         (
             with("sessionId", json!("a\u{0}b")),
             "sessionId must not contain control",
