@@ -89,10 +89,12 @@ pub struct KeyEntry {
 }
 
 impl KeyEntry {
-    pub fn allows_origin(&self, origin: &str) -> bool {
+    /// Whether a request with this `Origin` header's bytes may use the key: any, unless
+    /// it lists `allowedOrigins` (which bytes that are not text never match).
+    pub fn allows_origin(&self, origin: &[u8]) -> bool {
         self.allowed_origins
             .as_ref()
-            .is_none_or(|allowed| allowed.iter().any(|o| o == origin))
+            .is_none_or(|allowed| allowed.iter().any(|o| o.as_bytes() == origin))
     }
 }
 

@@ -60,12 +60,11 @@ impl<T: HasSnapshot> CorsPolicy<T> {
         else {
             return Some(origin.clone());
         };
-        let text = origin.to_str().ok()?;
         let current = self.current.load();
         let allowed = current
             .snapshot()
             .key(key)
-            .is_none_or(|entry| entry.allows_origin(text));
+            .is_none_or(|entry| entry.allows_origin(origin.as_bytes()));
         allowed.then(|| origin.clone())
     }
 

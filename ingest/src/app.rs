@@ -114,6 +114,8 @@ pub(crate) fn router(state: AppState, readiness: Readiness) -> routes::Api {
         &[Method::POST],
         &[
             header::CONTENT_TYPE,
+            // The documented gzip of a body, from a page of another origin.
+            header::CONTENT_ENCODING,
             header::ACCEPT,
             contract::key::PUBLIC_KEY_HEADER,
         ],

@@ -10,7 +10,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, Request, StatusCode, request};
+use axum::http::{HeaderMap, HeaderValue, Request, StatusCode, request};
 use contract::event::EventMessage;
 use contract::snapshot::Snapshot;
 use http_body_util::BodyExt;
@@ -663,7 +663,7 @@ async fn a_cors_preflight_is_answered_for_any_origin_before_the_handler() {
         .header("access-control-request-method", "POST")
         .header(
             "access-control-request-headers",
-            "content-type,x-public-key",
+            "content-type,content-encoding,x-public-key",
         )
         .body(Body::empty())
         .expect("a request");
@@ -679,7 +679,7 @@ async fn a_cors_preflight_is_answered_for_any_origin_before_the_handler() {
         .to_str()
         .expect("text")
         .to_ascii_lowercase();
-    for header in ["content-type", "accept", "x-public-key"] {
+    for header in ["content-type", "content-encoding", "accept", "x-public-key"] {
         assert!(allowed.contains(header), "{header} not in {allowed}");
     }
 }
@@ -701,6 +701,19 @@ async fn a_key_restricted_to_some_origins_gets_403_from_others() {
     }
     let reply = send("pk_strict", "https://evil.example").await;
     assert!(!reply.headers.contains_key("access-control-allow-origin"));
+    assert_eq!(reply.error(), (StatusCode::FORBIDDEN, "origin_not_allowed"));
+    // An origin that is not text, or a second one after the allowed one, is no way round.
+    let not_text = HeaderValue::from_bytes(b"https://evil\xc3\xa9.example").expect("bytes");
+    let request = post()
+        .header("x-public-key", "pk_strict")
+        .header("origin", not_text);
+    let reply = ingest.send(json_request(request, &one_event())).await;
+    assert_eq!(reply.error(), (StatusCode::FORBIDDEN, "origin_not_allowed"));
+    let request = post()
+        .header("x-public-key", "pk_strict")
+        .header("origin", "https://shop.example")
+        .header("origin", "https://evil.example");
+    let reply = ingest.send(json_request(request, &one_event())).await;
     assert_eq!(reply.error(), (StatusCode::FORBIDDEN, "origin_not_allowed"));
     // The page-unload form names its key in the body, out of the CORS policy's sight.
     let beacon = json!({ "pkey": "pk_strict", "events": [event("s", "impression")] });

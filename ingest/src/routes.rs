@@ -83,8 +83,11 @@ async fn handle(
     let Some(entry) = snapshot.key(key.as_str()) else {
         return Err(IngestError::UnknownPublicKey);
     };
-    if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok())
-        && !entry.allows_origin(origin)
+    // Every `Origin` the request carries, whatever its bytes.
+    if headers
+        .get_all(header::ORIGIN)
+        .iter()
+        .any(|origin| !entry.allows_origin(origin.as_bytes()))
     {
         return Err(IngestError::OriginNotAllowed);
     }
