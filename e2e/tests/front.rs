@@ -297,3 +297,132 @@ async fn a_service_that_stops_behind_the_front_gives_the_json_503_not_nginx_s_50
         "{errors}"
     );
 }
+
+/// `request`'s bytes sent to `front` as they are (what no HTTP client library sends), and
+/// its answer read to the close: status, headers (names in lower case) and body.
+async fn raw(front: &e2e::Front, request: &[u8]) -> (u16, BTreeMap<String, String>, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", front.port)).await?;
+        stream.write_all(request).await?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await?;
+        std::io::Result::Ok(answer)
+    };
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(10), exchange)
+        .await
+        .expect("the front answers within 10 s")
+        .expect("the exchange");
+    let text = String::from_utf8_lossy(&answer);
+    let (head, body) = text.split_once("\r\n\r\n").expect("a head and a body");
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|line| line.split(' ').nth(1))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("a status line: {head}"));
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.to_ascii_lowercase(), value.trim().to_owned()))
+        .collect();
+    (status, headers, body.to_owned())
+}
+
+/// What nginx refuses itself, before or instead of a service, gets the services' JSON
+/// error shape rather than nginx's HTML page, and a page's origin gets the answer (a
+/// network error instead is what the SDK retries) wherever nginx has read the headers.
+#[tokio::test]
+async fn the_front_s_own_refusals_are_json_with_a_code() {
+    // Nothing behind it: each of these is answered by the front alone.
+    let dead = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let front = e2e::Front::start(dead(e2e::free_port()), dead(e2e::free_port())).await;
+    let long = "a".repeat(9000);
+    let origin = format!("Origin: {ORIGIN}\r\n");
+    let cases: Vec<(String, u16, &str, bool)> = vec![
+        ("GARBAGE\r\n\r\n".into(), 400, "malformed_request", false),
+        (
+            format!(
+                "POST /api/v1/analytics HTTP/1.1\r\nHost: f\r\n{origin}\
+                 Transfer-Encoding: chunked\r\nConnection: close\r\n\r\nzz\r\n"
+            ),
+            400,
+            "malformed_request",
+            true,
+        ),
+        (
+            format!("GET /nowhere HTTP/1.1\r\nHost: f\r\n{origin}Connection: close\r\n\r\n"),
+            404,
+            "not_found",
+            true,
+        ),
+        (
+            format!(
+                "TRACE /api/v1/analytics HTTP/1.1\r\nHost: f\r\n{origin}Connection: close\r\n\r\n"
+            ),
+            405,
+            "method_not_allowed",
+            true,
+        ),
+        (
+            format!(
+                "POST /api/v1/analytics HTTP/1.1\r\nHost: f\r\n{origin}\
+                 Content-Length: 3000000\r\nConnection: close\r\n\r\n"
+            ),
+            413,
+            "payload_too_large",
+            true,
+        ),
+        (
+            format!("GET /{long} HTTP/1.1\r\nHost: f\r\n\r\n"),
+            414,
+            "uri_too_long",
+            false,
+        ),
+        (
+            format!("GET /api/v1/experiments HTTP/1.1\r\nHost: f\r\nCookie: {long}\r\n\r\n"),
+            431,
+            "request_headers_too_large",
+            false,
+        ),
+        (
+            "POST /api/v1/analytics HTTP/1.1\r\nHost: f\r\nTransfer-Encoding: gzip\r\n\r\n".into(),
+            501,
+            "unsupported_transfer_encoding",
+            false,
+        ),
+        (
+            "GET / HTTP/2.0\r\nHost: f\r\n\r\n".into(),
+            505,
+            "http_version_not_supported",
+            false,
+        ),
+    ];
+    for (request, status, code, mirrored) in cases {
+        let what = request.lines().next().unwrap_or_default().chars().take(60);
+        let what: String = what.collect();
+        let (got, headers, body) = raw(&front, request.as_bytes()).await;
+        assert_eq!(got, status, "{what}: {body}");
+        assert!(
+            headers["content-type"].starts_with("application/json"),
+            "{what}: {headers:?}"
+        );
+        let body: serde_json::Value = serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {body}"));
+        assert_eq!(body["error"]["code"], code, "{what}: {body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{what}: {body}"
+        );
+        if mirrored {
+            assert_eq!(
+                headers
+                    .get("access-control-allow-origin")
+                    .map(String::as_str),
+                Some(ORIGIN),
+                "{what}: {headers:?}"
+            );
+        }
+    }
+}
