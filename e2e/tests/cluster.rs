@@ -311,13 +311,13 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                     .fetch_all()
                     .await
                     .ok()?;
-                (v.len() == 15).then_some(v)
+                (v.len() == 16).then_some(v)
             },
         )
         .await;
         assert_eq!(
             versions,
-            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
         );
     }
     cluster.drop_database(&database).await;

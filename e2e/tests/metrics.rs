@@ -1186,6 +1186,70 @@ async fn a_capped_mean_is_not_moved_by_one_extreme_visitor() {
     );
 }
 
+/// Any client can send exposures to a variant id of its choosing. An arm the phase does not
+/// define keeps its row in both results views, with its counts, but gets no test against
+/// the control, whatever its data: no fake variant can win.
+#[tokio::test]
+async fn an_arm_the_phase_does_not_define_gets_its_row_but_no_test() {
+    let db = Database::new().await;
+    db.define(&metrics(), "v1", START - DAY).await;
+    // C's visitors, sent to an arm X that no snapshot defines.
+    let events: Vec<Event> = events(11, 150)
+        .into_iter()
+        .map(|e| Event {
+            variant: if e.variant == "C" { "X" } else { e.variant },
+            ..e
+        })
+        .collect();
+    db.store(&events).await;
+    const UNDEFINED: &str = "the phase does not define this variant";
+
+    let results = db.results().await;
+    let tested = |r: &Result| r.p_value.is_some() || r.always_valid_p_value.is_some();
+    let fake: Vec<&Result> = results.iter().filter(|r| r.variant_id == "X").collect();
+    assert_eq!(
+        fake.len(),
+        metrics().len(),
+        "a row per metric: {results:#?}"
+    );
+    for r in &fake {
+        assert!(r.visitors > 0, "{r:#?}");
+        assert!(
+            !tested(r) && r.chance_to_beat_control.is_none() && r.diff.is_none(),
+            "{r:#?}"
+        );
+        assert_eq!(r.no_test_reason, UNDEFINED, "{r:#?}");
+    }
+    // The same data in a defined arm is tested.
+    assert!(
+        results.iter().any(|r| r.variant_id == "B" && tested(r)),
+        "{results:#?}"
+    );
+
+    #[derive(Debug, Deserialize, Row)]
+    struct Arm {
+        variant_id: String,
+        exposed: u64,
+        p_value: Option<f64>,
+        always_valid_p_value: Option<f64>,
+        no_test_reason: String,
+    }
+    let arms: Vec<Arm> = db
+        .client
+        .query("SELECT ?fields FROM experiment_results WHERE experiment_id = ?")
+        .bind(EXPERIMENT)
+        .fetch_all()
+        .await
+        .expect("experiment_results");
+    let x = arms.iter().find(|a| a.variant_id == "X").expect("X's row");
+    assert_eq!(x.exposed, 150, "{arms:#?}");
+    assert!(
+        x.p_value.is_none() && x.always_valid_p_value.is_none(),
+        "{arms:#?}"
+    );
+    assert_eq!(x.no_test_reason, UNDEFINED, "{arms:#?}");
+}
+
 /// The always-valid tests of every metric use the default tuning (results_settings) in
 /// force when the phase began, as experiment_results does: one set before applies, one
 /// set since does not, and with none the built-in 5 000.

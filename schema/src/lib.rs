@@ -130,19 +130,22 @@ impl ServerCaps {
                 hour_columns,
             )
         };
-        // Migration 11's statistics, on all visitors and again on the mature ones.
-        let statistics_11 = |counts: &str, by: &str, time_columns: &str, sequential: bool| {
-            let per_prefix = |block: &str, prefix: &str| block.replace("{p}", prefix);
-            let (srm_p_value, srm_join) = if sequential {
-                (
-                    "if(srm_k >= 2 AND srm_n > 0, srm_sequential_p, NULL)".to_owned(),
-                    SRM_SEQUENTIAL_11.replace("{srm_prior}", &format!("{SRM_PRIOR:?}")),
-                )
-            } else {
-                ("{srm_chi_square}".to_owned(), String::new())
-            };
-            statistics(
-                &RESULTS_STATISTICS_11
+        // Migration 11's statistics, on all visitors and again on the mature ones; with
+        // `defined` (migration 16), an arm the phase does not define gets no test.
+        let statistics_11 =
+            |counts: &str, by: &str, time_columns: &str, sequential: bool, defined: bool| {
+                let per_prefix = |block: &str, prefix: &str| {
+                    arms_defined(&block.replace("{p}", prefix), defined)
+                };
+                let (srm_p_value, srm_join) = if sequential {
+                    (
+                        "if(srm_k >= 2 AND srm_n > 0, srm_sequential_p, NULL)".to_owned(),
+                        SRM_SEQUENTIAL_11.replace("{srm_prior}", &format!("{SRM_PRIOR:?}")),
+                    )
+                } else {
+                    ("{srm_chi_square}".to_owned(), String::new())
+                };
+                let template = RESULTS_STATISTICS_11
                     .replace("{derived}", &per_prefix(RESULTS_DERIVED_11, ""))
                     .replace(
                         "{mature_derived}",
@@ -153,12 +156,9 @@ impl ServerCaps {
                     .replace("{mature_head}", &per_prefix(RESULTS_HEAD_11, "mature_"))
                     .replace("{mature_tail}", &per_prefix(RESULTS_TAIL_11, "mature_"))
                     .replace("{srm_p_value}", &srm_p_value)
-                    .replace("{srm_join}", &srm_join),
-                counts,
-                by,
-                time_columns,
-            )
-        };
+                    .replace("{srm_join}", &srm_join);
+                statistics(&arms_defined(&template, defined), counts, by, time_columns)
+            };
         statement
             .replace("{metric_values_of_stale}", &metric_values_select(STALE_13))
             .replace("{metric_values_of_stale_14}", &metric_values_select(STALE))
@@ -176,11 +176,18 @@ impl ServerCaps {
             )
             .replace(
                 "{metric_results_select_14}",
-                &metric_results_select(METRIC_RESULTS_SELECT_14, None),
+                &arms_defined(
+                    &metric_results_select(METRIC_RESULTS_SELECT_14, None),
+                    false,
+                ),
+            )
+            .replace(
+                "{metric_results_select_16}",
+                &arms_defined(&metric_results_select(METRIC_RESULTS_SELECT_14, None), true),
             )
             .replace(
                 "{results_statistics_11}",
-                &statistics_11("experiment_variant_counts", "", "", false),
+                &statistics_11("experiment_variant_counts", "", "", false, false),
             )
             .replace(
                 "{results_statistics_11_by_hour}",
@@ -188,6 +195,21 @@ impl ServerCaps {
                     "experiment_variant_counts_over_time",
                     ", hour",
                     hour_columns,
+                    true,
+                    false,
+                ),
+            )
+            .replace(
+                "{results_statistics_16}",
+                &statistics_11("experiment_variant_counts", "", "", false, true),
+            )
+            .replace(
+                "{results_statistics_16_by_hour}",
+                &statistics_11(
+                    "experiment_variant_counts_over_time",
+                    ", hour",
+                    hour_columns,
+                    true,
                     true,
                 ),
             )
@@ -454,6 +476,43 @@ pub async fn refresh_metric_values(
     stored
 }
 
+/// The results views' `no_test_reason` of an arm that the phase does not define (since
+/// migration 16).
+pub const UNDEFINED_ARM: &str = "the phase does not define this variant";
+
+/// `template` (the results' or the metrics' statistics) with its arms' `defined` flag
+/// carried to the test (migration 16): an arm the phase does not define (a variant id any
+/// client can send) keeps its row but gets no test, with the reason. Without, the text
+/// migrations 11 and 14 sent.
+fn arms_defined(template: &str, defined: bool) -> String {
+    let only_if = |text: &'static str| if defined { text } else { "" };
+    let undefined_reason =
+        format!("controls = 1 AND defined = 0, '{UNDEFINED_ARM}',\n            ");
+    template
+        .replace("{defined_comparable}", only_if(" AND defined = 1"))
+        .replace(
+            "{undefined_reason}",
+            if defined { &undefined_reason } else { "" },
+        )
+        .replace("{defined}", only_if(", defined"))
+        .replace(
+            "{defined_collected}",
+            only_if("\n                groupArray(defined) AS defined_flags,"),
+        )
+        .replace(
+            "{defined_split}",
+            only_if("\n            defined_flags AS defined,"),
+        )
+        .replace(
+            "{defined_of_arm}",
+            only_if(", ifNull(arm_defined, 0) AS defined"),
+        )
+        .replace(
+            "{defined_of_definitions}",
+            only_if(", toUInt8(1) AS arm_defined"),
+        )
+}
+
 /// The per-metric statistics of `template` (migration 12's or 14's): over every visitor
 /// (the view), or with `segment` (an expression of an `events` row) per segment, each
 /// visitor's taken from the impression of their first exposure. The cap stays the
@@ -489,7 +548,10 @@ fn metric_results_select(template: &str, segment: Option<&str>) -> String {
 /// expression of an `events` row (a column, or a function of one), trusted.
 pub fn metric_results_by(caps: ServerCaps, database: &str, segment: &str) -> String {
     caps.render(
-        &metric_results_select(METRIC_RESULTS_SELECT_14, Some(segment)),
+        &arms_defined(
+            &metric_results_select(METRIC_RESULTS_SELECT_14, Some(segment)),
+            true,
+        ),
         database,
         &Layout::new(None),
     )

@@ -482,6 +482,20 @@ pub(super) const MIGRATIONS: &[Migration] = &[
             Step::Once(sql!("migrations/015_experiment_metric_visitors.sql")),
         ],
     },
+    Migration {
+        version: 16,
+        description: "results: no test for an arm the phase does not define",
+        steps: &[
+            // Any client can send exposures to a variant id of its choosing: such an arm
+            // keeps its row, with no test against the control.
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_results{on_cluster}"),
+            Step::Once(sql!("migrations/016_experiment_results.sql")),
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_results_over_time{on_cluster}"),
+            Step::Once(sql!("migrations/016_experiment_results_over_time.sql")),
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_metric_results{on_cluster}"),
+            Step::Once(sql!("migrations/016_experiment_metric_results.sql")),
+        ],
+    },
 ];
 
 /// What exists before the first migration: the database and the record of migrations.

@@ -309,6 +309,10 @@ fn variant_report(
     let arm = |r: &ResultRow| Arm::new(r.exposed, r.converted);
     let compared = row.is_control == 0 && row.variant_id != "__multiple__";
     let comparison = compared.then(|| match control {
+        // No test of its own either: any client can send such a variant id.
+        _ if row.no_test_reason == schema::UNDEFINED_ARM => {
+            Comparison::missing(schema::UNDEFINED_ARM)
+        }
         None => Comparison::missing("no control in this phase"),
         Some(c) => comparison(row, arm(row), arm(c), minimums),
     });
@@ -614,6 +618,42 @@ mod tests {
             let end = row.find("1234").expect("visitors") + 4;
             assert_eq!(end, header_end, "{out}");
         }
+    }
+
+    #[test]
+    fn an_arm_the_phase_does_not_define_is_not_compared() {
+        let row = |variant_id: &str, is_control, converted, no_test_reason: &str| ResultRow {
+            public_key: "pk_a".into(),
+            phase: 1,
+            variant_id: variant_id.into(),
+            is_control,
+            exposed: 1000,
+            converted,
+            conversion_rate: converted as f64 / 1000.0,
+            srm_p_value: None,
+            always_valid_p_value: None,
+            always_valid_ci_low: None,
+            always_valid_ci_high: None,
+            no_test_reason: no_test_reason.into(),
+        };
+        let control = row("a", 1, 100, "");
+        let minimums = crate::stats::Minimums {
+            visitors: 50,
+            conversions: 5,
+        };
+        let compare = |arm: &ResultRow| {
+            variant_report(arm, Some(&control), None, None, minimums)
+                .comparison
+                .expect("a treatment is compared")
+        };
+        let fake = compare(&row("x", 0, 500, schema::UNDEFINED_ARM));
+        assert!(!fake.enough_data, "{fake:?}");
+        assert_eq!(fake.p_value, Shown::missing(schema::UNDEFINED_ARM));
+        let real = compare(&row("b", 0, 500, ""));
+        assert!(
+            real.enough_data && real.p_value.value().is_some(),
+            "{real:?}"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@
             AS {p}pooled_rate,
         sqrt({p}pooled_rate * (1 - {p}pooled_rate) * (1 / {p}exposed + 1 / {p}control_exposed))
             AS {p}se_null,
-        controls = 1 AND {p}control_exposed > 0 AND variant_id != '__multiple__'
+        controls = 1 AND {p}control_exposed > 0 AND variant_id != '__multiple__'{defined_comparable}
             AS {p}comparable,
         -- No statistic where an arm's variance is zero (no conversion, or all converted)
         -- or below the minimum-data guard (visitors per arm; conversions and
@@ -24,7 +24,7 @@
             AS {p}enough,
         {p}comparable AND is_control = 0 AND {p}se > 0 AND {p}variances AND {p}enough
             AS {p}testable,
-        multiIf(NOT {p}comparable OR is_control = 1, '',
+        multiIf({undefined_reason}NOT {p}comparable OR is_control = 1, '',
             NOT {p}enough, 'not enough data',
             NOT {p}variances, 'an arm has no variance (no conversion, or all converted)',
             '') AS {p}no_test_reason,

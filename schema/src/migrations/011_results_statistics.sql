@@ -43,14 +43,14 @@ FROM (
         -- arrays, with the control's counts and the sample-ratio sums beside them, then a row
         -- per variant.
         SELECT
-            public_key, experiment_id, phase{by}, variant_id, is_control, exposed, converted,
+            public_key, experiment_id, phase{by}, variant_id, is_control{defined}, exposed, converted,
             mature_exposed, mature_converted, controls, control_exposed, control_converted,
             mature_control_exposed, mature_control_converted, srm_n, srm_sum, phase_start_ms
         FROM (
             SELECT
                 public_key, experiment_id, phase{by},
                 groupArray(variant_id) AS variant_ids,
-                groupArray(is_control) AS controls_flags,
+                groupArray(is_control) AS controls_flags,{defined_collected}
                 groupArray(exposed) AS exposed_counts,
                 groupArray(converted) AS converted_counts,
                 groupArray(mature_exposed) AS mature_exposed_counts,
@@ -68,7 +68,7 @@ FROM (
         ) AS per_experiment
         ARRAY JOIN
             variant_ids AS variant_id,
-            controls_flags AS is_control,
+            controls_flags AS is_control,{defined_split}
             exposed_counts AS exposed,
             converted_counts AS converted,
             mature_exposed_counts AS mature_exposed,

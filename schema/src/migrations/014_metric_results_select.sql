@@ -89,7 +89,7 @@ SELECT *, {t_quantile_0}, {cuped_t_quantile_0} FROM (
         pow(cuped_variance, 2) / (pow(cuped_var_b, 2) / (pow(n, 2) * (n - 1))
             + pow(cuped_var_a, 2) / (pow(n_a, 2) * (n_a - 1))) AS cuped_dof,
         cuped_raw_diff / cuped_se AS cuped_t_stat,
-        controls = 1 AND n_a > 0 AND variant_id != '__multiple__' AS comparable,
+        controls = 1 AND n_a > 0 AND variant_id != '__multiple__'{defined_comparable} AS comparable,
         n >= {min_visitors} AND n_a >= {min_visitors}
             AND (kind != 'proportion' OR (sy + sy_a >= {min_conversions}
                 AND n + n_a - sy - sy_a >= {min_conversions})) AS enough,
@@ -97,7 +97,7 @@ SELECT *, {t_quantile_0}, {cuped_t_quantile_0} FROM (
         comparable AND is_control = 0 AND enough AND variances AND variance > 0 AS testable,
         testable AND kind != 'ratio' AND cuped_lookback_days > 0 AND cuped_variance > 0
             AS cuped_testable,
-        multiIf(NOT comparable OR is_control = 1, '',
+        multiIf({undefined_reason}NOT comparable OR is_control = 1, '',
             NOT enough, 'not enough data',
             NOT variances, 'an arm has no variance',
             '') AS no_test_reason,
@@ -121,7 +121,7 @@ SELECT *, {t_quantile_0}, {cuped_t_quantile_0} FROM (
         SELECT
             public_key, experiment_id, phase{segment}, metric_id, role, position, kind,
             higher_is_better, cuped_lookback_days, cap, phase_start_ms, controls,
-            variant_id, is_control, n, sy, syy, sd, sdd, syd, sx, sxx, sxy,
+            variant_id, is_control{defined}, n, sy, syy, sd, sdd, syd, sx, sxx, sxy,
             n_a, sy_a, syy_a, sd_a, sdd_a, syd_a, sx_a, sxx_a, sxy_a
         FROM (
             SELECT
@@ -132,7 +132,7 @@ SELECT *, {t_quantile_0}, {cuped_t_quantile_0} FROM (
                 min(first_ms) AS phase_start_ms,
                 countIf(control_flag = 1) AS controls,
                 groupArray(variant) AS variant_ids,
-                groupArray(control_flag) AS control_flags,
+                groupArray(control_flag) AS control_flags,{defined_collected}
                 groupArray(arm_n) AS ns, groupArray(arm_sy) AS sys,
                 groupArray(arm_syy) AS syys, groupArray(arm_sd) AS sds,
                 groupArray(arm_sdd) AS sdds, groupArray(arm_syd) AS syds,
@@ -148,7 +148,7 @@ SELECT *, {t_quantile_0}, {cuped_t_quantile_0} FROM (
                 sumIf(arm_sxx, control_flag = 1) AS sxx_a,
                 sumIf(arm_sxy, control_flag = 1) AS sxy_a
             FROM (
-                SELECT *, ifNull(defined_control, 0) AS control_flag
+                SELECT *, ifNull(defined_control, 0) AS control_flag{defined_of_arm}
                 FROM (
                     -- Each arm's sufficient statistics, on the capped values. A metric
                     -- capped at a percentile keeps its arms' values in arrays until its
@@ -264,14 +264,14 @@ SELECT *, {t_quantile_0}, {cuped_t_quantile_0} FROM (
                 ) AS arms
                 ANY LEFT JOIN (
                     SELECT experiment_id, phase, variant_id AS variant,
-                        is_control AS defined_control
+                        is_control AS defined_control{defined_of_definitions}
                     FROM {db}.experiment_phase_variants
                 ) AS definitions USING (experiment_id, phase, variant)
             ) AS defined_arms
             GROUP BY public_key, experiment_id, phase{segment}, metric_id
         ) AS per_metric
         ARRAY JOIN
-            variant_ids AS variant_id, control_flags AS is_control, ns AS n, sys AS sy,
+            variant_ids AS variant_id, control_flags AS is_control,{defined_split} ns AS n, sys AS sy,
             syys AS syy, sds AS sd, sdds AS sdd, syds AS syd, sxs AS sx, sxxs AS sxx,
             sxys AS sxy
       ) AS arms_of_metrics
