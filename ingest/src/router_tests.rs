@@ -605,8 +605,17 @@ async fn gzip_bodies_are_decoded_within_the_limit() {
         .send(gzipped("identity", small.clone().into_bytes()))
         .await;
     assert_eq!(reply.status, StatusCode::ACCEPTED);
+    // A stream of two members: the body split in two, each half compressed alone.
+    let (head, tail) = small.split_at(small.len() / 2);
+    let members = [gzip(head.as_bytes()), gzip(tail.as_bytes())].concat();
+    let reply = ingest.send(gzipped("gzip", members)).await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED);
     let sessions: Vec<String> = ingest.published().into_iter().map(|(k, _)| k).collect();
-    assert_eq!(sessions, ["gz", "gz"]);
+    assert_eq!(sessions, ["gz", "gz", "gz"]);
+    // Bytes after the last member are no member: refused, not dropped.
+    let trailing = [gzip(small.as_bytes()), b"GARBAGE".to_vec()].concat();
+    let reply = ingest.send(gzipped("gzip", trailing)).await;
+    assert_eq!(reply.error(), (StatusCode::BAD_REQUEST, "malformed_gzip"));
 
     // Small on the wire, over the limit once decoded.
     let bomb = gzip(&vec![b' '; 4 * LIMIT]);
@@ -628,7 +637,7 @@ async fn gzip_bodies_are_decoded_within_the_limit() {
             "unsupported_content_encoding"
         )
     );
-    assert_eq!(ingest.sink.batches().len(), 2, "nothing more published");
+    assert_eq!(ingest.sink.batches().len(), 3, "nothing more published");
 }
 
 #[tokio::test]

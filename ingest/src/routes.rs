@@ -217,7 +217,9 @@ async fn read_body(
         None | Some("identity") => Ok(bytes),
         Some("gzip") => {
             let mut decoded = Vec::new();
-            flate2::read::GzDecoder::new(&bytes[..])
+            // Every member of the stream (RFC 1952), and nothing after the last: bytes
+            // that are not another member refuse the body rather than being dropped.
+            flate2::read::MultiGzDecoder::new(&bytes[..])
                 .take(limit as u64 + 1)
                 .read_to_end(&mut decoded)
                 .map_err(|_| IngestError::MalformedGzip)?;
