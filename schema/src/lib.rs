@@ -134,9 +134,7 @@ impl ServerCaps {
         // `defined` (migration 16), an arm the phase does not define gets no test.
         let statistics_11 =
             |counts: &str, by: &str, time_columns: &str, sequential: bool, defined: bool| {
-                let per_prefix = |block: &str, prefix: &str| {
-                    arms_defined(&block.replace("{p}", prefix), defined)
-                };
+                let per_prefix = |block: &str, prefix: &str| block.replace("{p}", prefix);
                 let (srm_p_value, srm_join) = if sequential {
                     (
                         "if(srm_k >= 2 AND srm_n > 0, srm_sequential_p, NULL)".to_owned(),
