@@ -20,6 +20,7 @@ mod kafka;
 mod private_broker;
 mod private_clickhouse;
 mod process;
+mod raw;
 mod services;
 mod wait;
 
@@ -41,6 +42,7 @@ pub use process::{
     ChildProcess, Paused, ScriptedClickHouse, compose_cluster_config, free_port, repo, resume,
     send_signal, workspace_binary,
 };
+pub use raw::{RawAnswer, raw_exchange};
 pub use services::{
     Running, STOP_TIMEOUT, consumer_config, ingest_config, metric, metrics_text, start_config_api,
     start_config_api_with, start_consumer, start_consumer_counted, start_ingest,

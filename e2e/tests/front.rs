@@ -298,36 +298,6 @@ async fn a_service_that_stops_behind_the_front_gives_the_json_503_not_nginx_s_50
     );
 }
 
-/// `request`'s bytes sent to `front` as they are (what no HTTP client library sends), and
-/// its answer read to the close: status, headers (names in lower case) and body.
-async fn raw(front: &e2e::Front, request: &[u8]) -> (u16, BTreeMap<String, String>, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", front.port)).await?;
-        stream.write_all(request).await?;
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).await?;
-        std::io::Result::Ok(answer)
-    };
-    let answer = tokio::time::timeout(std::time::Duration::from_secs(10), exchange)
-        .await
-        .expect("the front answers within 10 s")
-        .expect("the exchange");
-    let text = String::from_utf8_lossy(&answer);
-    let (head, body) = text.split_once("\r\n\r\n").expect("a head and a body");
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|line| line.split(' ').nth(1))
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("a status line: {head}"));
-    let headers = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(name, value)| (name.to_ascii_lowercase(), value.trim().to_owned()))
-        .collect();
-    (status, headers, body.to_owned())
-}
-
 /// What nginx refuses itself, before or instead of a service, gets the services' JSON
 /// error shape rather than nginx's HTML page, and a page's origin gets the answer (a
 /// network error instead is what the SDK retries) wherever nginx has read the headers.
@@ -336,6 +306,7 @@ async fn the_front_s_own_refusals_are_json_with_a_code() {
     // Nothing behind it: each of these is answered by the front alone.
     let dead = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let front = e2e::Front::start(dead(e2e::free_port()), dead(e2e::free_port())).await;
+    let front_addr = std::net::SocketAddr::from(([127, 0, 0, 1], front.port));
     let long = "a".repeat(9000);
     let origin = format!("Origin: {ORIGIN}\r\n");
     let cases: Vec<(String, u16, &str, bool)> = vec![
@@ -400,14 +371,17 @@ async fn the_front_s_own_refusals_are_json_with_a_code() {
     for (request, status, code, mirrored) in cases {
         let what = request.lines().next().unwrap_or_default().chars().take(60);
         let what: String = what.collect();
-        let (got, headers, body) = raw(&front, request.as_bytes()).await;
+        let answer = e2e::raw_exchange(front_addr, request.as_bytes()).await;
+        let (got, head, body) = (answer.status, &answer.head, &answer.body);
         assert_eq!(got, status, "{what}: {body}");
         assert!(
-            headers["content-type"].starts_with("application/json"),
-            "{what}: {headers:?}"
+            answer
+                .header("content-type")
+                .is_some_and(|t| t.starts_with("application/json")),
+            "{what}: {head}"
         );
-        let body: serde_json::Value = serde_json::from_str(&body)
-            .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {body}"));
+        let body: serde_json::Value =
+            serde_json::from_str(body).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {body}"));
         assert_eq!(body["error"]["code"], code, "{what}: {body}");
         assert!(
             body["error"]["message"]
@@ -417,11 +391,9 @@ async fn the_front_s_own_refusals_are_json_with_a_code() {
         );
         if mirrored {
             assert_eq!(
-                headers
-                    .get("access-control-allow-origin")
-                    .map(String::as_str),
+                answer.header("access-control-allow-origin"),
                 Some(ORIGIN),
-                "{what}: {headers:?}"
+                "{what}: {head}"
             );
         }
     }

@@ -11,13 +11,11 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use e2e::{ChildProcess, SnapshotFile};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 const URL: &str = "/api/v1/analytics";
 const KEY: &str = "pk_bounds";
@@ -186,29 +184,9 @@ async fn batches_of_empty_events_get_short_answers_within_the_documented_memory(
 /// Sends `request` on a connection of its own and reads the answer to its end: status,
 /// the JSON body (or `Null`) and the head.
 async fn raw(addr: SocketAddr, request: &[u8]) -> (u16, Value, String) {
-    let stream = TcpStream::connect(addr).await.expect("connects");
-    let (mut reader, mut writer) = stream.into_split();
-    // hyper answers a head too large before it has read all of it, and closes: the answer
-    // is read while the rest is still sent (a failed write is fine), so that it is read
-    // before the reset that the unread rest draws.
-    let request = request.to_vec();
-    let writing = tokio::spawn(async move {
-        let _ = writer.write_all(&request).await;
-        writer
-    });
-    let mut answer = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(10), reader.read_to_end(&mut answer));
-    let _ = read.await.expect("the answer ends in time");
-    drop(writing.await);
-    let text = String::from_utf8_lossy(&answer);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {head:?}"));
-    let body = serde_json::from_str(body).unwrap_or(Value::Null);
-    (status, body, head.to_owned())
+    let answer = e2e::raw_exchange(addr, request).await;
+    let body = serde_json::from_str(&answer.body).unwrap_or(Value::Null);
+    (answer.status, body, answer.head)
 }
 
 /// What hyper refuses before the ingest sees the request (a malformed request line or
