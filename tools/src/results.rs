@@ -308,11 +308,10 @@ fn variant_report(
 ) -> VariantReport {
     let arm = |r: &ResultRow| Arm::new(r.exposed, r.converted);
     let compared = row.is_control == 0 && row.variant_id != "__multiple__";
+    // No test of its own either, of any kind: any client can send such a variant id.
+    let undefined = row.no_test_reason == schema::UNDEFINED_ARM;
     let comparison = compared.then(|| match control {
-        // No test of its own either: any client can send such a variant id.
-        _ if row.no_test_reason == schema::UNDEFINED_ARM => {
-            Comparison::missing(schema::UNDEFINED_ARM)
-        }
+        _ if undefined => Comparison::missing(schema::UNDEFINED_ARM),
         None => Comparison::missing("no control in this phase"),
         Some(c) => comparison(row, arm(row), arm(c), minimums),
     });
@@ -323,6 +322,7 @@ fn variant_report(
             variance: t.variance,
         };
         let test = compared.then(|| match control_time {
+            _ if undefined => Shown::missing(schema::UNDEFINED_ARM),
             None => Shown::missing("no time on page in the control"),
             Some(c) if t.visitors < minimums.visitors || c.visitors < minimums.visitors => {
                 Shown::missing(format!(
@@ -641,18 +641,41 @@ mod tests {
             visitors: 50,
             conversions: 5,
         };
-        let compare = |arm: &ResultRow| {
-            variant_report(arm, Some(&control), None, None, minimums)
-                .comparison
-                .expect("a treatment is compared")
+        let time = |variant_id: &str, mean| TimeRow {
+            public_key: "pk_a".into(),
+            phase: 1,
+            variant_id: variant_id.into(),
+            visitors: 1000,
+            mean,
+            variance: 100.0,
         };
-        let fake = compare(&row("x", 0, 500, schema::UNDEFINED_ARM));
+        let control_time = time("a", 30.0);
+        let compare = |arm: &ResultRow| {
+            let report = variant_report(
+                arm,
+                Some(&control),
+                Some(&time(&arm.variant_id, 60.0)),
+                Some(&control_time),
+                minimums,
+            );
+            let time_test = report.time_on_page.expect("time on page").test;
+            (
+                report.comparison.expect("a treatment is compared"),
+                time_test,
+            )
+        };
+        let (fake, fake_time) = compare(&row("x", 0, 500, schema::UNDEFINED_ARM));
         assert!(!fake.enough_data, "{fake:?}");
         assert_eq!(fake.p_value, Shown::missing(schema::UNDEFINED_ARM));
-        let real = compare(&row("b", 0, 500, ""));
+        assert_eq!(fake_time, Some(Shown::missing(schema::UNDEFINED_ARM)));
+        let (real, real_time) = compare(&row("b", 0, 500, ""));
         assert!(
             real.enough_data && real.p_value.value().is_some(),
             "{real:?}"
+        );
+        assert!(
+            real_time.as_ref().and_then(Shown::value).is_some(),
+            "{real_time:?}"
         );
     }
 
