@@ -25,6 +25,15 @@ pub struct Config {
     #[arg(long, conflicts_with = "migrate_only")]
     pub refresh_metrics_only: bool,
 
+    /// Print every statement that migrating a fresh database sends to a server of
+    /// `--profile`, in order, then exit: connects to nothing (schema/rendered/ keeps them).
+    #[arg(long, requires = "profile", conflicts_with_all = ["migrate_only", "refresh_metrics_only"])]
+    pub print_schema: bool,
+
+    /// The kind of server and topology `--print-schema` renders for.
+    #[arg(long, value_enum, requires = "print_schema")]
+    pub profile: Option<schema::Profile>,
+
     #[command(flatten)]
     pub http: http_kit::serve::ServeArgs,
 

@@ -7,8 +7,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    http_kit::telemetry::init_logging();
     let config = consumer::Config::parse();
+    if let Some(profile) = config.profile.filter(|_| config.print_schema) {
+        print!("{}", profile.render());
+        return Ok(());
+    }
+    http_kit::telemetry::init_logging();
     if config.migrate_only {
         consumer::Application::migrate(&config).await?;
         tracing::info!("Schema migrated.");

@@ -17,18 +17,18 @@ use crate::topology::{LOCAL_SUFFIX, Server, Topology, first_answering, is_sql_na
 pub mod backoff;
 mod migration_lock;
 mod migrations;
+pub mod profile;
 pub mod row;
+mod template;
 pub mod topology;
+mod views;
 
+pub use profile::Profile;
 pub use row::EventRow;
 pub use topology::ClickHouseArgs;
 
 use migrations::{
-    ARM_STATISTICS_12, BOOTSTRAP, EXPOSURES_SELECT_13, FIRST_CONVERSION_11, METRIC_ARRAYS_12,
-    METRIC_RESULTS_SELECT_12, METRIC_RESULTS_SELECT_14, METRIC_VALUE_12, METRIC_VALUES_SELECT_13,
-    MIGRATIONS, RESULTS_DERIVED_11, RESULTS_HEAD_11, RESULTS_STATISTICS, RESULTS_STATISTICS_10,
-    RESULTS_STATISTICS_11, RESULTS_TAIL_11, SESSIONS_SELECT, SRM_CHI_SQUARE, SRM_SEQUENTIAL_11,
-    Step, VISITORS_SELECT, WITH_SETTINGS_HASH_13,
+    BOOTSTRAP, FIRST_CONVERSION_11, MIGRATIONS, SESSIONS_SELECT, Step, VISITORS_SELECT,
 };
 
 /// The minimum-data guard of the results views and of `experiment-results`: fewest exposed
@@ -93,182 +93,58 @@ impl ServerCaps {
         }
     }
 
-    /// The statement for this server: `{db}` is the database, `{millis}` the type of a
-    /// time in milliseconds, `{received_at_ms}` the one of `received_at` and
-    /// `{first_exposure_hour}` the UTC hour (a `DateTime('UTC')`) of `first_exposure`.
+    /// The parameters of every statement on this server: `{db}` is the database, `{millis}`
+    /// the type of a time in milliseconds, `{received_at_ms}` the one of `received_at`,
+    /// `{first_exposure_hour}` the UTC hour (a `DateTime('UTC')`) of `first_exposure` and
+    /// `{to_ms}` what makes milliseconds since the epoch (an `Int64`) of a time in
+    /// milliseconds; with the topology's (`Layout`), the tables' selects and the views'
+    /// shared parameters ([`views::shared`]).
+    fn params(self, database: &str, layout: &Layout) -> template::Params<'static> {
+        let (received_at_ms, first_exposure_hour, to_ms) = if self.has_datetime64() {
+            (
+                "toDateTime64(received_at, 3, 'UTC')",
+                "toStartOfHour(toDateTime(first_exposure, 'UTC'))",
+                "toUnixTimestamp64Milli",
+            )
+        } else {
+            (
+                "toInt64(received_at) * 1000",
+                "toStartOfHour(toDateTime(intDiv(first_exposure, 1000), 'UTC'))",
+                "",
+            )
+        };
+        let visitors_select = |first_conversion: &str| {
+            template::Value::Scoped(
+                VISITORS_SELECT.to_owned(),
+                vec![(
+                    "first_conversion",
+                    template::Value::Text(first_conversion.to_owned()),
+                )],
+            )
+        };
+        let base = template::Params::new()
+            .text("db", database)
+            .text("on_cluster", layout.on_cluster.clone())
+            .text("local", layout.local)
+            .text("millis", self.millis())
+            .text("received_at_ms", received_at_ms)
+            .text("first_exposure_hour", first_exposure_hour)
+            .text("to_ms", to_ms)
+            .sql("sessions_select", SESSIONS_SELECT)
+            .with(vec![
+                ("visitors_select", visitors_select("")),
+                ("visitors_select_11", visitors_select(FIRST_CONVERSION_11)),
+            ])
+            .sql("event_counts_select", EVENT_COUNTS_SELECT)
+            // ClickHouse's own macros, in a replicated table's path: each server fills them.
+            .text("shard", "{shard}")
+            .text("replica", "{replica}");
+        views::shared(base)
+    }
+
+    /// `statement` with its placeholders filled for this server, `database` and `layout`.
     fn render(self, statement: &str, database: &str, layout: &Layout) -> String {
-        let received_at_ms = if self.has_datetime64() {
-            "toDateTime64(received_at, 3, 'UTC')"
-        } else {
-            "toInt64(received_at) * 1000"
-        };
-        let first_exposure_hour = if self.has_datetime64() {
-            "toStartOfHour(toDateTime(first_exposure, 'UTC'))"
-        } else {
-            "toStartOfHour(toDateTime(intDiv(first_exposure, 1000), 'UTC'))"
-        };
-        // Milliseconds since the Unix epoch as an Int64, of a time in milliseconds.
-        let to_ms = if self.has_datetime64() {
-            "toUnixTimestamp64Milli"
-        } else {
-            ""
-        };
-        let statistics = |template: &str, counts: &str, by: &str, time_columns: &str| {
-            template
-                .replace("{counts}", counts)
-                .replace("{by}", by)
-                .replace("{time_columns}", time_columns)
-                .replace("{min_visitors}", &MIN_VISITORS.to_string())
-                .replace("{min_conversions}", &MIN_CONVERSIONS.to_string())
-        };
-        let hour_columns = "toDate(hour) AS day, hour, ";
-        let by_hour = |template| {
-            statistics(
-                template,
-                "experiment_variant_counts_over_time",
-                ", hour",
-                hour_columns,
-            )
-        };
-        // Migration 11's statistics, on all visitors and again on the mature ones; with
-        // `defined` (migration 16), an arm the phase does not define gets no test.
-        let statistics_11 =
-            |counts: &str, by: &str, time_columns: &str, sequential: bool, defined: bool| {
-                let per_prefix = |block: &str, prefix: &str| block.replace("{p}", prefix);
-                let (srm_p_value, srm_join) = if sequential {
-                    (
-                        "if(srm_k >= 2 AND srm_n > 0, srm_sequential_p, NULL)".to_owned(),
-                        SRM_SEQUENTIAL_11.replace("{srm_prior}", &format!("{SRM_PRIOR:?}")),
-                    )
-                } else {
-                    ("{srm_chi_square}".to_owned(), String::new())
-                };
-                let template = RESULTS_STATISTICS_11
-                    .replace("{derived}", &per_prefix(RESULTS_DERIVED_11, ""))
-                    .replace(
-                        "{mature_derived}",
-                        &per_prefix(RESULTS_DERIVED_11, "mature_"),
-                    )
-                    .replace("{head}", &per_prefix(RESULTS_HEAD_11, ""))
-                    .replace("{tail}", &per_prefix(RESULTS_TAIL_11, ""))
-                    .replace("{mature_head}", &per_prefix(RESULTS_HEAD_11, "mature_"))
-                    .replace("{mature_tail}", &per_prefix(RESULTS_TAIL_11, "mature_"))
-                    .replace("{srm_p_value}", &srm_p_value)
-                    .replace("{srm_join}", &srm_join);
-                statistics(&arms_defined(&template, defined), counts, by, time_columns)
-            };
-        statement
-            .replace("{metric_values_of_stale}", &metric_values_select(STALE_13))
-            .replace("{metric_values_of_stale_14}", &metric_values_select(STALE))
-            .replace(
-                "{metric_values_of_unsettled}",
-                &metric_values_select(UNSETTLED),
-            )
-            .replace("{stored_with_settings_hash}", &stored_with_settings_hash())
-            .replace("{current_settings}", &current_settings())
-            .replace("{exposures_select}", &exposures_select("1"))
-            .replace("{event_counts_select}", EVENT_COUNTS_SELECT)
-            .replace(
-                "{metric_results_select}",
-                &metric_results_select(METRIC_RESULTS_SELECT_12, None),
-            )
-            .replace(
-                "{metric_results_select_14}",
-                &arms_defined(
-                    &metric_results_select(METRIC_RESULTS_SELECT_14, None),
-                    false,
-                ),
-            )
-            .replace(
-                "{metric_results_select_16}",
-                &arms_defined(&metric_results_select(METRIC_RESULTS_SELECT_14, None), true),
-            )
-            .replace(
-                "{results_statistics_11}",
-                &statistics_11("experiment_variant_counts", "", "", false, false),
-            )
-            .replace(
-                "{results_statistics_11_by_hour}",
-                &statistics_11(
-                    "experiment_variant_counts_over_time",
-                    ", hour",
-                    hour_columns,
-                    true,
-                    false,
-                ),
-            )
-            .replace(
-                "{results_statistics_16}",
-                &statistics_11("experiment_variant_counts", "", "", false, true),
-            )
-            .replace(
-                "{results_statistics_16_by_hour}",
-                &statistics_11(
-                    "experiment_variant_counts_over_time",
-                    ", hour",
-                    hour_columns,
-                    true,
-                    true,
-                ),
-            )
-            .replace(
-                "{results_statistics}",
-                &statistics(RESULTS_STATISTICS, "experiment_variant_counts", "", ""),
-            )
-            .replace("{results_statistics_by_hour}", &by_hour(RESULTS_STATISTICS))
-            .replace(
-                "{results_statistics_10}",
-                &statistics(RESULTS_STATISTICS_10, "experiment_variant_counts", "", ""),
-            )
-            .replace(
-                "{results_statistics_10_by_hour}",
-                &by_hour(RESULTS_STATISTICS_10),
-            )
-            .replace("{srm_chi_square}", SRM_CHI_SQUARE)
-            .replace("{metric_arrays}", METRIC_ARRAYS_12)
-            .replace("{value_of_n}", &metric_value("n", "n_agg"))
-            .replace("{value_of_d}", &metric_value("d", "d_agg"))
-            .replace("{value_of_p}", &metric_value("p", "n_agg"))
-            .replace("{arm_statistics_b}", &arm_statistics("", "b"))
-            .replace("{arm_statistics_a}", &arm_statistics("_a", "a"))
-            .replace("{t_p_value}", &t_p_value("t_stat", "dof"))
-            .replace("{cuped_t_p_value}", &t_p_value("cuped_t_stat", "cuped_dof"))
-            .replace("{t_quantile_0}", &t_quantile_975("dof", "t_quantile", 0))
-            .replace("{t_quantile_1}", &t_quantile_975("dof", "t_quantile", 1))
-            .replace("{t_quantile_2}", &t_quantile_975("dof", "t_quantile", 2))
-            .replace(
-                "{cuped_t_quantile_0}",
-                &t_quantile_975("cuped_dof", "cuped_t_quantile", 0),
-            )
-            .replace(
-                "{cuped_t_quantile_1}",
-                &t_quantile_975("cuped_dof", "cuped_t_quantile", 1),
-            )
-            .replace(
-                "{cuped_t_quantile_2}",
-                &t_quantile_975("cuped_dof", "cuped_t_quantile", 2),
-            )
-            .replace("{min_visitors}", &MIN_VISITORS.to_string())
-            .replace("{min_conversions}", &MIN_CONVERSIONS.to_string())
-            .replace("{sessions_select}", SESSIONS_SELECT)
-            .replace("{visitors_select_11}", &visitors_select_11())
-            .replace("{visitors_select}", VISITORS_SELECT)
-            .replace("{first_conversion}", "")
-            .replace("{visitor_key}", VISITOR_KEY)
-            .replace(
-                "{settled_before}",
-                &format!(
-                    "(toUInt64(toUnixTimestamp(now())) - {}) * 1000000",
-                    SETTLING.as_secs()
-                ),
-            )
-            .replace("{on_cluster}", &layout.on_cluster)
-            .replace("{local}", layout.local)
-            .replace("{db}", database)
-            .replace("{millis}", self.millis())
-            .replace("{received_at_ms}", received_at_ms)
-            .replace("{first_exposure_hour}", first_exposure_hour)
-            .replace("{to_ms}", to_ms)
+        self.params(database, layout).render(statement)
     }
 }
 
@@ -289,25 +165,6 @@ pub fn event_counts_select(
     caps.render(&select, database, &Layout::new(cluster))
 }
 
-/// Migration 13: the visitors whose stored metric values are not fresh (a condition on
-/// `events`' or `experiment_visitors`' columns): `experiment_metric_visitors` computes
-/// theirs from the events. `GLOBAL` on every topology: a subquery of `IN` nested in
-/// SELECTs runs again for each level on 18.x (five times at the depth of a toy query);
-/// `GLOBAL` runs it once, before the query (and is what a Distributed read needs).
-const STALE_13: &str = "(toString(public_key), visitor_id) GLOBAL NOT IN \
-     (SELECT public_key, visitor_id FROM {db}.experiment_metric_stored WHERE fresh = 1)";
-
-/// Migration 14: the visitors whose stored metric values are not fresh, by their key
-/// ([`VISITOR_KEY`]): the set is of fixed-size keys, a fraction of two strings' cost.
-const STALE: &str = "{visitor_key} GLOBAL NOT IN \
-     (SELECT visitor_key FROM {db}.experiment_metric_freshness WHERE fresh = 1)";
-
-/// Migration 15: the visitors whose stored metric values are not fresh, or whose latest
-/// refresh is younger than [`SETTLING`] (`{settled_before}`: the refresh ids before it).
-const UNSETTLED: &str = "{visitor_key} GLOBAL NOT IN \
-     (SELECT visitor_key FROM {db}.experiment_metric_freshness \
-     WHERE fresh = 1 AND latest_refresh < {settled_before})";
-
 /// The longest a refresh statement runs: the server stops it then
 /// ([`refresh_metric_values`]), so every row of a refresh lands within this of its id.
 pub const REFRESH_LONGEST: std::time::Duration = std::time::Duration::from_secs(60);
@@ -319,49 +176,6 @@ pub const REFRESH_LONGEST: std::time::Duration = std::time::Duration::from_secs(
 /// third, while [`REFRESH_LONGEST`], 10 s of clock difference between a consumer and the
 /// server, and the computed visitors' time (50 s) stay within it.
 pub const SETTLING: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// Migration 14: a visitor's key, of the columns `public_key` and `visitor_id` of any
-/// table. Two visitors of one key are both read as stale (experiment_metric_freshness),
-/// so it needs no resistance to chosen inputs: CityHash, a third of SipHash's time on
-/// 18.16, and a query hashes each stored row four times.
-const VISITOR_KEY: &str = "cityHash64(public_key, visitor_id)";
-
-/// Migration 13: the exposures of the visitors `filter` keeps.
-fn exposures_select(filter: &str) -> String {
-    EXPOSURES_SELECT_13.replace("{visitor_filter}", filter)
-}
-
-/// Migration 13: the metric values of the visitors `filter` keeps, from their events.
-fn metric_values_select(filter: &str) -> String {
-    METRIC_VALUES_SELECT_13
-        .replace("{exposures_of_visitors}", &exposures_select(filter))
-        .replace("{visitor_filter}", filter)
-}
-
-/// Migration 13: the stored metric values, each with the current hash of what they depend
-/// on besides the events.
-fn stored_with_settings_hash() -> String {
-    WITH_SETTINGS_HASH_13.replace(
-        "{rows}",
-        "SELECT toString(public_key) AS public_key, experiment_id, phase, visitor_id, \
-         metric_id, variant_id, first_exposure_ms, value, denominator, pre_value, \
-         events_seen, settings_hash, refresh_id FROM {db}.experiment_metric_values",
-    )
-}
-
-/// Migration 14: the current hash of what stored metric values depend on besides the
-/// events, for each experiment and phase that has any (read from the exposures, a fifth
-/// of the stored rows).
-fn current_settings() -> String {
-    WITH_SETTINGS_HASH_13.replace(
-        "{rows}",
-        // A visitor's rows are of their exposures (experiment_visitors), or of none: a
-        // pair missing here reads as changed, which costs time, not correctness.
-        "SELECT DISTINCT CAST(experiment_id AS String) AS experiment_id, phase \
-         FROM {db}.experiment_visitors \
-         UNION ALL SELECT '' AS experiment_id, toUInt32(0) AS phase",
-    )
-}
 
 /// The temporary table of a refresh's visitors, in the refresh's own session.
 const REFRESH_VISITORS: &str = "refresh_visitors";
@@ -382,19 +196,21 @@ fn metric_values_refresh(
         "(toString(public_key), visitor_id) GLOBAL IN \
          (SELECT public_key, visitor_id FROM {REFRESH_VISITORS})"
     );
-    let rows = WITH_SETTINGS_HASH_13.replace("{rows}", &metric_values_select(&filter));
-    caps.render(
-        &format!(
-            "INSERT INTO {{db}}.experiment_metric_values (public_key, experiment_id, phase, \
-             visitor_id, metric_id, variant_id, first_exposure_ms, value, denominator, \
-             pre_value, events_seen, settings_hash, refresh_id) \
-             SELECT public_key, experiment_id, phase, visitor_id, metric_id, variant_id, \
-             first_exposure_ms, value, denominator, pre_value, events_seen, \
-             current_settings_hash, {refresh_id} FROM ({rows}) AS refreshed"
-        ),
-        database,
-        &Layout::new(cluster),
-    )
+    let layout = Layout::new(cluster);
+    let globals = caps.params(database, &layout);
+    let params = globals
+        .scope()
+        .sql("rows", views::METRIC_VALUES_SELECT)
+        .sql("visitor_filter", filter);
+    params.render(&format!(
+        "INSERT INTO {{db}}.experiment_metric_values (public_key, experiment_id, phase, \
+         visitor_id, metric_id, variant_id, first_exposure_ms, value, denominator, \
+         pre_value, events_seen, settings_hash, refresh_id) \
+         SELECT public_key, experiment_id, phase, visitor_id, metric_id, variant_id, \
+         first_exposure_ms, value, denominator, pre_value, events_seen, \
+         current_settings_hash, {refresh_id} FROM ({}) AS refreshed",
+        views::WITH_SETTINGS_HASH
+    ))
 }
 
 /// A row of `refresh_visitors`.
@@ -478,94 +294,15 @@ pub async fn refresh_metric_values(
 /// migration 16).
 pub const UNDEFINED_ARM: &str = "the phase does not define this variant";
 
-/// `template` (the results' or the metrics' statistics) with its arms' `defined` flag
-/// carried to the test (migration 16): an arm the phase does not define (a variant id any
-/// client can send) keeps its row but gets no test, with the reason. Without, the text
-/// migrations 11 and 14 sent.
-fn arms_defined(template: &str, defined: bool) -> String {
-    let only_if = |text: &'static str| if defined { text } else { "" };
-    let undefined_reason =
-        format!("controls = 1 AND defined = 0, '{UNDEFINED_ARM}',\n            ");
-    template
-        .replace("{defined_comparable}", only_if(" AND defined = 1"))
-        .replace(
-            "{undefined_reason}",
-            if defined { &undefined_reason } else { "" },
-        )
-        .replace("{defined}", only_if(", defined"))
-        .replace(
-            "{defined_collected}",
-            only_if("\n                groupArray(defined) AS defined_flags,"),
-        )
-        .replace(
-            "{defined_split}",
-            only_if("\n            defined_flags AS defined,"),
-        )
-        .replace(
-            "{defined_of_arm}",
-            only_if(", ifNull(arm_defined, 0) AS defined"),
-        )
-        .replace(
-            "{defined_of_definitions}",
-            only_if(", toUInt8(1) AS arm_defined"),
-        )
-}
-
-/// The per-metric statistics of `template` (migration 12's or 14's): over every visitor
-/// (the view), or with `segment` (an expression of an `events` row) per segment, each
-/// visitor's taken from the impression of their first exposure. The cap stays the
-/// metric's over every segment.
-fn metric_results_select(template: &str, segment: Option<&str>) -> String {
-    let Some(segment) = segment else {
-        return template
-            .replace("{segment}", "")
-            .replace("{arm_segment}", "''")
-            .replace("{segments_collected}", "")
-            .replace("{segments_split}", "")
-            .replace("{metric_visitors}", "{db}.experiment_metric_visitors");
-    };
-    let visitors = format!(
-        "(SELECT * FROM {{db}}.experiment_metric_visitors \
-         ALL INNER JOIN (SELECT toString(public_key) AS public_key, \
-         toString(experiment_id) AS experiment_id, phase, visitor_id, \
-         argMin(toString({segment}), event_time) AS segment FROM {{db}}.events \
-         WHERE event_name = 'impression' AND variant_id != '' \
-         GROUP BY public_key, experiment_id, phase, visitor_id) AS segments \
-         USING (public_key, experiment_id, phase, visitor_id))"
-    );
-    template
-        .replace("{segment}", ", segment")
-        .replace("{arm_segment}", "segment")
-        .replace("{segments_collected}", ", groupArray(segment) AS segments")
-        .replace("{segments_split}", ", segments AS segment")
-        .replace("{metric_visitors}", &visitors)
-}
-
 /// `experiment_metric_results` per segment: its columns with `segment` after `phase`,
 /// for a server of version `caps` and the analysts' `database`. `segment` is an
 /// expression of an `events` row (a column, or a function of one), trusted.
 pub fn metric_results_by(caps: ServerCaps, database: &str, segment: &str) -> String {
-    caps.render(
-        &arms_defined(
-            &metric_results_select(METRIC_RESULTS_SELECT_14, Some(segment)),
-            true,
-        ),
-        database,
-        &Layout::new(None),
-    )
-}
-
-/// Migration 12: a visitor's value from the aggregates prefixed `prefix` by `aggregate`.
-fn metric_value(prefix: &str, aggregate: &str) -> String {
-    METRIC_VALUE_12
-        .replace("{x}", prefix)
-        .replace("{agg}", aggregate)
-}
-
-/// Migration 12: an arm's statistics from its sums suffixed `sums`, as columns suffixed
-/// `_{arm}`.
-fn arm_statistics(sums: &str, arm: &str) -> String {
-    ARM_STATISTICS_12.replace("{c}", sums).replace("{arm}", arm)
+    let globals = caps.params(database, &Layout::new(None));
+    globals
+        .scope()
+        .with(views::metric_results_locals(Some(segment)))
+        .render(views::METRIC_RESULTS)
 }
 
 /// Student's t with `nu` degrees of freedom: P(0 < T < t) for t >= 0, with `terms` terms of
@@ -579,22 +316,23 @@ fn arm_statistics(sums: &str, arm: &str) -> String {
 fn t_half(t: &str, nu: &str, terms: u32) -> String {
     let x = format!("(pow({t}, 2) / ({nu}))");
     let log1p = format!(
-        "if({x} < 1e-4, {x} - pow({x}, 2) / 2 + pow({x}, 3) / 3 - pow({x}, 4) / 4, log(1 + {x}))"
+        "if({x} < 1e-4,\n        {x}\n        - pow({x}, 2) / 2\n        + pow({x}, 3) / 3\n        \
+         - pow({x}, 4) / 4,\n        log(1 + {x}))"
     );
     let half_nu = format!("(({nu}) / 2)");
     let gamma_ratio = format!(
-        "if({half_nu} < 500, exp(lgamma({half_nu} + 0.5) - lgamma({half_nu})), \
-         sqrt({half_nu}) * (1 - 1 / (8 * {half_nu}) + 1 / (128 * pow({half_nu}, 2)) \
+        "if({half_nu} < 500, exp(lgamma({half_nu} + 0.5) - lgamma({half_nu})),\n        \
+         sqrt({half_nu}) * (1 - 1 / (8 * {half_nu}) + 1 / (128 * pow({half_nu}, 2))\n        \
          + 5 / (1024 * pow({half_nu}, 3)) - 21 / (32768 * pow({half_nu}, 4))))"
     );
     let log_w = format!("log(pow({t}, 2) / (({nu}) + pow({t}, 2)))");
     let b = format!("((({nu}) + 1) / 2)");
     format!(
-        "(({t}) * {gamma_ratio} / sqrt(({nu}) * pi()) * exp(-{b} * {log1p}) \
-         * arraySum(arrayMap(l -> exp(l), arrayCumSum(arrayMap( \
-         (k, b, lw) -> if(k = 0, 0, log(b + k - 1) - log(0.5 + k) + lw), \
-         range({terms}), arrayResize([{b}], {terms}, {b}), \
-         arrayResize([{log_w}], {terms}, {log_w}))))))"
+        "(({t})\n    * {gamma_ratio}\n    / sqrt(({nu}) * pi())\n    * exp(-{b} * {log1p})\n    \
+         * arraySum(arrayMap(l -> exp(l), arrayCumSum(arrayMap(\n        \
+         (k, b, lw) -> if(k = 0, 0, log(b + k - 1) - log(0.5 + k) + lw),\n        \
+         range({terms}),\n        arrayResize([{b}], {terms}, {b}),\n        \
+         arrayResize([{log_w}], {terms},\n            {log_w}))))))"
     )
 }
 
@@ -614,14 +352,14 @@ fn t_quantile_975(nu: &str, name: &str, step: u32) -> String {
     let z = "1.959963984540054";
     if step == 0 {
         return format!(
-            "{z} + (pow({z}, 3) + {z}) / (4 * ({nu})) \
-             + (5 * pow({z}, 5) + 16 * pow({z}, 3) + 3 * {z}) / (96 * pow({nu}, 2)) \
+            "{z}\n    + (pow({z}, 3) + {z}) / (4 * ({nu}))\n    \
+             + (5 * pow({z}, 5) + 16 * pow({z}, 3) + 3 * {z}) / (96 * pow({nu}, 2))\n    \
              AS {name}_0"
         );
     }
     let t = format!("{name}_{}", step - 1);
     let pdf = format!(
-        "(exp(lgamma((({nu}) + 1) / 2) - lgamma(({nu}) / 2)) / sqrt(({nu}) * pi()) \
+        "(exp(lgamma((({nu}) + 1) / 2) - lgamma(({nu}) / 2)) / sqrt(({nu}) * pi())\n    \
          * pow(1 + pow({t}, 2) / ({nu}), -(({nu}) + 1) / 2))"
     );
     let alias = if step == 2 {
@@ -629,7 +367,10 @@ fn t_quantile_975(nu: &str, name: &str, step: u32) -> String {
     } else {
         format!("{name}_{step}")
     };
-    format!("{t} - ({} - 0.475) / {pdf} AS {alias}", t_half(&t, nu, 100))
+    format!(
+        "{t} - ({}\n    - 0.475) / {pdf} AS {alias}",
+        t_half(&t, nu, 100)
+    )
 }
 
 /// What the topology changes in the statements.
@@ -730,7 +471,7 @@ impl Step {
                         Target::Once,
                         format!(
                             "CREATE TABLE IF NOT EXISTS {{db}}.{name}{{on_cluster}} \
-                             AS {{db}}.{name}{{local}} \
+                             AS {{db}}.{name}{{local}}\n\
                              ENGINE = Distributed({cluster}, {{db}}, {name}{{local}}, {key})"
                         ),
                     ));
@@ -793,10 +534,14 @@ pub fn statements(caps: ServerCaps, cluster: Option<&str>, database: &str) -> Ve
 }
 
 fn statements_of(layout: &Layout, caps: ServerCaps, database: &str) -> Vec<Statement> {
+    let views = views::VIEWS
+        .iter()
+        .map(|view| (Target::Once, view.create(caps, database, layout)));
     BOOTSTRAP
         .iter()
         .chain(MIGRATIONS.iter().flat_map(|m| m.steps))
         .flat_map(|step| step.render(layout, caps, database))
+        .chain(views)
         .map(|(target, sql)| Statement {
             runs: match target {
                 Target::Once => "once",
@@ -945,12 +690,20 @@ async fn migrate_layout(
             .await
             .context("cannot read schema_migrations")
     };
+    // The views are made as they are now only on the schema as it is now.
+    let with_views = MIGRATIONS.iter().all(|m| m.version <= last);
     let nothing_left = || async {
         let applied = applied().await?;
+        let migrated = MIGRATIONS
+            .iter()
+            .all(|m| m.version > last || applied.contains(&m.version));
         anyhow::Ok(
-            MIGRATIONS
-                .iter()
-                .all(|m| m.version > last || applied.contains(&m.version)),
+            migrated
+                && (!with_views || {
+                    let (pending, retired) =
+                        views::pending(&server, caps, database, layout).await?;
+                    pending.is_empty() && retired.is_empty()
+                }),
         )
     };
     let lock =
@@ -961,6 +714,10 @@ async fn migrate_layout(
     let migrated = match applied().await {
         Ok(applied) => apply_pending(topology, layout, database, last, &applied).await,
         Err(e) => Err(e),
+    };
+    let migrated = match migrated {
+        Ok(()) if with_views => views::apply(&server, caps, database, layout).await,
+        other => other,
     };
     lock.release().await;
     migrated

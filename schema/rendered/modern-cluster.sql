@@ -1,0 +1,1968 @@
+-- The schema of database analytics as `consumer --print-schema --profile modern-cluster` prints it:
+-- every statement that migrating a fresh database sends, in order. Generated: do not edit.
+
+-- 1. runs once
+CREATE DATABASE IF NOT EXISTS analytics ON CLUSTER analytics;
+
+-- 2. runs each server
+CREATE TABLE IF NOT EXISTS analytics.schema_migrations (version UInt32, description String, applied_at DateTime)
+ENGINE = ReplicatedMergeTree('/clickhouse/tables/all/analytics/schema_migrations', '{replica}') ORDER BY version;
+
+-- 3. runs each server
+CREATE TABLE IF NOT EXISTS analytics.events_local (
+    event_id      UUID,
+    received_at   DateTime('UTC'),
+    public_key    LowCardinality(String),
+    event_name    LowCardinality(String),
+    experiment_id LowCardinality(String),
+    variant_id    LowCardinality(String),
+    session_id    String,
+    conversion    Nullable(UInt8),
+    load_time     Nullable(Float64),
+    scroll_depth  Nullable(Float64),
+    time_on_page  Nullable(Float64),
+    click_target  String,
+    pathname      String,
+    referrer      String,
+    utm_source    LowCardinality(String),
+    utm_medium    LowCardinality(String),
+    utm_campaign  LowCardinality(String),
+    utm_term      String,
+    utm_content   String,
+    test          UInt8,
+    user_agent    String
+)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/analytics/events', '{replica}')
+PARTITION BY toYYYYMM(received_at)
+ORDER BY (public_key, experiment_id, toDate(received_at), event_id);
+
+-- 4. runs once
+CREATE TABLE IF NOT EXISTS analytics.events ON CLUSTER analytics AS analytics.events_local
+ENGINE = Distributed(analytics, analytics, events_local, sipHash64(session_id));
+
+-- 5. runs each shard
+ALTER TABLE analytics.events_local ADD COLUMN received_at_ms DateTime64(3, 'UTC') DEFAULT toDateTime64(received_at, 3, 'UTC') AFTER received_at;
+
+-- 6. runs each shard
+ALTER TABLE analytics.events_local ADD COLUMN event_time DateTime64(3, 'UTC') DEFAULT received_at_ms AFTER received_at_ms;
+
+-- 7. runs each server
+ALTER TABLE analytics.events ADD COLUMN received_at_ms DateTime64(3, 'UTC') DEFAULT toDateTime64(received_at, 3, 'UTC') AFTER received_at;
+
+-- 8. runs each server
+ALTER TABLE analytics.events ADD COLUMN event_time DateTime64(3, 'UTC') DEFAULT received_at_ms AFTER received_at_ms;
+
+-- 9. runs each server
+CREATE TABLE IF NOT EXISTS analytics.experiment_sessions_local (
+    public_key       LowCardinality(String),
+    experiment_id    LowCardinality(String),
+    session_id       String,
+    variants         AggregateFunction(uniqExactIf, String, UInt8),
+    first_variant    AggregateFunction(argMinIf, String, DateTime64(3, 'UTC'), UInt8),
+    first_exposure   AggregateFunction(minIf, DateTime64(3, 'UTC'), UInt8),
+    last_conversion  AggregateFunction(maxIf, DateTime64(3, 'UTC'), UInt8),
+    tested           AggregateFunction(max, UInt8),
+    max_time_on_page AggregateFunction(maxIf, Float64, UInt8),
+    has_time_on_page AggregateFunction(max, UInt8)
+)
+ENGINE = ReplicatedAggregatingMergeTree('/clickhouse/tables/{shard}/analytics/experiment_sessions', '{replica}')
+ORDER BY (public_key, experiment_id, session_id);
+
+-- 10. runs once
+CREATE TABLE IF NOT EXISTS analytics.experiment_sessions ON CLUSTER analytics AS analytics.experiment_sessions_local
+ENGINE = Distributed(analytics, analytics, experiment_sessions_local, sipHash64(session_id));
+
+-- 11. runs once
+CREATE MATERIALIZED VIEW IF NOT EXISTS analytics.experiment_sessions_mv ON CLUSTER analytics TO analytics.experiment_sessions_local AS SELECT
+    public_key,
+    experiment_id,
+    session_id,
+    uniqExactIfState(toString(variant_id), event_name = 'impression' AND variant_id != '')
+        AS variants,
+    argMinIfState(toString(variant_id), event_time,
+        event_name = 'impression' AND variant_id != '') AS first_variant,
+    minIfState(event_time, event_name = 'impression' AND variant_id != '') AS first_exposure,
+    maxIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
+        AS last_conversion,
+    maxState(test) AS tested,
+    maxIfState(ifNull(time_on_page, 0), isNotNull(time_on_page)) AS max_time_on_page,
+    maxState(toUInt8(isNotNull(time_on_page))) AS has_time_on_page
+FROM analytics.events_local
+GROUP BY public_key, experiment_id, session_id;
+
+-- 12. runs each shard
+INSERT INTO analytics.experiment_sessions_local SELECT
+    public_key,
+    experiment_id,
+    session_id,
+    uniqExactIfState(toString(variant_id), event_name = 'impression' AND variant_id != '')
+        AS variants,
+    argMinIfState(toString(variant_id), event_time,
+        event_name = 'impression' AND variant_id != '') AS first_variant,
+    minIfState(event_time, event_name = 'impression' AND variant_id != '') AS first_exposure,
+    maxIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
+        AS last_conversion,
+    maxState(test) AS tested,
+    maxIfState(ifNull(time_on_page, 0), isNotNull(time_on_page)) AS max_time_on_page,
+    maxState(toUInt8(isNotNull(time_on_page))) AS has_time_on_page
+FROM analytics.events_local
+GROUP BY public_key, experiment_id, session_id;
+
+-- 13. runs each server
+CREATE TABLE IF NOT EXISTS analytics.experiment_variants (
+    experiment_id String,
+    variant_id    String,
+    version       String,
+    weight        Float64,
+    is_control    UInt8,
+    status        LowCardinality(String),
+    start_at      Nullable(DateTime('UTC')),
+    end_at        Nullable(DateTime('UTC')),
+    parts         String,
+    loaded_at     DateTime64(3, 'UTC')
+)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all/analytics/experiment_variants', '{replica}')
+ORDER BY (experiment_id, version, variant_id);
+
+-- 14. runs each shard
+ALTER TABLE analytics.events_local ADD COLUMN visitor_id String DEFAULT session_id;
+
+-- 15. runs each shard
+ALTER TABLE analytics.events_local ADD COLUMN phase UInt32 DEFAULT 1;
+
+-- 16. runs each shard
+ALTER TABLE analytics.events_local ADD COLUMN is_bot UInt8 DEFAULT 0;
+
+-- 17. runs each server
+DROP TABLE IF EXISTS analytics.events;
+
+-- 18. runs each server
+CREATE TABLE IF NOT EXISTS analytics.events AS analytics.events_local ENGINE = Distributed(analytics, analytics, events_local, sipHash64(visitor_id));
+
+-- 19. runs once
+ALTER TABLE analytics.experiment_variants ADD COLUMN phase UInt32 DEFAULT 1;
+
+-- 20. runs each server
+CREATE TABLE IF NOT EXISTS analytics.results_settings (
+    name   String,
+    value  Float64,
+    set_at DateTime DEFAULT now()
+)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all/analytics/results_settings', '{replica}')
+ORDER BY name;
+
+-- 21. runs each server
+CREATE TABLE IF NOT EXISTS analytics.experiment_visitors_local (
+    public_key       LowCardinality(String),
+    experiment_id    LowCardinality(String),
+    phase            UInt32,
+    visitor_id       String,
+    variants         AggregateFunction(uniqExactIf, String, UInt8),
+    first_variant    AggregateFunction(argMinIf, String, DateTime64(3, 'UTC'), UInt8),
+    first_exposure   AggregateFunction(minIf, DateTime64(3, 'UTC'), UInt8),
+    last_conversion  AggregateFunction(maxIf, DateTime64(3, 'UTC'), UInt8),
+    excluded         AggregateFunction(max, UInt8),
+    max_time_on_page AggregateFunction(maxIf, Float64, UInt8),
+    has_time_on_page AggregateFunction(max, UInt8)
+)
+ENGINE = ReplicatedAggregatingMergeTree('/clickhouse/tables/{shard}/analytics/experiment_visitors', '{replica}')
+ORDER BY (public_key, experiment_id, phase, visitor_id);
+
+-- 22. runs once
+CREATE TABLE IF NOT EXISTS analytics.experiment_visitors ON CLUSTER analytics AS analytics.experiment_visitors_local
+ENGINE = Distributed(analytics, analytics, experiment_visitors_local, sipHash64(visitor_id));
+
+-- 23. runs once
+CREATE MATERIALIZED VIEW IF NOT EXISTS analytics.experiment_visitors_mv ON CLUSTER analytics TO analytics.experiment_visitors_local AS SELECT
+    public_key,
+    experiment_id,
+    phase,
+    visitor_id,
+    uniqExactIfState(toString(variant_id), event_name = 'impression' AND variant_id != '')
+        AS variants,
+    argMinIfState(toString(variant_id), event_time,
+        event_name = 'impression' AND variant_id != '') AS first_variant,
+    minIfState(event_time, event_name = 'impression' AND variant_id != '') AS first_exposure,
+    maxIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
+        AS last_conversion,
+    maxState(greatest(test, is_bot)) AS excluded,
+    maxIfState(ifNull(time_on_page, 0), isNotNull(time_on_page)) AS max_time_on_page,
+    maxState(toUInt8(isNotNull(time_on_page))) AS has_time_on_page
+FROM analytics.events_local
+GROUP BY public_key, experiment_id, phase, visitor_id;
+
+-- 24. runs each shard
+INSERT INTO analytics.experiment_visitors_local SELECT
+    public_key,
+    experiment_id,
+    phase,
+    visitor_id,
+    uniqExactIfState(toString(variant_id), event_name = 'impression' AND variant_id != '')
+        AS variants,
+    argMinIfState(toString(variant_id), event_time,
+        event_name = 'impression' AND variant_id != '') AS first_variant,
+    minIfState(event_time, event_name = 'impression' AND variant_id != '') AS first_exposure,
+    maxIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
+        AS last_conversion,
+    maxState(greatest(test, is_bot)) AS excluded,
+    maxIfState(ifNull(time_on_page, 0), isNotNull(time_on_page)) AS max_time_on_page,
+    maxState(toUInt8(isNotNull(time_on_page))) AS has_time_on_page
+FROM analytics.events_local
+GROUP BY public_key, experiment_id, phase, visitor_id;
+
+-- 25. runs once
+DROP TABLE IF EXISTS analytics.experiment_sessions_mv ON CLUSTER analytics;
+
+-- 26. runs once
+DROP TABLE IF EXISTS analytics.experiment_sessions ON CLUSTER analytics;
+
+-- 27. runs once
+DROP TABLE IF EXISTS analytics.experiment_sessions_local ON CLUSTER analytics;
+
+-- 28. runs once
+ALTER TABLE analytics.experiment_variants ADD COLUMN public_keys Array(String);
+
+-- 29. runs each shard
+ALTER TABLE analytics.experiment_visitors_local ADD COLUMN first_conversion AggregateFunction(minIf, DateTime64(3, 'UTC'), UInt8);
+
+-- 30. runs each server
+ALTER TABLE analytics.experiment_visitors ADD COLUMN first_conversion AggregateFunction(minIf, DateTime64(3, 'UTC'), UInt8);
+
+-- 31. runs once
+CREATE MATERIALIZED VIEW IF NOT EXISTS analytics.experiment_visitors_mv2 ON CLUSTER analytics TO analytics.experiment_visitors_local AS SELECT
+    public_key,
+    experiment_id,
+    phase,
+    visitor_id,
+    uniqExactIfState(toString(variant_id), event_name = 'impression' AND variant_id != '')
+        AS variants,
+    argMinIfState(toString(variant_id), event_time,
+        event_name = 'impression' AND variant_id != '') AS first_variant,
+    minIfState(event_time, event_name = 'impression' AND variant_id != '') AS first_exposure,
+    maxIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
+        AS last_conversion,
+    maxState(greatest(test, is_bot)) AS excluded,
+    maxIfState(ifNull(time_on_page, 0), isNotNull(time_on_page)) AS max_time_on_page,
+    maxState(toUInt8(isNotNull(time_on_page))) AS has_time_on_page,
+    minIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
+        AS first_conversion
+FROM analytics.events_local
+GROUP BY public_key, experiment_id, phase, visitor_id;
+
+-- 32. runs once
+DROP TABLE IF EXISTS analytics.experiment_visitors_mv ON CLUSTER analytics;
+
+-- 33. runs each shard
+INSERT INTO analytics.experiment_visitors_local (public_key, experiment_id, phase, visitor_id, first_conversion) 
+                 SELECT public_key, experiment_id, phase, visitor_id, minIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1) 
+                 FROM analytics.events_local WHERE event_name = 'conversion' OR ifNull(conversion, 0) = 1 GROUP BY public_key, experiment_id, phase, visitor_id;
+
+-- 34. runs once
+ALTER TABLE analytics.experiment_variants ADD COLUMN conversion_window_hours Float64 DEFAULT 0;
+
+-- 35. runs once
+ALTER TABLE analytics.experiment_variants ADD COLUMN sequential_tuning Float64 DEFAULT 0;
+
+-- 36. runs each server
+CREATE TABLE IF NOT EXISTS analytics.results_settings_log (name String, value Float64, set_at DateTime)
+ENGINE = ReplicatedMergeTree('/clickhouse/tables/all/analytics/results_settings_log', '{replica}') ORDER BY (name, set_at);
+
+-- 37. runs once
+CREATE MATERIALIZED VIEW IF NOT EXISTS analytics.results_settings_log_mv ON CLUSTER analytics TO analytics.results_settings_log AS
+ SELECT name, value, set_at FROM analytics.results_settings;
+
+-- 38. runs once
+INSERT INTO analytics.results_settings_log SELECT name, value, set_at FROM analytics.results_settings FINAL;
+
+-- 39. runs each server
+CREATE TABLE IF NOT EXISTS analytics.experiment_metrics (
+    experiment_id       String,
+    version             String,
+    phase               UInt32,
+    metric_id           String,
+    -- goal | secondary | guardrail
+    role                LowCardinality(String),
+    -- The metric's place in the experiment's list (the default goal first, 0).
+    position            UInt32,
+    -- proportion | mean | ratio
+    kind                LowCardinality(String),
+    -- The numerator (proportion and mean: the value): which events, which field, how
+    -- they are aggregated per visitor. '' where the definition does not restrict.
+    num_event           String,
+    num_click_target    String,
+    num_conversion      UInt8,
+    num_field           String,
+    num_aggregate       LowCardinality(String),
+    -- The denominator of a ratio; den_aggregate '' for the other kinds (one per visitor).
+    den_event           String,
+    den_click_target    String,
+    den_conversion      UInt8,
+    den_field           String,
+    den_aggregate       LowCardinality(String),
+    -- 0: none.
+    cap_value           Float64,
+    cap_percentile      Float64,
+    higher_is_better    UInt8,
+    -- The CUPED lookback before each visitor's first exposure; 0: no CUPED.
+    cuped_lookback_days Float64,
+    -- The metric's definition as loaded, JSON.
+    definition          String,
+    loaded_at           DateTime64(3, 'UTC'),
+    -- The keys that list the experiment, sorted (access: an analyst sees their keys').
+    public_keys         Array(String)
+)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all/analytics/experiment_metrics', '{replica}')
+ORDER BY (experiment_id, version, metric_id);
+
+-- 40. runs each server
+CREATE TABLE IF NOT EXISTS analytics.visitor_event_counts_local (
+    public_key LowCardinality(String),
+    visitor_id String,
+    -- Rows of `events` inserted for the visitor, a redelivered copy included: it only
+    -- grows, but for an erasure, so a stored value computed from fewer rows is stale.
+    events     UInt64
+)
+ENGINE = ReplicatedSummingMergeTree('/clickhouse/tables/{shard}/analytics/visitor_event_counts', '{replica}')
+ORDER BY (public_key, visitor_id);
+
+-- 41. runs once
+CREATE TABLE IF NOT EXISTS analytics.visitor_event_counts ON CLUSTER analytics AS analytics.visitor_event_counts_local
+ENGINE = Distributed(analytics, analytics, visitor_event_counts_local, sipHash64(visitor_id));
+
+-- 42. runs once
+CREATE MATERIALIZED VIEW IF NOT EXISTS analytics.visitor_event_counts_mv ON CLUSTER analytics TO analytics.visitor_event_counts_local AS
+SELECT public_key, visitor_id, count() AS events FROM analytics.events_local GROUP BY public_key, visitor_id;
+
+-- 43. runs each shard
+INSERT INTO analytics.visitor_event_counts_local SELECT public_key, visitor_id, count() AS events FROM analytics.events_local GROUP BY public_key, visitor_id;
+
+-- 44. runs each server
+CREATE TABLE IF NOT EXISTS analytics.experiment_metric_values_local (
+    public_key        LowCardinality(String),
+    experiment_id     String,
+    phase             UInt32,
+    visitor_id        String,
+    -- '' for the row that records a refresh of a visitor with no metric to store there
+    -- (no exposure, or an experiment with no metric definition).
+    metric_id         String,
+    variant_id        String,
+    first_exposure_ms Int64,
+    value             Float64,
+    denominator       Float64,
+    pre_value         Float64,
+    -- The visitor's rows in `events` that the refresh read (visitor_event_counts.events
+    -- when nothing came after), and the hash of the experiment's metric definitions and
+    -- phase settings it used.
+    events_seen       UInt64,
+    settings_hash     UInt64,
+    -- Which refresh wrote the row: a visitor's rows are those of their largest.
+    refresh_id        UInt64
+)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/analytics/experiment_metric_values', '{replica}')
+ORDER BY (public_key, visitor_id, experiment_id, phase, metric_id);
+
+-- 45. runs once
+CREATE TABLE IF NOT EXISTS analytics.experiment_metric_values ON CLUSTER analytics AS analytics.experiment_metric_values_local
+ENGINE = Distributed(analytics, analytics, experiment_metric_values_local, sipHash64(visitor_id));
+
+-- 46. runs each server
+CREATE TABLE IF NOT EXISTS analytics.schema_views (name String, hash String, made_at UInt64)
+ENGINE = ReplicatedMergeTree('/clickhouse/tables/all/analytics/schema_views', '{replica}') ORDER BY (name, made_at);
+
+-- 47. runs once
+CREATE VIEW IF NOT EXISTS analytics.experiment_daily ON CLUSTER analytics AS
+SELECT
+    public_key,
+    experiment_id,
+    variant_id,
+    toDate(received_at) AS day,
+    countIf(event_name = 'impression') AS impressions,
+    countIf(conversion = 1 OR event_name = 'conversion') AS conversions,
+    uniqExact(session_id) AS sessions,
+    count() AS events
+FROM analytics.events FINAL
+WHERE test = 0
+GROUP BY public_key, experiment_id, variant_id, day;
+
+-- 48. runs once
+CREATE VIEW IF NOT EXISTS analytics.experiment_variants_current ON CLUSTER analytics AS
+SELECT experiment_id, variant_id, version, weight, is_control, status, start_at, end_at, parts
+FROM analytics.experiment_variants FINAL
+WHERE (experiment_id, version) IN (
+    SELECT experiment_id, argMax(version, loaded_at)
+    FROM analytics.experiment_variants FINAL
+    GROUP BY experiment_id
+);
+
+-- 49. runs once
+CREATE VIEW IF NOT EXISTS analytics.experiment_phase_variants ON CLUSTER analytics AS
+SELECT experiment_id, phase, variant_id, weight, is_control
+FROM analytics.experiment_variants FINAL
+WHERE (experiment_id, phase, version) IN (
+    SELECT experiment_id, phase, argMax(version, loaded_at)
+    FROM analytics.experiment_variants FINAL
+    GROUP BY experiment_id, phase
+);
+
+-- 50. runs once
+CREATE VIEW IF NOT EXISTS analytics.experiment_phase_settings ON CLUSTER analytics AS
+SELECT
+    experiment_id, phase, conversion_window_hours, sequential_tuning,
+    -- 0: the phase has not ended (no later phase loaded, no endAt). `phase` goes into the
+    -- lambda as an array: 18.x does not see a column that only a lambda reads, and
+    -- `SELECT phase_end_ms` alone then failed.
+    arrayReduce('min', arrayFilter(t -> t > 0, [
+        arrayReduce('min', arrayFilter((t, q, p) -> q > p, phase_starts, phases,
+            arrayResize([phase], length(phases), phase))),
+        end_at_ms])) AS phase_end_ms
+FROM (
+    SELECT
+        experiment_id, phase,
+        -- The window of the phase's current definition; the tuning of its first that
+        -- sets one (a later change within the phase is not taken: start a new phase).
+        argMax(conversion_window_hours, loaded) AS conversion_window_hours,
+        argMinIf(sequential_tuning, loaded, sequential_tuning > 0) AS sequential_tuning,
+        argMax(end_at_ms, loaded) AS end_at_ms
+    FROM (
+        SELECT
+            experiment_id, phase, conversion_window_hours, sequential_tuning,
+            toUnixTimestamp64Milli(loaded_at) AS loaded,
+            ifNull(toInt64(toUnixTimestamp(end_at)) * 1000, toInt64(0)) AS end_at_ms
+        FROM analytics.experiment_variants FINAL
+    ) AS definitions
+    GROUP BY experiment_id, phase
+) AS phases
+ANY LEFT JOIN (
+    -- A phase ends when a later one is first loaded.
+    SELECT experiment_id, groupArray(phase) AS phases, groupArray(started) AS phase_starts
+    FROM (
+        SELECT experiment_id, phase, min(toUnixTimestamp64Milli(loaded_at)) AS started
+        FROM analytics.experiment_variants FINAL
+        GROUP BY experiment_id, phase
+    ) AS first_loads
+    GROUP BY experiment_id
+) AS later_phases USING (experiment_id);
+
+-- 51. runs once
+CREATE VIEW IF NOT EXISTS analytics.experiment_visitor_exposures ON CLUSTER analytics AS
+-- Each exposed visitor that `visitor_filter` keeps (the view: all), as
+-- experiment_visitor_exposures has them: their arm, first exposure, conversion within their window, maturity.
+SELECT
+    public_key, experiment_id, phase, visitor_id, variant_id, first_exposure,
+    toUInt8(candidate_ms > 0 AND (window_end_ms = 0 OR candidate_ms <= window_end_ms))
+        AS converted,
+    max_time_on_page,
+    first_exposure_ms,
+    if(converted = 1, candidate_ms, toInt64(0)) AS conversion_ms,
+    window_end_ms,
+    toUInt8(window_end_ms > 0 AND window_end_ms <= toInt64(toUnixTimestamp(now())) * 1000)
+        AS mature
+FROM (
+    SELECT
+        *,
+        -- The window: the experiment's hours from the first exposure, else to the end of
+        -- the phase (0 while it runs).
+        if(conversion_window_hours > 0,
+            first_exposure_ms + toInt64(conversion_window_hours * 3600000),
+            phase_end_ms) AS window_end_ms
+    FROM (
+        SELECT
+            public_key, experiment_id, phase, visitor_id,
+            if(n > 1, '__multiple__', v0) AS variant_id,
+            t0 AS first_exposure,
+            top AS max_time_on_page,
+            toUnixTimestamp64Milli(t0) AS first_exposure_ms,
+            -- The first conversion at or after the first exposure: the first conversion
+            -- if it is, else the last if it is (a visitor whose conversions fall before
+            -- their exposure and after their window, with one inside, is taken at the
+            -- last).
+            multiIf(toUnixTimestamp64Milli(tf) >= first_exposure_ms, toUnixTimestamp64Milli(tf),
+                toUnixTimestamp64Milli(tc) >= first_exposure_ms, toUnixTimestamp64Milli(tc), toInt64(0)) AS candidate_ms
+        FROM (
+            SELECT
+                toString(public_key) AS public_key,
+                toString(experiment_id) AS experiment_id,
+                phase,
+                visitor_id,
+                uniqExactIfMerge(variants) AS n,
+                argMinIfMerge(first_variant) AS v0,
+                minIfMerge(first_exposure) AS t0,
+                maxIfMerge(last_conversion) AS tc,
+                minIfMerge(first_conversion) AS tf,
+                maxMerge(excluded) AS out,
+                if(maxMerge(has_time_on_page) = 1, toNullable(maxIfMerge(max_time_on_page)),
+                    NULL) AS top
+            FROM analytics.experiment_visitors
+            WHERE 1
+            GROUP BY public_key, experiment_id, phase, visitor_id
+        ) AS merged
+        WHERE n > 0 AND out = 0
+    ) AS visitors
+    ANY LEFT JOIN (
+        SELECT experiment_id, phase, conversion_window_hours, phase_end_ms
+        FROM analytics.experiment_phase_settings
+    ) AS settings USING (experiment_id, phase)
+);
+
+-- 52. runs once
+CREATE VIEW IF NOT EXISTS analytics.experiment_variant_counts ON CLUSTER analytics AS
+SELECT
+    public_key, experiment_id, phase, variant_id, exposed, converted,
+    is_control, weight, defined, mature_exposed, mature_converted, first_exposure_ms
+FROM (
+    SELECT
+        public_key, experiment_id, phase, variant_id,
+        count() AS exposed,
+        countIf(has_converted) AS converted,
+        countIf(is_mature) AS mature_exposed,
+        countIf(is_mature AND has_converted) AS mature_converted,
+        min(first_ms) AS first_exposure_ms
+    FROM (
+        SELECT
+            public_key, experiment_id, phase, variant_id, converted AS has_converted,
+            mature AS is_mature, first_exposure_ms AS first_ms
+        FROM analytics.experiment_visitor_exposures
+    ) AS visitors
+    GROUP BY public_key, experiment_id, phase, variant_id
+) AS counts
+ANY LEFT JOIN (
+    SELECT experiment_id, phase, variant_id, is_control, weight, toUInt8(1) AS defined
+    FROM analytics.experiment_phase_variants
+) AS definitions USING (experiment_id, phase, variant_id);
+
+-- 53. runs once
+CREATE VIEW IF NOT EXISTS analytics.experiment_variant_counts_over_time ON CLUSTER analytics AS
+SELECT
+    public_key, experiment_id, phase, toDateTime(hour_s, 'UTC') AS hour, variant_id,
+    arraySum(arrayFilter((n, h) -> h <= hour_s, new_exposed, variant_hours)) AS exposed,
+    arraySum(arrayFilter((n, h) -> h <= hour_s, new_converted, variant_hours)) AS converted,
+    is_control, weight, defined,
+    arraySum(arrayFilter((n, h) -> h <= hour_s, new_mature, variant_hours)) AS mature_exposed,
+    arraySum(arrayFilter((n, h) -> h <= hour_s, new_mature_converted, variant_hours))
+        AS mature_converted,
+    first_exposure_ms
+FROM (
+    -- Each variant's steps per hour beside every hour of its experiment and phase that
+    -- has one, so that each variant has a row at each of them.
+    SELECT
+        public_key, experiment_id, phase, variant_id, variant_hours, new_exposed,
+        new_converted, new_mature, new_mature_converted, first_exposure_ms, hours
+    FROM (
+        SELECT
+            public_key, experiment_id, phase,
+            groupArray(variant_id) AS variant_ids,
+            groupArray(variant_hours) AS hours_of,
+            groupArray(new_exposed) AS exposed_of,
+            groupArray(new_converted) AS converted_of,
+            groupArray(new_mature) AS mature_of,
+            groupArray(new_mature_converted) AS mature_converted_of,
+            groupArray(first_exposure_ms) AS firsts,
+            groupUniqArrayArray(variant_hours) AS hours
+        FROM (
+            SELECT
+                public_key, experiment_id, phase, variant_id,
+                groupArray(hour_s) AS variant_hours,
+                groupArray(exposed) AS new_exposed,
+                groupArray(converted) AS new_converted,
+                groupArray(mature) AS new_mature,
+                groupArray(mature_converted) AS new_mature_converted,
+                min(first_ms) AS first_exposure_ms
+            FROM (
+                -- A visitor steps in at the hour of their first exposure, their
+                -- conversion (within the window) and the end of their window (once it
+                -- is past), each counted from then on.
+                SELECT
+                    public_key, experiment_id, phase, variant_id, step.1 AS hour_s,
+                    sum(step.2) AS exposed,
+                    sum(step.3) AS converted,
+                    sum(step.4) AS mature,
+                    sum(step.5) AS mature_converted,
+                    min(first_exposure_ms) AS first_ms
+                FROM (
+                    SELECT
+                        public_key, experiment_id, phase, variant_id, first_exposure_ms,
+                        arrayJoin(arrayFilter(s -> s.1 > 0, [
+                            (intDiv(first_exposure_ms, 3600000) * 3600,
+                                toUInt8(1), toUInt8(0), toUInt8(0), toUInt8(0)),
+                            (if(converted = 1, intDiv(conversion_ms, 3600000) * 3600, 0),
+                                toUInt8(0), toUInt8(1), toUInt8(0), toUInt8(0)),
+                            (if(mature = 1, intDiv(window_end_ms, 3600000) * 3600, 0),
+                                toUInt8(0), toUInt8(0), toUInt8(1), converted)
+                        ])) AS step
+                    FROM analytics.experiment_visitor_exposures
+                ) AS steps
+                GROUP BY public_key, experiment_id, phase, variant_id, hour_s
+            ) AS per_hour
+            GROUP BY public_key, experiment_id, phase, variant_id
+        ) AS per_variant
+        GROUP BY public_key, experiment_id, phase
+    ) AS per_phase
+    ARRAY JOIN
+        variant_ids AS variant_id,
+        hours_of AS variant_hours,
+        exposed_of AS new_exposed,
+        converted_of AS new_converted,
+        mature_of AS new_mature,
+        mature_converted_of AS new_mature_converted,
+        firsts AS first_exposure_ms
+) AS variants
+ARRAY JOIN hours AS hour_s
+ANY LEFT JOIN (
+    SELECT experiment_id, phase, variant_id, is_control, weight, toUInt8(1) AS defined
+    FROM analytics.experiment_phase_variants
+) AS definitions USING (experiment_id, phase, variant_id)
+-- A variant appears from the hour of its first exposure on.
+WHERE exposed > 0;
+
+-- 54. runs once
+CREATE VIEW IF NOT EXISTS analytics.experiment_results ON CLUSTER analytics AS
+SELECT
+    public_key, experiment_id, phase, variant_id, is_control, exposed, converted,
+    arm_rate AS conversion_rate,
+    if(comparable, if(is_control = 1, 0, raw_diff), NULL) AS diff,
+    if(testable, raw_diff - 1.959963984540054 * se, NULL) AS ci_low,
+    if(testable, raw_diff + 1.959963984540054 * se, NULL) AS ci_high,
+    if(testable, erfc(abs(raw_diff / se_null) / sqrt(2)), NULL) AS p_value,
+    if(srm_k BETWEEN 2 AND 10 AND srm_n > 0,
+        if(srm_df % 2 = 0,
+            exp(-srm_x / 2) * (1 + (srm_df >= 4) * (srm_x / 2)
+                + (srm_df >= 6) * pow(srm_x / 2, 2) / 2 + (srm_df >= 8) * pow(srm_x / 2, 3) / 6),
+            erfc(sqrt(srm_x / 2)) + sqrt(2 / pi()) * exp(-srm_x / 2) * ((srm_df >= 3) * sqrt(srm_x)
+                + (srm_df >= 5) * pow(srm_x, 1.5) / 3 + (srm_df >= 7) * pow(srm_x, 2.5) / 15
+                + (srm_df >= 9) * pow(srm_x, 3.5) / 105)),
+        NULL) AS srm_p_value,
+    if(testable,
+        least(1, family * sqrt(1 + n_rho2)
+            * exp(-pow(raw_diff / se, 2) / 2 * n_rho2 / (1 + n_rho2))),
+        NULL) AS always_valid_p_value,
+    if(testable, raw_diff - always_valid_half, NULL) AS always_valid_ci_low,
+    if(testable, raw_diff + always_valid_half, NULL) AS always_valid_ci_high,
+    no_test_reason,
+    mature_exposed AS mature_visitors,
+    mature_converted,
+    if(mature_exposed > 0, mature_arm_rate, NULL) AS mature_conversion_rate,
+    if(mature_comparable, if(is_control = 1, 0, mature_raw_diff), NULL) AS mature_diff,
+    if(mature_testable, mature_raw_diff - 1.959963984540054 * mature_se, NULL) AS mature_ci_low,
+    if(mature_testable, mature_raw_diff + 1.959963984540054 * mature_se, NULL) AS mature_ci_high,
+    if(mature_testable, erfc(abs(mature_raw_diff / mature_se_null) / sqrt(2)), NULL) AS mature_p_value,
+    if(mature_testable,
+        least(1, family * sqrt(1 + mature_n_rho2)
+            * exp(-pow(mature_raw_diff / mature_se, 2) / 2 * mature_n_rho2 / (1 + mature_n_rho2))),
+        NULL) AS mature_always_valid_p_value,
+    if(mature_testable, mature_raw_diff - mature_always_valid_half, NULL) AS mature_always_valid_ci_low,
+    if(mature_testable, mature_raw_diff + mature_always_valid_half, NULL) AS mature_always_valid_ci_high,
+    mature_no_test_reason,
+    tuning AS sequential_tuning,
+    family AS treatments
+FROM (
+    SELECT
+        *,
+        converted / exposed AS arm_rate,
+        control_converted / control_exposed AS control_rate,
+        arm_rate - control_rate AS raw_diff,
+        sqrt(arm_rate * (1 - arm_rate) / exposed
+            + control_rate * (1 - control_rate) / control_exposed) AS se,
+        -- The fixed-horizon test's standard error under its null (one rate for both arms,
+        -- pooled: statsmodels' proportions_ztest).
+        (converted + control_converted) / (exposed + control_exposed)
+            AS pooled_rate,
+        sqrt(pooled_rate * (1 - pooled_rate) * (1 / exposed + 1 / control_exposed))
+            AS se_null,
+        controls = 1 AND control_exposed > 0 AND variant_id != '__multiple__' AND defined = 1
+            AS comparable,
+        -- No statistic where an arm's variance is zero (no conversion, or all converted)
+        -- or below the minimum-data guard (visitors per arm; conversions and
+        -- non-conversions of both arms together).
+        converted > 0 AND converted < exposed
+            AND control_converted > 0 AND control_converted < control_exposed
+            AS variances,
+        exposed >= 50 AND control_exposed >= 50
+            AND converted + control_converted >= 5
+            AND exposed + control_exposed - converted - control_converted
+                >= 5
+            AS enough,
+        comparable AND is_control = 0 AND se > 0 AND variances AND enough
+            AS testable,
+        multiIf(controls = 1 AND defined = 0, 'the phase does not define this variant',
+            NOT comparable OR is_control = 1, '',
+            NOT enough, 'not enough data',
+            NOT variances, 'an arm has no variance (no conversion, or all converted)',
+            '') AS no_test_reason,
+        (exposed + control_exposed) * (family_bound + log(family_bound + 1)) / tuning
+            AS n_rho2,
+        se * sqrt((1 + n_rho2) / n_rho2 * (log(1 + n_rho2) + family_bound))
+            AS always_valid_half,
+        mature_converted / mature_exposed AS mature_arm_rate,
+        mature_control_converted / mature_control_exposed AS mature_control_rate,
+        mature_arm_rate - mature_control_rate AS mature_raw_diff,
+        sqrt(mature_arm_rate * (1 - mature_arm_rate) / mature_exposed
+            + mature_control_rate * (1 - mature_control_rate) / mature_control_exposed) AS mature_se,
+        -- The fixed-horizon test's standard error under its null (one rate for both arms,
+        -- pooled: statsmodels' proportions_ztest).
+        (mature_converted + mature_control_converted) / (mature_exposed + mature_control_exposed)
+            AS mature_pooled_rate,
+        sqrt(mature_pooled_rate * (1 - mature_pooled_rate) * (1 / mature_exposed + 1 / mature_control_exposed))
+            AS mature_se_null,
+        controls = 1 AND mature_control_exposed > 0 AND variant_id != '__multiple__' AND defined = 1
+            AS mature_comparable,
+        -- No statistic where an arm's variance is zero (no conversion, or all converted)
+        -- or below the minimum-data guard (visitors per arm; conversions and
+        -- non-conversions of both arms together).
+        mature_converted > 0 AND mature_converted < mature_exposed
+            AND mature_control_converted > 0 AND mature_control_converted < mature_control_exposed
+            AS mature_variances,
+        mature_exposed >= 50 AND mature_control_exposed >= 50
+            AND mature_converted + mature_control_converted >= 5
+            AND mature_exposed + mature_control_exposed - mature_converted - mature_control_converted
+                >= 5
+            AS mature_enough,
+        mature_comparable AND is_control = 0 AND mature_se > 0 AND mature_variances AND mature_enough
+            AS mature_testable,
+        multiIf(controls = 1 AND defined = 0, 'the phase does not define this variant',
+            NOT mature_comparable OR is_control = 1, '',
+            NOT mature_enough, 'not enough data',
+            NOT mature_variances, 'an arm has no variance (no conversion, or all converted)',
+            '') AS mature_no_test_reason,
+        (mature_exposed + mature_control_exposed) * (family_bound + log(family_bound + 1)) / tuning
+            AS mature_n_rho2,
+        mature_se * sqrt((1 + mature_n_rho2) / mature_n_rho2 * (log(1 + mature_n_rho2) + family_bound))
+            AS mature_always_valid_half,
+        -- The treatments the always-valid verdicts share their error rate across
+        -- (Bonferroni): the phase's defined variants with a weight, the control aside.
+        greatest(toUInt64(ifNull(phase_treatments, 0)), 1) AS family,
+        -- -2 ln(0.05 / family): the always-valid test at 5% / family (gbstats' rho and
+        -- interval at that alpha), its p-value times the family.
+        5.991464547107982 + 2 * log(family) AS family_bound,
+        -- N*: the experiment's own (`sequentialTuning`), else the deployment's default in
+        -- force when the phase's first exposure arrived, else 5000.
+        if(snapshot_tuning > 0, snapshot_tuning,
+            if(default_tuning > 0, default_tuning, 5000)) AS tuning,
+        -- (18.x loses a column that only a lambda reads: the phase's start goes in as an
+        -- array beside the settings.)
+        arraySort((
+            SELECT groupArray((toInt64(toUnixTimestamp(set_at)), value))
+            FROM analytics.results_settings_log
+            WHERE name = 'sequential_tuning' AND value > 0 AND isFinite(value)
+        )) AS tuning_log,
+        arrayElement(arrayFilter((s, start) -> s.1 <= start, tuning_log,
+            arrayResize([intDiv(phase_start_ms, 1000)], length(tuning_log),
+                intDiv(phase_start_ms, 1000))), -1).2 AS default_tuning,
+        srm_k - 1 AS srm_df,
+        greatest(srm_w / srm_n * srm_sum - srm_n, 0) AS srm_x
+    FROM (
+        -- The counts read once: each experiment's and phase's (and hour's) variants in
+        -- arrays, with the control's counts and the sample-ratio sums beside them, then a row
+        -- per variant.
+        SELECT
+            public_key, experiment_id, phase, variant_id, is_control, defined, exposed, converted,
+            mature_exposed, mature_converted, controls, control_exposed, control_converted,
+            mature_control_exposed, mature_control_converted, srm_n, srm_sum, phase_start_ms
+        FROM (
+            SELECT
+                public_key, experiment_id, phase,
+                groupArray(variant_id) AS variant_ids,
+                groupArray(is_control) AS controls_flags,
+                groupArray(defined) AS defined_flags,
+                groupArray(exposed) AS exposed_counts,
+                groupArray(converted) AS converted_counts,
+                groupArray(mature_exposed) AS mature_exposed_counts,
+                groupArray(mature_converted) AS mature_converted_counts,
+                countIf(is_control = 1) AS controls,
+                sumIf(exposed, is_control = 1) AS control_exposed,
+                sumIf(converted, is_control = 1) AS control_converted,
+                sumIf(mature_exposed, is_control = 1) AS mature_control_exposed,
+                sumIf(mature_converted, is_control = 1) AS mature_control_converted,
+                sumIf(exposed, weight > 0) AS srm_n,
+                sumIf(exposed * exposed / weight, weight > 0) AS srm_sum,
+                min(first_exposure_ms) AS phase_start_ms
+            FROM analytics.experiment_variant_counts
+            GROUP BY public_key, experiment_id, phase
+        ) AS per_experiment
+        ARRAY JOIN
+            variant_ids AS variant_id,
+            controls_flags AS is_control,
+            defined_flags AS defined,
+            exposed_counts AS exposed,
+            converted_counts AS converted,
+            mature_exposed_counts AS mature_exposed,
+            mature_converted_counts AS mature_converted
+    ) AS counts
+    ANY LEFT JOIN (
+        SELECT experiment_id, phase, srm_w, srm_k, phase_treatments, snapshot_tuning
+        FROM (
+            SELECT
+                experiment_id, phase, sum(weight) AS srm_w, count() AS srm_k,
+                countIf(is_control = 0) AS phase_treatments
+            FROM analytics.experiment_phase_variants
+            WHERE weight > 0
+            GROUP BY experiment_id, phase
+        ) AS weighted
+        ANY LEFT JOIN (
+            SELECT experiment_id, phase, sequential_tuning AS snapshot_tuning
+            FROM analytics.experiment_phase_settings
+        ) AS tunings USING (experiment_id, phase)
+    ) AS weights USING (experiment_id, phase)
+) AS statistics
+;
+
+-- 55. runs once
+CREATE VIEW IF NOT EXISTS analytics.experiment_results_over_time ON CLUSTER analytics AS
+SELECT
+    public_key, experiment_id, phase, toDate(hour) AS day, hour, variant_id, is_control, exposed, converted,
+    arm_rate AS conversion_rate,
+    if(comparable, if(is_control = 1, 0, raw_diff), NULL) AS diff,
+    if(testable, raw_diff - 1.959963984540054 * se, NULL) AS ci_low,
+    if(testable, raw_diff + 1.959963984540054 * se, NULL) AS ci_high,
+    if(testable, erfc(abs(raw_diff / se_null) / sqrt(2)), NULL) AS p_value,
+    if(srm_k >= 2 AND srm_n > 0, srm_sequential_p, NULL) AS srm_p_value,
+    if(testable,
+        least(1, family * sqrt(1 + n_rho2)
+            * exp(-pow(raw_diff / se, 2) / 2 * n_rho2 / (1 + n_rho2))),
+        NULL) AS always_valid_p_value,
+    if(testable, raw_diff - always_valid_half, NULL) AS always_valid_ci_low,
+    if(testable, raw_diff + always_valid_half, NULL) AS always_valid_ci_high,
+    no_test_reason,
+    mature_exposed AS mature_visitors,
+    mature_converted,
+    if(mature_exposed > 0, mature_arm_rate, NULL) AS mature_conversion_rate,
+    if(mature_comparable, if(is_control = 1, 0, mature_raw_diff), NULL) AS mature_diff,
+    if(mature_testable, mature_raw_diff - 1.959963984540054 * mature_se, NULL) AS mature_ci_low,
+    if(mature_testable, mature_raw_diff + 1.959963984540054 * mature_se, NULL) AS mature_ci_high,
+    if(mature_testable, erfc(abs(mature_raw_diff / mature_se_null) / sqrt(2)), NULL) AS mature_p_value,
+    if(mature_testable,
+        least(1, family * sqrt(1 + mature_n_rho2)
+            * exp(-pow(mature_raw_diff / mature_se, 2) / 2 * mature_n_rho2 / (1 + mature_n_rho2))),
+        NULL) AS mature_always_valid_p_value,
+    if(mature_testable, mature_raw_diff - mature_always_valid_half, NULL) AS mature_always_valid_ci_low,
+    if(mature_testable, mature_raw_diff + mature_always_valid_half, NULL) AS mature_always_valid_ci_high,
+    mature_no_test_reason,
+    tuning AS sequential_tuning,
+    family AS treatments
+FROM (
+    SELECT
+        *,
+        converted / exposed AS arm_rate,
+        control_converted / control_exposed AS control_rate,
+        arm_rate - control_rate AS raw_diff,
+        sqrt(arm_rate * (1 - arm_rate) / exposed
+            + control_rate * (1 - control_rate) / control_exposed) AS se,
+        -- The fixed-horizon test's standard error under its null (one rate for both arms,
+        -- pooled: statsmodels' proportions_ztest).
+        (converted + control_converted) / (exposed + control_exposed)
+            AS pooled_rate,
+        sqrt(pooled_rate * (1 - pooled_rate) * (1 / exposed + 1 / control_exposed))
+            AS se_null,
+        controls = 1 AND control_exposed > 0 AND variant_id != '__multiple__' AND defined = 1
+            AS comparable,
+        -- No statistic where an arm's variance is zero (no conversion, or all converted)
+        -- or below the minimum-data guard (visitors per arm; conversions and
+        -- non-conversions of both arms together).
+        converted > 0 AND converted < exposed
+            AND control_converted > 0 AND control_converted < control_exposed
+            AS variances,
+        exposed >= 50 AND control_exposed >= 50
+            AND converted + control_converted >= 5
+            AND exposed + control_exposed - converted - control_converted
+                >= 5
+            AS enough,
+        comparable AND is_control = 0 AND se > 0 AND variances AND enough
+            AS testable,
+        multiIf(controls = 1 AND defined = 0, 'the phase does not define this variant',
+            NOT comparable OR is_control = 1, '',
+            NOT enough, 'not enough data',
+            NOT variances, 'an arm has no variance (no conversion, or all converted)',
+            '') AS no_test_reason,
+        (exposed + control_exposed) * (family_bound + log(family_bound + 1)) / tuning
+            AS n_rho2,
+        se * sqrt((1 + n_rho2) / n_rho2 * (log(1 + n_rho2) + family_bound))
+            AS always_valid_half,
+        mature_converted / mature_exposed AS mature_arm_rate,
+        mature_control_converted / mature_control_exposed AS mature_control_rate,
+        mature_arm_rate - mature_control_rate AS mature_raw_diff,
+        sqrt(mature_arm_rate * (1 - mature_arm_rate) / mature_exposed
+            + mature_control_rate * (1 - mature_control_rate) / mature_control_exposed) AS mature_se,
+        -- The fixed-horizon test's standard error under its null (one rate for both arms,
+        -- pooled: statsmodels' proportions_ztest).
+        (mature_converted + mature_control_converted) / (mature_exposed + mature_control_exposed)
+            AS mature_pooled_rate,
+        sqrt(mature_pooled_rate * (1 - mature_pooled_rate) * (1 / mature_exposed + 1 / mature_control_exposed))
+            AS mature_se_null,
+        controls = 1 AND mature_control_exposed > 0 AND variant_id != '__multiple__' AND defined = 1
+            AS mature_comparable,
+        -- No statistic where an arm's variance is zero (no conversion, or all converted)
+        -- or below the minimum-data guard (visitors per arm; conversions and
+        -- non-conversions of both arms together).
+        mature_converted > 0 AND mature_converted < mature_exposed
+            AND mature_control_converted > 0 AND mature_control_converted < mature_control_exposed
+            AS mature_variances,
+        mature_exposed >= 50 AND mature_control_exposed >= 50
+            AND mature_converted + mature_control_converted >= 5
+            AND mature_exposed + mature_control_exposed - mature_converted - mature_control_converted
+                >= 5
+            AS mature_enough,
+        mature_comparable AND is_control = 0 AND mature_se > 0 AND mature_variances AND mature_enough
+            AS mature_testable,
+        multiIf(controls = 1 AND defined = 0, 'the phase does not define this variant',
+            NOT mature_comparable OR is_control = 1, '',
+            NOT mature_enough, 'not enough data',
+            NOT mature_variances, 'an arm has no variance (no conversion, or all converted)',
+            '') AS mature_no_test_reason,
+        (mature_exposed + mature_control_exposed) * (family_bound + log(family_bound + 1)) / tuning
+            AS mature_n_rho2,
+        mature_se * sqrt((1 + mature_n_rho2) / mature_n_rho2 * (log(1 + mature_n_rho2) + family_bound))
+            AS mature_always_valid_half,
+        -- The treatments the always-valid verdicts share their error rate across
+        -- (Bonferroni): the phase's defined variants with a weight, the control aside.
+        greatest(toUInt64(ifNull(phase_treatments, 0)), 1) AS family,
+        -- -2 ln(0.05 / family): the always-valid test at 5% / family (gbstats' rho and
+        -- interval at that alpha), its p-value times the family.
+        5.991464547107982 + 2 * log(family) AS family_bound,
+        -- N*: the experiment's own (`sequentialTuning`), else the deployment's default in
+        -- force when the phase's first exposure arrived, else 5000.
+        if(snapshot_tuning > 0, snapshot_tuning,
+            if(default_tuning > 0, default_tuning, 5000)) AS tuning,
+        -- (18.x loses a column that only a lambda reads: the phase's start goes in as an
+        -- array beside the settings.)
+        arraySort((
+            SELECT groupArray((toInt64(toUnixTimestamp(set_at)), value))
+            FROM analytics.results_settings_log
+            WHERE name = 'sequential_tuning' AND value > 0 AND isFinite(value)
+        )) AS tuning_log,
+        arrayElement(arrayFilter((s, start) -> s.1 <= start, tuning_log,
+            arrayResize([intDiv(phase_start_ms, 1000)], length(tuning_log),
+                intDiv(phase_start_ms, 1000))), -1).2 AS default_tuning,
+        srm_k - 1 AS srm_df,
+        greatest(srm_w / srm_n * srm_sum - srm_n, 0) AS srm_x
+    FROM (
+        -- The counts read once: each experiment's and phase's (and hour's) variants in
+        -- arrays, with the control's counts and the sample-ratio sums beside them, then a row
+        -- per variant.
+        SELECT
+            public_key, experiment_id, phase, hour, variant_id, is_control, defined, exposed, converted,
+            mature_exposed, mature_converted, controls, control_exposed, control_converted,
+            mature_control_exposed, mature_control_converted, srm_n, srm_sum, phase_start_ms
+        FROM (
+            SELECT
+                public_key, experiment_id, phase, hour,
+                groupArray(variant_id) AS variant_ids,
+                groupArray(is_control) AS controls_flags,
+                groupArray(defined) AS defined_flags,
+                groupArray(exposed) AS exposed_counts,
+                groupArray(converted) AS converted_counts,
+                groupArray(mature_exposed) AS mature_exposed_counts,
+                groupArray(mature_converted) AS mature_converted_counts,
+                countIf(is_control = 1) AS controls,
+                sumIf(exposed, is_control = 1) AS control_exposed,
+                sumIf(converted, is_control = 1) AS control_converted,
+                sumIf(mature_exposed, is_control = 1) AS mature_control_exposed,
+                sumIf(mature_converted, is_control = 1) AS mature_control_converted,
+                sumIf(exposed, weight > 0) AS srm_n,
+                sumIf(exposed * exposed / weight, weight > 0) AS srm_sum,
+                min(first_exposure_ms) AS phase_start_ms
+            FROM analytics.experiment_variant_counts_over_time
+            GROUP BY public_key, experiment_id, phase, hour
+        ) AS per_experiment
+        ARRAY JOIN
+            variant_ids AS variant_id,
+            controls_flags AS is_control,
+            defined_flags AS defined,
+            exposed_counts AS exposed,
+            converted_counts AS converted,
+            mature_exposed_counts AS mature_exposed,
+            mature_converted_counts AS mature_converted
+    ) AS counts
+    ANY LEFT JOIN (
+        SELECT experiment_id, phase, srm_w, srm_k, phase_treatments, snapshot_tuning
+        FROM (
+            SELECT
+                experiment_id, phase, sum(weight) AS srm_w, count() AS srm_k,
+                countIf(is_control = 0) AS phase_treatments
+            FROM analytics.experiment_phase_variants
+            WHERE weight > 0
+            GROUP BY experiment_id, phase
+        ) AS weighted
+        ANY LEFT JOIN (
+            SELECT experiment_id, phase, sequential_tuning AS snapshot_tuning
+            FROM analytics.experiment_phase_settings
+        ) AS tunings USING (experiment_id, phase)
+    ) AS weights USING (experiment_id, phase)
+) AS statistics
+ANY LEFT JOIN (
+    -- The sample-ratio check under hourly looks: a Dirichlet-multinomial Bayes factor of
+    -- the exposed counts against the weights (Lindon & Malek, 2022; prior concentration
+    -- 1000.0 centred on the weights), its p-value 1 / the largest factor so far.
+    SELECT
+        public_key, experiment_id, phase, toDateTime(hour_s, 'UTC') AS hour,
+        least(1, exp(-running_max)) AS srm_sequential_p
+    FROM (
+        SELECT
+            public_key, experiment_id, phase,
+            arraySort(hours) AS sorted_hours,
+            arraySort((l, h) -> h, log_factors, hours) AS sorted_factors,
+            arrayMap(i -> arrayReduce('max', arraySlice(sorted_factors, 1, i)),
+                arrayEnumerate(sorted_factors)) AS running_maxima
+        FROM (
+            SELECT
+                public_key, experiment_id, phase,
+                groupArray(toUInt32(hour)) AS hours,
+                groupArray(log_factor) AS log_factors
+            FROM (
+                SELECT
+                    public_key, experiment_id, phase, hour,
+                    lgamma(1000.0) - lgamma(1000.0 + sum(exposed))
+                        + sum(lgamma(prior + exposed) - lgamma(prior)
+                            - exposed * log(weight / total_weight)) AS log_factor
+                FROM (
+                    SELECT
+                        public_key, experiment_id, phase, hour, exposed, weight, total_weight,
+                        1000.0 * weight / total_weight AS prior
+                    FROM analytics.experiment_variant_counts_over_time
+                    ANY LEFT JOIN (
+                        SELECT experiment_id, phase, sum(weight) AS total_weight
+                        FROM analytics.experiment_phase_variants
+                        WHERE weight > 0
+                        GROUP BY experiment_id, phase
+                    ) AS totals USING (experiment_id, phase)
+                    WHERE weight > 0 AND total_weight > 0
+                ) AS weighted
+                GROUP BY public_key, experiment_id, phase, hour
+            ) AS per_hour
+            GROUP BY public_key, experiment_id, phase
+        ) AS per_phase
+    ) AS sequences
+    ARRAY JOIN sorted_hours AS hour_s, running_maxima AS running_max
+) AS srm_sequential USING (public_key, experiment_id, phase, hour);
+
+-- 56. runs once
+CREATE VIEW IF NOT EXISTS analytics.experiment_metric_definitions ON CLUSTER analytics AS
+-- Each experiment's metrics as last loaded: a metric added or changed applies to the
+-- events already stored.
+SELECT
+    experiment_id, metric_id, role, position, kind,
+    num_event, num_click_target, num_conversion, num_field, num_aggregate,
+    den_event, den_click_target, den_conversion, den_field, den_aggregate,
+    cap_value, cap_percentile, higher_is_better, cuped_lookback_days, definition,
+    version, loaded_at
+FROM analytics.experiment_metrics FINAL
+WHERE (experiment_id, loaded_at) IN (
+    SELECT experiment_id, max(loaded_at)
+    FROM analytics.experiment_metrics FINAL
+    GROUP BY experiment_id
+);
+
+-- 57. runs once
+CREATE VIEW IF NOT EXISTS analytics.experiment_metric_freshness ON CLUSTER analytics AS
+-- One row per visitor with stored metric values (experiment_metric_values), by
+-- `visitor_key` (a hash of the public key and the visitor id): their latest refresh, the
+-- rows of `events` it read (`events_seen`) and those there are now (`events`,
+-- visitor_event_counts), and `fresh`: 1 when the two are equal and the metric definitions
+-- and phase settings of every row of that refresh are still the current ones. Two
+-- visitors of one key read as stale (their counts add up), so their values are computed
+-- from the events.
+-- A fixed-size key: grouping, joining and testing it costs a fraction of what the two
+-- strings cost, at millions of visitors.
+SELECT
+    visitor_key, intDiv(top_mark, 2) AS latest_refresh, events_seen, events,
+    toUInt8(top_mark % 2 = 0 AND events = events_seen) AS fresh
+FROM (
+    -- A stored row's mark: its refresh doubled, plus 1 when its settings changed since
+    -- (0 for a count's row). The largest is the latest refresh's, odd when any row of it
+    -- is not current. One pass over both tables, rather than a join of their groups.
+    SELECT
+        visitor_key, max(mark) AS top_mark, argMax(seen, mark) AS events_seen,
+        sum(counted) AS events
+    FROM (
+        SELECT
+            cityHash64(public_key, visitor_id) AS visitor_key, events_seen AS seen,
+            refresh_id * 2 + toUInt64((experiment_id, phase, settings_hash) GLOBAL NOT IN (
+                SELECT experiment_id, phase, current_settings_hash
+                FROM (SELECT
+    *,
+    -- Everything besides the events that a visitor's stored values depend on.
+    sipHash64(definitions_hash, conversion_window_hours, phase_end_ms) AS current_settings_hash
+FROM (
+    SELECT *
+    FROM (
+    SELECT DISTINCT CAST(experiment_id AS String) AS experiment_id, phase
+    FROM analytics.experiment_visitors
+    UNION ALL SELECT '' AS experiment_id, toUInt32(0) AS phase) AS hashed_rows
+    ANY LEFT JOIN (
+        SELECT
+            experiment_id,
+            sipHash64(toString(arraySort(groupArray((metric_id, num_event, num_click_target,
+                num_conversion, num_field, toString(num_aggregate), den_event,
+                den_click_target, den_conversion, den_field, toString(den_aggregate),
+                cuped_lookback_days))))) AS definitions_hash
+        FROM analytics.experiment_metric_definitions
+        GROUP BY experiment_id
+    ) AS definitions USING (experiment_id)
+) AS with_definitions
+ANY LEFT JOIN (
+    SELECT experiment_id, phase, conversion_window_hours, phase_end_ms
+    FROM analytics.experiment_phase_settings
+) AS settings USING (experiment_id, phase)) AS current
+            )) AS mark,
+            toUInt64(0) AS counted
+        FROM analytics.experiment_metric_values
+        UNION ALL
+        SELECT
+            cityHash64(public_key, visitor_id) AS visitor_key, toUInt64(0) AS seen, toUInt64(0) AS mark,
+            events AS counted
+        FROM analytics.visitor_event_counts
+    ) AS rows
+    GROUP BY visitor_key
+) AS visitors
+WHERE top_mark > 0;
+
+-- 58. runs once
+CREATE VIEW IF NOT EXISTS analytics.experiment_metric_stored ON CLUSTER analytics AS
+-- One row per stored row (experiment_metric_values) of each visitor's latest refresh,
+-- with the visitor's `fresh` (experiment_metric_freshness).
+SELECT
+    public_key, visitor_id, refresh_id, experiment_id, phase, metric_id, variant_id,
+    first_exposure_ms, value, denominator, pre_value, fresh
+FROM (
+    SELECT
+        CAST(public_key AS String) AS public_key, visitor_id, refresh_id, experiment_id,
+        phase, metric_id, variant_id, first_exposure_ms, value, denominator, pre_value,
+        visitor_key
+    FROM (
+        SELECT *, cityHash64(public_key, visitor_id) AS visitor_key
+        FROM analytics.experiment_metric_values
+    ) AS keyed
+) AS stored
+ANY INNER JOIN (
+    SELECT visitor_key, latest_refresh AS refresh_id, fresh
+    FROM analytics.experiment_metric_freshness
+) AS latest USING (visitor_key, refresh_id);
+
+-- 59. runs once
+CREATE VIEW IF NOT EXISTS analytics.experiment_metric_stale ON CLUSTER analytics AS
+-- The visitors whose stored values are missing or stale (experiment_metric_freshness),
+-- with their latest refresh (0: none): what the consumer refreshes.
+SELECT public_key, visitor_id, latest_refresh
+FROM (
+    SELECT public_key, visitor_id, cityHash64(public_key, visitor_id) AS visitor_key
+    FROM (
+        SELECT toString(public_key) AS public_key, visitor_id
+        FROM analytics.visitor_event_counts
+        GROUP BY public_key, visitor_id
+    ) AS visitors
+) AS counted
+ANY LEFT JOIN (
+    SELECT visitor_key, latest_refresh, fresh
+    FROM analytics.experiment_metric_freshness
+) AS stored USING (visitor_key)
+WHERE fresh = 0;
+
+-- 60. runs once
+CREATE VIEW IF NOT EXISTS analytics.experiment_metric_visitors ON CLUSTER analytics AS
+-- One row per exposed visitor and metric of their experiment: each visitor's values of
+-- their latest stored refresh (experiment_metric_values), but where they are computed
+-- from the events: the visitors whose stored values are not fresh, or whose latest
+-- refresh is younger than the settling time. So the results are those of the events as
+-- they are now, whether or not a refresh has run.
+--
+-- Each visitor comes from one side even when a refresh or an event lands while the query
+-- runs, though the stored rows, the latest refreshes and the stale visitors are each read
+-- at their own moment:
+-- - A visitor computed from the events wins over their stored rows (the join on every
+--   column of a row's identity): an event landing after the stale list counts them once.
+-- - A visitor left out of the computed ones had a fresh refresh older than the settling
+--   time: it landed before the stored rows were read (the query's start), and it is the
+--   latest settled refresh when the latest refreshes are read (after the stale list, the
+--   join being built first).
+SELECT
+    public_key, experiment_id, phase, visitor_id, variant_id, metric_id, role, position,
+    kind, higher_is_better, cap_value, cap_percentile, cuped_lookback_days,
+    first_exposure_ms, value, denominator, pre_value
+FROM (
+    SELECT
+        public_key, experiment_id, phase, visitor_id, metric_id,
+        if(computed = 1, computed_variant_id, variant_id) AS variant_id,
+        if(computed = 1, computed_first_exposure_ms, first_exposure_ms)
+            AS first_exposure_ms,
+        if(computed = 1, computed_value, value) AS value,
+        if(computed = 1, computed_denominator, denominator) AS denominator,
+        if(computed = 1, computed_pre_value, pre_value) AS pre_value
+    FROM (
+        -- Each column cast, for the join's same types (18.x: a function of a
+        -- LowCardinality column is one).
+        SELECT
+            CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id,
+            metric_id, variant_id, first_exposure_ms, value, denominator, pre_value
+        FROM analytics.experiment_metric_values
+        WHERE (cityHash64(public_key, visitor_id), refresh_id) GLOBAL IN (
+            SELECT cityHash64(public_key, visitor_id) AS visitor_key, max(refresh_id)
+            FROM analytics.experiment_metric_values
+            WHERE refresh_id < (toUInt64(toUnixTimestamp(now())) - 120) * 1000000
+            GROUP BY visitor_key
+        )
+    ) AS stored
+    ALL FULL OUTER JOIN (
+        SELECT
+            CAST(public_key AS String) AS public_key,
+            CAST(experiment_id AS String) AS experiment_id, phase, visitor_id,
+            CAST(metric_id AS String) AS metric_id, toUInt8(1) AS computed,
+            CAST(variant_id AS String) AS computed_variant_id,
+            first_exposure_ms AS computed_first_exposure_ms, value AS computed_value,
+            denominator AS computed_denominator, pre_value AS computed_pre_value
+        FROM (-- One row per visitor that `visitor_filter` keeps and metric of each experiment that exposed
+-- them (as experiment_visitor_exposures counts them: no test, no bot): the numerator
+-- `value` and the denominator `denominator` (1 but for a ratio) from their events in the
+-- experiment and phase within their window, and `pre_value` the same numerator from their
+-- events of the key (any experiment) in the metric's lookback before their first exposure
+-- (CUPED's covariate). Uncapped; a visitor with no matching event counts 0. A visitor with
+-- no exposure, or an exposure to an experiment with no metric, has one row of metric ''.
+-- `events_seen`: the visitor's rows of `events` read, every one (so that a stored value
+-- is known to be stale when a row comes after it).
+--
+-- Every metric of an experiment is read in one pass: an array per event, an element per
+-- metric, summed per session, then per visitor, and split at the end. Per measure (n: the
+-- numerator after exposure, p: before it, d: the denominator) three sums: `sum` (matching
+-- events for count, any and sessions; their field's values for sum and mean), `values`
+-- (matching events with the field) and `max` (the field's largest value); and per visitor
+-- `sessions` (their sessions with a matching event). The definitions are joined again
+-- after the sums, in the same order, so that no sum carries them.
+SELECT
+    public_key, experiment_id, phase, visitor_id, variant_id, metric_id, first_exposure_ms,
+    multiIf(n_agg IN ('any', 'count', 'sum'), if(n_agg = 'any', toFloat64(n_sum > 0), n_sum),
+        n_agg = 'max', n_max,
+        n_agg = 'mean', if(n_values > 0, n_sum / n_values, 0),
+        n_agg = 'sessions', n_sessions,
+        0) AS value,
+    if(d_agg = '', 1, multiIf(d_agg IN ('any', 'count', 'sum'), if(d_agg = 'any', toFloat64(d_sum > 0), d_sum),
+        d_agg = 'max', d_max,
+        d_agg = 'mean', if(d_values > 0, d_sum / d_values, 0),
+        d_agg = 'sessions', d_sessions,
+        0)) AS denominator,
+    multiIf(n_agg IN ('any', 'count', 'sum'), if(n_agg = 'any', toFloat64(p_sum > 0), p_sum),
+        n_agg = 'max', p_max,
+        n_agg = 'mean', if(p_values > 0, p_sum / p_values, 0),
+        n_agg = 'sessions', p_sessions,
+        0) AS pre_value,
+    events_seen
+FROM (
+    SELECT *
+    FROM (
+        SELECT
+            public_key, experiment_id, phase, visitor_id, variant_id,
+            any(first_ms) AS first_exposure_ms, sum(session_rows) AS events_seen,
+            sumForEach(n_sums) AS n_sums_all, sumForEach(n_values) AS n_values_all,
+            maxForEach(n_maxes) AS n_maxes_all,
+            sumForEach(arrayMap(x -> toFloat64(x > 0), n_sums)) AS n_sessions_all,
+            sumForEach(p_sums) AS p_sums_all, sumForEach(p_values) AS p_values_all,
+            maxForEach(p_maxes) AS p_maxes_all,
+            sumForEach(arrayMap(x -> toFloat64(x > 0), p_sums)) AS p_sessions_all,
+            sumForEach(d_sums) AS d_sums_all, sumForEach(d_values) AS d_values_all,
+            maxForEach(d_maxes) AS d_maxes_all,
+            sumForEach(arrayMap(x -> toFloat64(x > 0), d_sums)) AS d_sessions_all
+        FROM (
+            SELECT
+                public_key, experiment_id, phase, visitor_id, variant_id, session_id,
+                any(first_exposure_ms) AS first_ms, sum(copies) AS session_rows,
+                sumForEach(n_add) AS n_sums, sumForEach(n_had) AS n_values,
+                maxForEach(n_top) AS n_maxes,
+                sumForEach(p_add) AS p_sums, sumForEach(p_had) AS p_values,
+                maxForEach(p_top) AS p_maxes,
+                sumForEach(d_add) AS d_sums, sumForEach(d_had) AS d_values,
+                maxForEach(d_top) AS d_maxes
+            FROM (
+                SELECT
+                    *,
+                    length(metric_ids) AS m,
+                    -- The event's own values, one per metric (a lambda reads arrays only).
+                    arrayResize([post], m, post) AS posts,
+                    arrayResize([t], m, t) AS times,
+                    arrayResize([first_exposure_ms], m, first_exposure_ms) AS firsts,
+                    arrayResize([name], m, name) AS names,
+                    arrayResize([target], m, target) AS targets,
+                    arrayResize([is_conversion], m, is_conversion) AS conversions,
+                    arrayResize([time_on_page], m, time_on_page) AS times_on_page,
+                    arrayResize([scroll_depth], m, scroll_depth) AS scroll_depths,
+                    arrayResize([load_time], m, load_time) AS load_times,
+                    arrayMap((lb, tt, f) -> tt < f AND tt >= f - toInt64(lb * 86400000),
+                        lookbacks, times, firsts) AS pres,
+                    arrayMap((e, g, c, nm, tg, cv) -> (e = '' OR nm = e)
+                        AND (g = '' OR tg = g) AND (c = 0 OR cv = 1),
+                        n_events, n_targets, n_conversions, names, targets, conversions)
+                        AS n_matches,
+                    arrayMap((e, g, c, nm, tg, cv) -> (e = '' OR nm = e)
+                        AND (g = '' OR tg = g) AND (c = 0 OR cv = 1),
+                        d_events, d_targets, d_conversions, names, targets, conversions)
+                        AS d_matches,
+                    arrayMap((f, a, b, c) -> multiIf(f = 'time_on_page', a,
+                        f = 'scroll_depth', b, f = 'load_time', c, NULL),
+                        n_fields, times_on_page, scroll_depths, load_times) AS n_fielded,
+                    arrayMap((f, a, b, c) -> multiIf(f = 'time_on_page', a,
+                        f = 'scroll_depth', b, f = 'load_time', c, NULL),
+                        d_fields, times_on_page, scroll_depths, load_times) AS d_fielded,
+                    -- Per measure: what a matching event adds to the sum (1, or its
+                    -- field's value), whether it has the field, the field's value.
+                    arrayMap((x, p, v, a) -> if(x AND p, if(a IN ('sum', 'mean'),
+                        ifNull(v, 0.), 1.), 0.), n_matches, posts, n_fielded, n_aggregates)
+                        AS n_add,
+                    arrayMap((x, p, v) -> toFloat64(x AND p AND isNotNull(v)),
+                        n_matches, posts, n_fielded) AS n_had,
+                    arrayMap((x, p, v) -> if(x AND p, ifNull(v, 0.), 0.),
+                        n_matches, posts, n_fielded) AS n_top,
+                    arrayMap((x, p, v, a) -> if(x AND p, if(a IN ('sum', 'mean'),
+                        ifNull(v, 0.), 1.), 0.), n_matches, pres, n_fielded, n_aggregates)
+                        AS p_add,
+                    arrayMap((x, p, v) -> toFloat64(x AND p AND isNotNull(v)),
+                        n_matches, pres, n_fielded) AS p_had,
+                    arrayMap((x, p, v) -> if(x AND p, ifNull(v, 0.), 0.),
+                        n_matches, pres, n_fielded) AS p_top,
+                    arrayMap((x, p, v, a) -> if(x AND p, if(a IN ('sum', 'mean'),
+                        ifNull(v, 0.), 1.), 0.), d_matches, posts, d_fielded, d_aggregates)
+                        AS d_add,
+                    arrayMap((x, p, v) -> toFloat64(x AND p AND isNotNull(v)),
+                        d_matches, posts, d_fielded) AS d_had,
+                    arrayMap((x, p, v) -> if(x AND p, ifNull(v, 0.), 0.),
+                        d_matches, posts, d_fielded) AS d_top
+                FROM (
+                    SELECT *
+                    FROM (
+                        -- Each event of the visitors, beside each of their exposures (none:
+                        -- one row, no experiment), so that every row read is counted.
+                        SELECT
+                            *,
+                            event_experiment = experiment_id AND event_phase = phase
+                                AND t >= first_exposure_ms
+                                AND (window_end_ms = 0 OR t <= window_end_ms) AS post
+                        FROM (
+                            -- Each event once (a redelivered copy counted in `copies`):
+                            -- FINAL would read the whole table before the filter.
+                            SELECT
+                                any(toString(public_key)) AS public_key,
+                                any(visitor_id) AS visitor_id,
+                                any(session_id) AS session_id,
+                                any(toString(experiment_id)) AS event_experiment,
+                                any(phase) AS event_phase,
+                                any(toString(event_name)) AS name,
+                                any(click_target) AS target,
+                                any(toUInt8(event_name = 'conversion'
+                                    OR ifNull(conversion, 0) = 1)) AS is_conversion,
+                                any(time_on_page) AS time_on_page,
+                                any(scroll_depth) AS scroll_depth,
+                                any(load_time) AS load_time,
+                                any(toUnixTimestamp64Milli(event_time)) AS t,
+                                count() AS copies
+                            FROM (
+                                SELECT * FROM analytics.events
+                                WHERE cityHash64(public_key, visitor_id) GLOBAL NOT IN (
+    SELECT visitor_key FROM analytics.experiment_metric_freshness
+    WHERE fresh = 1 AND latest_refresh < (toUInt64(toUnixTimestamp(now())) - 120) * 1000000)
+                            ) AS read
+                            GROUP BY event_id
+                        ) AS visitor_events
+                        ALL LEFT JOIN (
+                            SELECT
+                                public_key, visitor_id, experiment_id, phase, variant_id,
+                                first_exposure_ms, window_end_ms
+                            FROM (-- Each exposed visitor that `visitor_filter` keeps (the view: all), as
+-- experiment_visitor_exposures has them: their arm, first exposure, conversion within their window, maturity.
+SELECT
+    public_key, experiment_id, phase, visitor_id, variant_id, first_exposure,
+    toUInt8(candidate_ms > 0 AND (window_end_ms = 0 OR candidate_ms <= window_end_ms))
+        AS converted,
+    max_time_on_page,
+    first_exposure_ms,
+    if(converted = 1, candidate_ms, toInt64(0)) AS conversion_ms,
+    window_end_ms,
+    toUInt8(window_end_ms > 0 AND window_end_ms <= toInt64(toUnixTimestamp(now())) * 1000)
+        AS mature
+FROM (
+    SELECT
+        *,
+        -- The window: the experiment's hours from the first exposure, else to the end of
+        -- the phase (0 while it runs).
+        if(conversion_window_hours > 0,
+            first_exposure_ms + toInt64(conversion_window_hours * 3600000),
+            phase_end_ms) AS window_end_ms
+    FROM (
+        SELECT
+            public_key, experiment_id, phase, visitor_id,
+            if(n > 1, '__multiple__', v0) AS variant_id,
+            t0 AS first_exposure,
+            top AS max_time_on_page,
+            toUnixTimestamp64Milli(t0) AS first_exposure_ms,
+            -- The first conversion at or after the first exposure: the first conversion
+            -- if it is, else the last if it is (a visitor whose conversions fall before
+            -- their exposure and after their window, with one inside, is taken at the
+            -- last).
+            multiIf(toUnixTimestamp64Milli(tf) >= first_exposure_ms, toUnixTimestamp64Milli(tf),
+                toUnixTimestamp64Milli(tc) >= first_exposure_ms, toUnixTimestamp64Milli(tc), toInt64(0)) AS candidate_ms
+        FROM (
+            SELECT
+                toString(public_key) AS public_key,
+                toString(experiment_id) AS experiment_id,
+                phase,
+                visitor_id,
+                uniqExactIfMerge(variants) AS n,
+                argMinIfMerge(first_variant) AS v0,
+                minIfMerge(first_exposure) AS t0,
+                maxIfMerge(last_conversion) AS tc,
+                minIfMerge(first_conversion) AS tf,
+                maxMerge(excluded) AS out,
+                if(maxMerge(has_time_on_page) = 1, toNullable(maxIfMerge(max_time_on_page)),
+                    NULL) AS top
+            FROM analytics.experiment_visitors
+            WHERE cityHash64(public_key, visitor_id) GLOBAL NOT IN (
+    SELECT visitor_key FROM analytics.experiment_metric_freshness
+    WHERE fresh = 1 AND latest_refresh < (toUInt64(toUnixTimestamp(now())) - 120) * 1000000)
+            GROUP BY public_key, experiment_id, phase, visitor_id
+        ) AS merged
+        WHERE n > 0 AND out = 0
+    ) AS visitors
+    ANY LEFT JOIN (
+        SELECT experiment_id, phase, conversion_window_hours, phase_end_ms
+        FROM analytics.experiment_phase_settings
+    ) AS settings USING (experiment_id, phase)
+)) AS exposed
+                        ) AS exposures USING (public_key, visitor_id)
+                    ) AS candidates
+                    ALL LEFT JOIN (
+    -- Each experiment's metrics in arrays, an element per metric, in one order (by
+    -- position, then id) wherever they are read.
+    SELECT
+        experiment_id,
+        arrayMap(d -> d.1, definitions) AS positions,
+        arrayMap(d -> d.2, definitions) AS metric_ids,
+        arrayMap(d -> d.3, definitions) AS roles,
+        arrayMap(d -> d.4, definitions) AS kinds,
+        arrayMap(d -> d.5, definitions) AS highers,
+        arrayMap(d -> d.6, definitions) AS cap_values,
+        arrayMap(d -> d.7, definitions) AS cap_percentiles,
+        arrayMap(d -> d.8, definitions) AS lookbacks,
+        arrayMap(d -> d.9, definitions) AS n_events,
+        arrayMap(d -> d.10, definitions) AS n_targets,
+        arrayMap(d -> d.11, definitions) AS n_conversions,
+        arrayMap(d -> d.12, definitions) AS n_fields,
+        arrayMap(d -> d.13, definitions) AS n_aggregates,
+        arrayMap(d -> d.14, definitions) AS d_events,
+        arrayMap(d -> d.15, definitions) AS d_targets,
+        arrayMap(d -> d.16, definitions) AS d_conversions,
+        arrayMap(d -> d.17, definitions) AS d_fields,
+        arrayMap(d -> d.18, definitions) AS d_aggregates
+    FROM (
+        SELECT
+            experiment_id,
+            arraySort(groupArray((position, metric_id, toString(role), toString(kind),
+                higher_is_better, cap_value, cap_percentile, cuped_lookback_days, num_event,
+                num_click_target, num_conversion, num_field, toString(num_aggregate),
+                den_event, den_click_target, den_conversion, den_field,
+                toString(den_aggregate)))) AS definitions
+        FROM analytics.experiment_metric_definitions
+        GROUP BY experiment_id
+    ) AS listed
+) AS metrics USING (experiment_id)
+                ) AS with_definitions
+            ) AS rows
+            GROUP BY public_key, experiment_id, phase, visitor_id, variant_id, session_id
+        ) AS sessions
+        GROUP BY public_key, experiment_id, phase, visitor_id, variant_id
+    ) AS visitors
+    ALL LEFT JOIN (
+    -- Each experiment's metrics in arrays, an element per metric, in one order (by
+    -- position, then id) wherever they are read.
+    SELECT
+        experiment_id,
+        arrayMap(d -> d.1, definitions) AS positions,
+        arrayMap(d -> d.2, definitions) AS metric_ids,
+        arrayMap(d -> d.3, definitions) AS roles,
+        arrayMap(d -> d.4, definitions) AS kinds,
+        arrayMap(d -> d.5, definitions) AS highers,
+        arrayMap(d -> d.6, definitions) AS cap_values,
+        arrayMap(d -> d.7, definitions) AS cap_percentiles,
+        arrayMap(d -> d.8, definitions) AS lookbacks,
+        arrayMap(d -> d.9, definitions) AS n_events,
+        arrayMap(d -> d.10, definitions) AS n_targets,
+        arrayMap(d -> d.11, definitions) AS n_conversions,
+        arrayMap(d -> d.12, definitions) AS n_fields,
+        arrayMap(d -> d.13, definitions) AS n_aggregates,
+        arrayMap(d -> d.14, definitions) AS d_events,
+        arrayMap(d -> d.15, definitions) AS d_targets,
+        arrayMap(d -> d.16, definitions) AS d_conversions,
+        arrayMap(d -> d.17, definitions) AS d_fields,
+        arrayMap(d -> d.18, definitions) AS d_aggregates
+    FROM (
+        SELECT
+            experiment_id,
+            arraySort(groupArray((position, metric_id, toString(role), toString(kind),
+                higher_is_better, cap_value, cap_percentile, cuped_lookback_days, num_event,
+                num_click_target, num_conversion, num_field, toString(num_aggregate),
+                den_event, den_click_target, den_conversion, den_field,
+                toString(den_aggregate)))) AS definitions
+        FROM analytics.experiment_metric_definitions
+        GROUP BY experiment_id
+    ) AS listed
+) AS metrics USING (experiment_id)
+) AS with_metrics
+LEFT ARRAY JOIN
+    metric_ids AS metric_id, n_aggregates AS n_agg, d_aggregates AS d_agg,
+    n_sums_all AS n_sum, n_values_all AS n_values, n_maxes_all AS n_max,
+    n_sessions_all AS n_sessions,
+    p_sums_all AS p_sum, p_values_all AS p_values, p_maxes_all AS p_max,
+    p_sessions_all AS p_sessions,
+    d_sums_all AS d_sum, d_values_all AS d_values, d_maxes_all AS d_max,
+    d_sessions_all AS d_sessions) AS from_events
+    ) AS unsettled USING (public_key, visitor_id, experiment_id, phase, metric_id)
+) AS metric_values
+ALL INNER JOIN (
+    SELECT
+        experiment_id, metric_id, toString(role) AS role, position, toString(kind) AS kind,
+        higher_is_better, cap_value, cap_percentile, cuped_lookback_days
+    FROM analytics.experiment_metric_definitions
+) AS definitions USING (experiment_id, metric_id);
+
+-- 61. runs once
+CREATE VIEW IF NOT EXISTS analytics.experiment_metric_results ON CLUSTER analytics AS
+SELECT
+    public_key, experiment_id, phase, metric_id, role, position, kind, higher_is_better,
+    variant_id, is_control,
+    toUInt64(n) AS visitors,
+    value,
+    if(comparable, if(is_control = 1, 0, raw_diff), NULL) AS diff,
+    -- The fixed horizon: gbstats' TwoSidedTTest, Welch's t.
+    if(testable, raw_diff - t_quantile * se, NULL) AS ci_low,
+    if(testable, raw_diff + t_quantile * se, NULL) AS ci_high,
+    if(testable, if(abs(t_stat) > 40, 0, greatest(0, 1 - 2 * ((abs(t_stat))
+    * if(((dof) / 2) < 500, exp(lgamma(((dof) / 2) + 0.5) - lgamma(((dof) / 2))),
+        sqrt(((dof) / 2)) * (1 - 1 / (8 * ((dof) / 2)) + 1 / (128 * pow(((dof) / 2), 2))
+        + 5 / (1024 * pow(((dof) / 2), 3)) - 21 / (32768 * pow(((dof) / 2), 4))))
+    / sqrt((dof) * pi())
+    * exp(-(((dof) + 1) / 2) * if((pow(abs(t_stat), 2) / (dof)) < 1e-4,
+        (pow(abs(t_stat), 2) / (dof))
+        - pow((pow(abs(t_stat), 2) / (dof)), 2) / 2
+        + pow((pow(abs(t_stat), 2) / (dof)), 3) / 3
+        - pow((pow(abs(t_stat), 2) / (dof)), 4) / 4,
+        log(1 + (pow(abs(t_stat), 2) / (dof)))))
+    * arraySum(arrayMap(l -> exp(l), arrayCumSum(arrayMap(
+        (k, b, lw) -> if(k = 0, 0, log(b + k - 1) - log(0.5 + k) + lw),
+        range(4000),
+        arrayResize([(((dof) + 1) / 2)], 4000, (((dof) + 1) / 2)),
+        arrayResize([log(pow(abs(t_stat), 2) / ((dof) + pow(abs(t_stat), 2)))], 4000,
+            log(pow(abs(t_stat), 2) / ((dof) + pow(abs(t_stat), 2))))))))))), NULL) AS p_value,
+    if(testable,
+        least(1, family * sqrt(1 + n_rho2)
+            * exp(-pow(raw_diff / se, 2) / 2 * n_rho2 / (1 + n_rho2))),
+        NULL) AS always_valid_p_value,
+    if(testable, raw_diff - se * always_valid_factor, NULL) AS always_valid_ci_low,
+    if(testable, raw_diff + se * always_valid_factor, NULL) AS always_valid_ci_high,
+    -- GrowthBook's Bayesian normal approximation with its default (improper) prior.
+    if(testable, 0.5 * erfc(-better_sign * raw_diff / se / sqrt(2)), NULL)
+        AS chance_to_beat_control,
+    -- A guardrail: the always-valid one-sided test that the variant harms (the mixture of
+    -- the two-sided test restricted to harmful effects).
+    if(testable AND role = 'guardrail',
+        least(1, family * sqrt(1 + n_rho2)
+            * exp(-pow(raw_diff / se, 2) / 2 * n_rho2 / (1 + n_rho2))
+            / (2 * 0.5 * erfc(better_sign * raw_diff / se * sqrt(n_rho2 / (1 + n_rho2))
+                / sqrt(2)))),
+        NULL) AS always_valid_harm_p_value,
+    -- CUPED: the covariate is the same metric in the lookback before exposure, its
+    -- coefficient theta pooled over this arm and the control.
+    if(cuped_testable, theta, NULL) AS cuped_theta,
+    if(cuped_testable, cuped_raw_diff, NULL) AS cuped_diff,
+    if(cuped_testable, cuped_raw_diff - cuped_t_quantile * cuped_se, NULL) AS cuped_ci_low,
+    if(cuped_testable, cuped_raw_diff + cuped_t_quantile * cuped_se, NULL) AS cuped_ci_high,
+    if(cuped_testable, if(abs(cuped_t_stat) > 40, 0, greatest(0, 1 - 2 * ((abs(cuped_t_stat))
+    * if(((cuped_dof) / 2) < 500, exp(lgamma(((cuped_dof) / 2) + 0.5) - lgamma(((cuped_dof) / 2))),
+        sqrt(((cuped_dof) / 2)) * (1 - 1 / (8 * ((cuped_dof) / 2)) + 1 / (128 * pow(((cuped_dof) / 2), 2))
+        + 5 / (1024 * pow(((cuped_dof) / 2), 3)) - 21 / (32768 * pow(((cuped_dof) / 2), 4))))
+    / sqrt((cuped_dof) * pi())
+    * exp(-(((cuped_dof) + 1) / 2) * if((pow(abs(cuped_t_stat), 2) / (cuped_dof)) < 1e-4,
+        (pow(abs(cuped_t_stat), 2) / (cuped_dof))
+        - pow((pow(abs(cuped_t_stat), 2) / (cuped_dof)), 2) / 2
+        + pow((pow(abs(cuped_t_stat), 2) / (cuped_dof)), 3) / 3
+        - pow((pow(abs(cuped_t_stat), 2) / (cuped_dof)), 4) / 4,
+        log(1 + (pow(abs(cuped_t_stat), 2) / (cuped_dof)))))
+    * arraySum(arrayMap(l -> exp(l), arrayCumSum(arrayMap(
+        (k, b, lw) -> if(k = 0, 0, log(b + k - 1) - log(0.5 + k) + lw),
+        range(4000),
+        arrayResize([(((cuped_dof) + 1) / 2)], 4000, (((cuped_dof) + 1) / 2)),
+        arrayResize([log(pow(abs(cuped_t_stat), 2) / ((cuped_dof) + pow(abs(cuped_t_stat), 2)))], 4000,
+            log(pow(abs(cuped_t_stat), 2) / ((cuped_dof) + pow(abs(cuped_t_stat), 2))))))))))), NULL) AS cuped_p_value,
+    if(cuped_testable,
+        least(1, family * sqrt(1 + n_rho2)
+            * exp(-pow(cuped_raw_diff / cuped_se, 2) / 2 * n_rho2 / (1 + n_rho2))),
+        NULL) AS cuped_always_valid_p_value,
+    if(cuped_testable, cuped_raw_diff - cuped_se * always_valid_factor, NULL)
+        AS cuped_always_valid_ci_low,
+    if(cuped_testable, cuped_raw_diff + cuped_se * always_valid_factor, NULL)
+        AS cuped_always_valid_ci_high,
+    if(cuped_testable, 1 - cuped_variance / variance, NULL) AS cuped_variance_reduction,
+    cap,
+    tuning AS sequential_tuning,
+    family AS treatments,
+    no_test_reason
+FROM (
+-- Student's t quantile for the intervals, one Newton step per SELECT.
+SELECT *, t_quantile_1 - (((t_quantile_1)
+    * if(((dof) / 2) < 500, exp(lgamma(((dof) / 2) + 0.5) - lgamma(((dof) / 2))),
+        sqrt(((dof) / 2)) * (1 - 1 / (8 * ((dof) / 2)) + 1 / (128 * pow(((dof) / 2), 2))
+        + 5 / (1024 * pow(((dof) / 2), 3)) - 21 / (32768 * pow(((dof) / 2), 4))))
+    / sqrt((dof) * pi())
+    * exp(-(((dof) + 1) / 2) * if((pow(t_quantile_1, 2) / (dof)) < 1e-4,
+        (pow(t_quantile_1, 2) / (dof))
+        - pow((pow(t_quantile_1, 2) / (dof)), 2) / 2
+        + pow((pow(t_quantile_1, 2) / (dof)), 3) / 3
+        - pow((pow(t_quantile_1, 2) / (dof)), 4) / 4,
+        log(1 + (pow(t_quantile_1, 2) / (dof)))))
+    * arraySum(arrayMap(l -> exp(l), arrayCumSum(arrayMap(
+        (k, b, lw) -> if(k = 0, 0, log(b + k - 1) - log(0.5 + k) + lw),
+        range(100),
+        arrayResize([(((dof) + 1) / 2)], 100, (((dof) + 1) / 2)),
+        arrayResize([log(pow(t_quantile_1, 2) / ((dof) + pow(t_quantile_1, 2)))], 100,
+            log(pow(t_quantile_1, 2) / ((dof) + pow(t_quantile_1, 2)))))))))
+    - 0.475) / (exp(lgamma(((dof) + 1) / 2) - lgamma((dof) / 2)) / sqrt((dof) * pi())
+    * pow(1 + pow(t_quantile_1, 2) / (dof), -((dof) + 1) / 2)) AS t_quantile, cuped_t_quantile_1 - (((cuped_t_quantile_1)
+    * if(((cuped_dof) / 2) < 500, exp(lgamma(((cuped_dof) / 2) + 0.5) - lgamma(((cuped_dof) / 2))),
+        sqrt(((cuped_dof) / 2)) * (1 - 1 / (8 * ((cuped_dof) / 2)) + 1 / (128 * pow(((cuped_dof) / 2), 2))
+        + 5 / (1024 * pow(((cuped_dof) / 2), 3)) - 21 / (32768 * pow(((cuped_dof) / 2), 4))))
+    / sqrt((cuped_dof) * pi())
+    * exp(-(((cuped_dof) + 1) / 2) * if((pow(cuped_t_quantile_1, 2) / (cuped_dof)) < 1e-4,
+        (pow(cuped_t_quantile_1, 2) / (cuped_dof))
+        - pow((pow(cuped_t_quantile_1, 2) / (cuped_dof)), 2) / 2
+        + pow((pow(cuped_t_quantile_1, 2) / (cuped_dof)), 3) / 3
+        - pow((pow(cuped_t_quantile_1, 2) / (cuped_dof)), 4) / 4,
+        log(1 + (pow(cuped_t_quantile_1, 2) / (cuped_dof)))))
+    * arraySum(arrayMap(l -> exp(l), arrayCumSum(arrayMap(
+        (k, b, lw) -> if(k = 0, 0, log(b + k - 1) - log(0.5 + k) + lw),
+        range(100),
+        arrayResize([(((cuped_dof) + 1) / 2)], 100, (((cuped_dof) + 1) / 2)),
+        arrayResize([log(pow(cuped_t_quantile_1, 2) / ((cuped_dof) + pow(cuped_t_quantile_1, 2)))], 100,
+            log(pow(cuped_t_quantile_1, 2) / ((cuped_dof) + pow(cuped_t_quantile_1, 2)))))))))
+    - 0.475) / (exp(lgamma(((cuped_dof) + 1) / 2) - lgamma((cuped_dof) / 2)) / sqrt((cuped_dof) * pi())
+    * pow(1 + pow(cuped_t_quantile_1, 2) / (cuped_dof), -((cuped_dof) + 1) / 2)) AS cuped_t_quantile FROM (
+SELECT *, t_quantile_0 - (((t_quantile_0)
+    * if(((dof) / 2) < 500, exp(lgamma(((dof) / 2) + 0.5) - lgamma(((dof) / 2))),
+        sqrt(((dof) / 2)) * (1 - 1 / (8 * ((dof) / 2)) + 1 / (128 * pow(((dof) / 2), 2))
+        + 5 / (1024 * pow(((dof) / 2), 3)) - 21 / (32768 * pow(((dof) / 2), 4))))
+    / sqrt((dof) * pi())
+    * exp(-(((dof) + 1) / 2) * if((pow(t_quantile_0, 2) / (dof)) < 1e-4,
+        (pow(t_quantile_0, 2) / (dof))
+        - pow((pow(t_quantile_0, 2) / (dof)), 2) / 2
+        + pow((pow(t_quantile_0, 2) / (dof)), 3) / 3
+        - pow((pow(t_quantile_0, 2) / (dof)), 4) / 4,
+        log(1 + (pow(t_quantile_0, 2) / (dof)))))
+    * arraySum(arrayMap(l -> exp(l), arrayCumSum(arrayMap(
+        (k, b, lw) -> if(k = 0, 0, log(b + k - 1) - log(0.5 + k) + lw),
+        range(100),
+        arrayResize([(((dof) + 1) / 2)], 100, (((dof) + 1) / 2)),
+        arrayResize([log(pow(t_quantile_0, 2) / ((dof) + pow(t_quantile_0, 2)))], 100,
+            log(pow(t_quantile_0, 2) / ((dof) + pow(t_quantile_0, 2)))))))))
+    - 0.475) / (exp(lgamma(((dof) + 1) / 2) - lgamma((dof) / 2)) / sqrt((dof) * pi())
+    * pow(1 + pow(t_quantile_0, 2) / (dof), -((dof) + 1) / 2)) AS t_quantile_1, cuped_t_quantile_0 - (((cuped_t_quantile_0)
+    * if(((cuped_dof) / 2) < 500, exp(lgamma(((cuped_dof) / 2) + 0.5) - lgamma(((cuped_dof) / 2))),
+        sqrt(((cuped_dof) / 2)) * (1 - 1 / (8 * ((cuped_dof) / 2)) + 1 / (128 * pow(((cuped_dof) / 2), 2))
+        + 5 / (1024 * pow(((cuped_dof) / 2), 3)) - 21 / (32768 * pow(((cuped_dof) / 2), 4))))
+    / sqrt((cuped_dof) * pi())
+    * exp(-(((cuped_dof) + 1) / 2) * if((pow(cuped_t_quantile_0, 2) / (cuped_dof)) < 1e-4,
+        (pow(cuped_t_quantile_0, 2) / (cuped_dof))
+        - pow((pow(cuped_t_quantile_0, 2) / (cuped_dof)), 2) / 2
+        + pow((pow(cuped_t_quantile_0, 2) / (cuped_dof)), 3) / 3
+        - pow((pow(cuped_t_quantile_0, 2) / (cuped_dof)), 4) / 4,
+        log(1 + (pow(cuped_t_quantile_0, 2) / (cuped_dof)))))
+    * arraySum(arrayMap(l -> exp(l), arrayCumSum(arrayMap(
+        (k, b, lw) -> if(k = 0, 0, log(b + k - 1) - log(0.5 + k) + lw),
+        range(100),
+        arrayResize([(((cuped_dof) + 1) / 2)], 100, (((cuped_dof) + 1) / 2)),
+        arrayResize([log(pow(cuped_t_quantile_0, 2) / ((cuped_dof) + pow(cuped_t_quantile_0, 2)))], 100,
+            log(pow(cuped_t_quantile_0, 2) / ((cuped_dof) + pow(cuped_t_quantile_0, 2)))))))))
+    - 0.475) / (exp(lgamma(((cuped_dof) + 1) / 2) - lgamma((cuped_dof) / 2)) / sqrt((cuped_dof) * pi())
+    * pow(1 + pow(cuped_t_quantile_0, 2) / (cuped_dof), -((cuped_dof) + 1) / 2)) AS cuped_t_quantile_1 FROM (
+SELECT *, 1.959963984540054
+    + (pow(1.959963984540054, 3) + 1.959963984540054) / (4 * (dof))
+    + (5 * pow(1.959963984540054, 5) + 16 * pow(1.959963984540054, 3) + 3 * 1.959963984540054) / (96 * pow(dof, 2))
+    AS t_quantile_0, 1.959963984540054
+    + (pow(1.959963984540054, 3) + 1.959963984540054) / (4 * (cuped_dof))
+    + (5 * pow(1.959963984540054, 5) + 16 * pow(1.959963984540054, 3) + 3 * 1.959963984540054) / (96 * pow(cuped_dof, 2))
+    AS cuped_t_quantile_0 FROM (
+    SELECT
+        *,
+        if(higher_is_better = 1, 1, -1) AS better_sign,
+        -- Each arm's mean and the variance of one visitor's value, as gbstats has them:
+        -- ProportionStatistic, SampleMeanStatistic, RatioStatistic (delta method).
+        sy / n AS mean_y_b,
+        sx / n AS mean_x_b,
+        sd / n AS mean_d_b,
+        if(n > 1, (syy - sy * sy / n) / (n - 1), 0) AS sample_var_y_b,
+        if(n > 1, (sdd - sd * sd / n) / (n - 1), 0) AS sample_var_d_b,
+        if(n > 1, (syd - sy * sd / n) / (n - 1), 0) AS cov_yd_b,
+        if(kind = 'ratio', if(sd != 0, sy / sd, 0), mean_y_b) AS value_b,
+        multiIf(kind = 'proportion', mean_y_b * (1 - mean_y_b),
+            kind = 'ratio',
+                if(mean_d_b = 0 OR n <= 1, 0,
+                    sample_var_y_b / pow(mean_d_b, 2)
+                    - 2 * cov_yd_b * mean_y_b / pow(mean_d_b, 3)
+                    + pow(mean_y_b, 2) * sample_var_d_b / pow(mean_d_b, 4)),
+            sample_var_y_b) AS var_b,
+        multiIf(kind = 'proportion', mean_x_b * (1 - mean_x_b),
+            n > 1, (sxx - sx * sx / n) / (n - 1), 0) AS var_x_b,
+        if(n > 1, (sxy - sy * sx / n) / (n - 1), 0) AS cov_xy_b,
+        sy_a / n_a AS mean_y_a,
+        sx_a / n_a AS mean_x_a,
+        sd_a / n_a AS mean_d_a,
+        if(n_a > 1, (syy_a - sy_a * sy_a / n_a) / (n_a - 1), 0) AS sample_var_y_a,
+        if(n_a > 1, (sdd_a - sd_a * sd_a / n_a) / (n_a - 1), 0) AS sample_var_d_a,
+        if(n_a > 1, (syd_a - sy_a * sd_a / n_a) / (n_a - 1), 0) AS cov_yd_a,
+        if(kind = 'ratio', if(sd_a != 0, sy_a / sd_a, 0), mean_y_a) AS value_a,
+        multiIf(kind = 'proportion', mean_y_a * (1 - mean_y_a),
+            kind = 'ratio',
+                if(mean_d_a = 0 OR n_a <= 1, 0,
+                    sample_var_y_a / pow(mean_d_a, 2)
+                    - 2 * cov_yd_a * mean_y_a / pow(mean_d_a, 3)
+                    + pow(mean_y_a, 2) * sample_var_d_a / pow(mean_d_a, 4)),
+            sample_var_y_a) AS var_a,
+        multiIf(kind = 'proportion', mean_x_a * (1 - mean_x_a),
+            n_a > 1, (sxx_a - sx_a * sx_a / n_a) / (n_a - 1), 0) AS var_x_a,
+        if(n_a > 1, (sxy_a - sy_a * sx_a / n_a) / (n_a - 1), 0) AS cov_xy_a,
+        value_b AS value,
+        value_b - value_a AS raw_diff,
+        var_b / n + var_a / n_a AS variance,
+        sqrt(variance) AS se,
+        -- CUPED (gbstats' RegressionAdjustedStatistic and compute_theta).
+        n + n_a AS joint_n,
+        multiIf(kind = 'proportion',
+                (sy + sy_a) / joint_n * (1 - (sy + sy_a) / joint_n),
+            joint_n > 1,
+                (syy + syy_a - pow(sy + sy_a, 2) / joint_n) / (joint_n - 1),
+            0) AS joint_var_y,
+        multiIf(kind = 'proportion',
+                (sx + sx_a) / joint_n * (1 - (sx + sx_a) / joint_n),
+            joint_n > 1,
+                (sxx + sxx_a - pow(sx + sx_a, 2) / joint_n) / (joint_n - 1),
+            0) AS joint_var_x,
+        if(joint_n > 1,
+            (sxy + sxy_a - (sy + sy_a) * (sx + sx_a) / joint_n) / (joint_n - 1), 0)
+            AS joint_cov,
+        if(joint_var_x > 0 AND joint_var_y > 0, joint_cov / joint_var_x, 0) AS theta,
+        (sy / n - theta * sx / n) - (sy_a / n_a - theta * sx_a / n_a) AS cuped_raw_diff,
+        cuped_var_b / n + cuped_var_a / n_a AS cuped_variance,
+        sqrt(greatest(cuped_variance, 0)) AS cuped_se,
+        -- Welch-Satterthwaite's degrees of freedom, as gbstats has them.
+        pow(variance, 2) / (pow(var_b, 2) / (pow(n, 2) * (n - 1))
+            + pow(var_a, 2) / (pow(n_a, 2) * (n_a - 1))) AS dof,
+        raw_diff / se AS t_stat,
+        var_b + theta * theta * var_x_b - 2 * theta * cov_xy_b AS cuped_var_b,
+        var_a + theta * theta * var_x_a - 2 * theta * cov_xy_a AS cuped_var_a,
+        pow(cuped_variance, 2) / (pow(cuped_var_b, 2) / (pow(n, 2) * (n - 1))
+            + pow(cuped_var_a, 2) / (pow(n_a, 2) * (n_a - 1))) AS cuped_dof,
+        cuped_raw_diff / cuped_se AS cuped_t_stat,
+        controls = 1 AND n_a > 0 AND variant_id != '__multiple__' AND defined = 1 AS comparable,
+        n >= 50 AND n_a >= 50
+            AND (kind != 'proportion' OR (sy + sy_a >= 5
+                AND n + n_a - sy - sy_a >= 5)) AS enough,
+        var_a > 0 AND var_b > 0 AS variances,
+        comparable AND is_control = 0 AND enough AND variances AND variance > 0 AS testable,
+        testable AND kind != 'ratio' AND cuped_lookback_days > 0 AND cuped_variance > 0
+            AS cuped_testable,
+        multiIf(controls = 1 AND defined = 0, 'the phase does not define this variant',
+            NOT comparable OR is_control = 1, '',
+            NOT enough, 'not enough data',
+            NOT variances, 'an arm has no variance',
+            '') AS no_test_reason,
+        -- The always-valid test (gbstats' SequentialTwoSidedTTest) at 5% / treatments.
+        greatest(toUInt64(ifNull(phase_treatments, 0)), 1) AS family,
+        5.991464547107982 + 2 * log(family) AS family_bound,
+        if(snapshot_tuning > 0, snapshot_tuning,
+            if(default_tuning > 0, default_tuning, 5000)) AS tuning,
+        arrayElement(arrayFilter((s, start) -> s.1 <= start, tuning_log,
+            arrayResize([intDiv(phase_start_ms, 1000)], length(tuning_log),
+                intDiv(phase_start_ms, 1000))), -1).2 AS default_tuning,
+        (n + n_a) * (family_bound + log(family_bound + 1)) / tuning AS n_rho2,
+        sqrt((1 + n_rho2) / n_rho2 * (log(1 + n_rho2) + family_bound)) AS always_valid_factor
+    FROM (
+      -- The log of the default tuning beside every arm: a join, not a scalar subquery,
+      -- which 18.x runs again at each level of the query's analysis.
+      SELECT *
+      FROM (
+        -- Per metric: its arms in arrays with the control's sums beside, then a row per
+        -- arm.
+        SELECT
+            public_key, experiment_id, phase, metric_id, role, position, kind,
+            higher_is_better, cuped_lookback_days, cap, phase_start_ms, controls,
+            variant_id, is_control, defined, n, sy, syy, sd, sdd, syd, sx, sxx, sxy,
+            n_a, sy_a, syy_a, sd_a, sdd_a, syd_a, sx_a, sxx_a, sxy_a
+        FROM (
+            SELECT
+                public_key, experiment_id, phase, metric_id,
+                any(metric_role) AS role, any(metric_position) AS position,
+                any(metric_kind) AS kind, any(higher) AS higher_is_better,
+                any(lookback) AS cuped_lookback_days, any(applied_cap) AS cap,
+                min(first_ms) AS phase_start_ms,
+                countIf(control_flag = 1) AS controls,
+                groupArray(variant) AS variant_ids,
+                groupArray(control_flag) AS control_flags,
+                groupArray(defined) AS defined_flags,
+                groupArray(arm_n) AS ns, groupArray(arm_sy) AS sys,
+                groupArray(arm_syy) AS syys, groupArray(arm_sd) AS sds,
+                groupArray(arm_sdd) AS sdds, groupArray(arm_syd) AS syds,
+                groupArray(arm_sx) AS sxs, groupArray(arm_sxx) AS sxxs,
+                groupArray(arm_sxy) AS sxys,
+                sumIf(arm_n, control_flag = 1) AS n_a,
+                sumIf(arm_sy, control_flag = 1) AS sy_a,
+                sumIf(arm_syy, control_flag = 1) AS syy_a,
+                sumIf(arm_sd, control_flag = 1) AS sd_a,
+                sumIf(arm_sdd, control_flag = 1) AS sdd_a,
+                sumIf(arm_syd, control_flag = 1) AS syd_a,
+                sumIf(arm_sx, control_flag = 1) AS sx_a,
+                sumIf(arm_sxx, control_flag = 1) AS sxx_a,
+                sumIf(arm_sxy, control_flag = 1) AS sxy_a
+            FROM (
+                SELECT *, ifNull(defined_control, 0) AS control_flag, ifNull(arm_defined, 0) AS defined
+                FROM (
+                    -- Each arm's sufficient statistics, on the capped values. A metric
+                    -- capped at a percentile keeps its arms' values in arrays until its
+                    -- cap is known; every other one is summed in one pass.
+                    SELECT
+                        public_key, experiment_id, phase, metric_id, variant,
+                        metric_role, metric_position, metric_kind, higher, lookback,
+                        cap_at AS applied_cap, first_ms, arm_n,
+                        if(by_rank, arraySum(ys_capped), raw_sy) AS arm_sy,
+                        if(by_rank, arraySum(arrayMap(v -> v * v, ys_capped)), raw_syy)
+                            AS arm_syy,
+                        raw_sd AS arm_sd, raw_sdd AS arm_sdd,
+                        if(by_rank, arraySum(arrayMap((v, w) -> v * w, ys_capped, ds)),
+                            raw_syd) AS arm_syd,
+                        if(by_rank, arraySum(xs_capped), raw_sx) AS arm_sx,
+                        if(by_rank, arraySum(arrayMap(v -> v * v, xs_capped)), raw_sxx)
+                            AS arm_sxx,
+                        if(by_rank, arraySum(arrayMap((v, w) -> v * w, xs_capped, ys_capped)),
+                            raw_sxy) AS arm_sxy
+                    FROM (
+                        SELECT
+                            *,
+                            arrayMap((v, c) -> least(v, c), ys, caps) AS ys_capped,
+                            arrayMap((v, c) -> least(v, c), xs, caps) AS xs_capped
+                        FROM (
+                            SELECT
+                                public_key, experiment_id, phase, metric_id, segment,
+                                variant, metric_role, metric_position, metric_kind, higher,
+                                lookback, first_ms, cap_at, by_rank, arm_n, raw_sy, raw_syy,
+                                raw_sd, raw_sdd, raw_syd, raw_sx, raw_sxx, raw_sxy, ys, ds,
+                                xs, arrayResize([cap_at], length(ys), cap_at) AS caps
+                            FROM (
+                                -- The cap at a percentile: of the metric's visitors' values
+                                -- in the phase (every arm and segment), numpy's linear.
+                                SELECT
+                                    public_key, experiment_id, phase, metric_id,
+                                    any(m_cap_value) AS cap_value,
+                                    any(m_cap_percentile) AS cap_percentile,
+                                    cap_value = 0 AND cap_percentile > 0 AS by_rank,
+                                    arraySort(groupArrayArray(arm_ys)) AS sorted,
+                                    (length(sorted) - 1) * cap_percentile AS rank,
+                                    toUInt64(floor(rank)) AS below,
+                                    multiIf(cap_value > 0, cap_value,
+                                        by_rank AND length(sorted) > 0,
+                                            sorted[below + 1] + (rank - below)
+                                                * (sorted[least(below + 2, length(sorted))]
+                                                    - sorted[below + 1]),
+                                        0) AS cap_at,
+                                    groupArray(arm_segment) AS segments_of_arms,
+                                    groupArray(arm_variant) AS variants,
+                                    groupArray(arm_role) AS roles,
+                                    groupArray(arm_position) AS positions,
+                                    groupArray(arm_kind) AS kinds,
+                                    groupArray(arm_higher) AS highers,
+                                    groupArray(arm_lookback) AS lookbacks,
+                                    groupArray(arm_first_ms) AS firsts,
+                                    groupArray(arm_visitors) AS visitor_counts,
+                                    groupArray(arm_sy) AS sys, groupArray(arm_syy) AS syys,
+                                    groupArray(arm_sd) AS sds, groupArray(arm_sdd) AS sdds,
+                                    groupArray(arm_syd) AS syds, groupArray(arm_sx) AS sxs,
+                                    groupArray(arm_sxx) AS sxxs, groupArray(arm_sxy) AS sxys,
+                                    groupArray(arm_ys) AS arms_ys,
+                                    groupArray(arm_ds) AS arms_ds,
+                                    groupArray(arm_xs) AS arms_xs
+                                FROM (
+                                    SELECT
+                                        public_key, experiment_id, phase, metric_id,
+                                        '' AS arm_segment,
+                                        variant_id AS arm_variant,
+                                        any(role) AS arm_role, any(position) AS arm_position,
+                                        any(kind) AS arm_kind,
+                                        any(higher_is_better) AS arm_higher,
+                                        any(cuped_lookback_days) AS arm_lookback,
+                                        any(cap_value) AS m_cap_value,
+                                        any(cap_percentile) AS m_cap_percentile,
+                                        min(first_exposure_ms) AS arm_first_ms,
+                                        toFloat64(count()) AS arm_visitors,
+                                        sum(y) AS arm_sy, sum(y * y) AS arm_syy,
+                                        sum(denominator) AS arm_sd,
+                                        sum(denominator * denominator) AS arm_sdd,
+                                        sum(y * denominator) AS arm_syd,
+                                        sum(x) AS arm_sx, sum(x * x) AS arm_sxx,
+                                        sum(x * y) AS arm_sxy,
+                                        groupArrayIf(value, ranked) AS arm_ys,
+                                        groupArrayIf(denominator, ranked) AS arm_ds,
+                                        groupArrayIf(pre_value, ranked) AS arm_xs
+                                    FROM (
+                                        SELECT
+                                            *,
+                                            if(cap_value > 0, least(value, cap_value), value)
+                                                AS y,
+                                            if(cap_value > 0,
+                                                least(pre_value, cap_value), pre_value) AS x,
+                                            cap_value = 0 AND cap_percentile > 0 AS ranked
+                                        FROM analytics.experiment_metric_visitors
+                                    ) AS visitors
+                                    GROUP BY public_key, experiment_id, phase, metric_id,
+                                        arm_segment, arm_variant
+                                ) AS arms_summed
+                                GROUP BY public_key, experiment_id, phase, metric_id
+                            ) AS per_metric
+                            ARRAY JOIN
+                                segments_of_arms AS segment, variants AS variant,
+                                roles AS metric_role, positions AS metric_position,
+                                kinds AS metric_kind, highers AS higher,
+                                lookbacks AS lookback, firsts AS first_ms,
+                                visitor_counts AS arm_n, sys AS raw_sy, syys AS raw_syy,
+                                sds AS raw_sd, sdds AS raw_sdd, syds AS raw_syd,
+                                sxs AS raw_sx, sxxs AS raw_sxx, sxys AS raw_sxy,
+                                arms_ys AS ys, arms_ds AS ds, arms_xs AS xs
+                        ) AS with_caps
+                    ) AS capped
+                ) AS arms
+                ANY LEFT JOIN (
+                    SELECT experiment_id, phase, variant_id AS variant,
+                        is_control AS defined_control, toUInt8(1) AS arm_defined
+                    FROM analytics.experiment_phase_variants
+                ) AS definitions USING (experiment_id, phase, variant)
+            ) AS defined_arms
+            GROUP BY public_key, experiment_id, phase, metric_id
+        ) AS per_metric
+        ARRAY JOIN
+            variant_ids AS variant_id, control_flags AS is_control,
+            defined_flags AS defined, ns AS n, sys AS sy,
+            syys AS syy, sds AS sd, sdds AS sdd, syds AS syd, sxs AS sx, sxxs AS sxx,
+            sxys AS sxy
+      ) AS arms_of_metrics
+      CROSS JOIN (
+        SELECT arraySort(groupArray((toInt64(toUnixTimestamp(set_at)), value))) AS tuning_log
+        FROM analytics.results_settings_log
+        WHERE name = 'sequential_tuning' AND value > 0 AND isFinite(value)
+      ) AS tunings_logged
+      -- One block: the aggregations above hand on up to 256, and the statistics cost
+      -- per block.
+      ORDER BY public_key, experiment_id, phase, metric_id, variant_id
+    ) AS arms
+    ANY LEFT JOIN (
+        SELECT experiment_id, phase, phase_treatments, snapshot_tuning
+        FROM (
+            SELECT experiment_id, phase, countIf(is_control = 0) AS phase_treatments
+            FROM analytics.experiment_phase_variants
+            WHERE weight > 0
+            GROUP BY experiment_id, phase
+        ) AS weighted
+        ANY LEFT JOIN (
+            SELECT experiment_id, phase, sequential_tuning AS snapshot_tuning
+            FROM analytics.experiment_phase_settings
+        ) AS tunings USING (experiment_id, phase)
+    ) AS settings USING (experiment_id, phase)
+) AS statistics
+) AS start
+) AS step_1
+) AS step_2;

@@ -1,2 +1,0 @@
-CREATE VIEW IF NOT EXISTS {db}.experiment_results_over_time{on_cluster} AS
-{results_statistics_11_by_hour}

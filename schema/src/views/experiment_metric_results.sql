@@ -1,0 +1,306 @@
+SELECT
+    public_key, experiment_id, phase{segment}, metric_id, role, position, kind, higher_is_better,
+    variant_id, is_control,
+    toUInt64(n) AS visitors,
+    value,
+    if(comparable, if(is_control = 1, 0, raw_diff), NULL) AS diff,
+    -- The fixed horizon: gbstats' TwoSidedTTest, Welch's t.
+    if(testable, raw_diff - t_quantile * se, NULL) AS ci_low,
+    if(testable, raw_diff + t_quantile * se, NULL) AS ci_high,
+    if(testable, {t_p_value}, NULL) AS p_value,
+    if(testable,
+        least(1, family * sqrt(1 + n_rho2)
+            * exp(-pow(raw_diff / se, 2) / 2 * n_rho2 / (1 + n_rho2))),
+        NULL) AS always_valid_p_value,
+    if(testable, raw_diff - se * always_valid_factor, NULL) AS always_valid_ci_low,
+    if(testable, raw_diff + se * always_valid_factor, NULL) AS always_valid_ci_high,
+    -- GrowthBook's Bayesian normal approximation with its default (improper) prior.
+    if(testable, 0.5 * erfc(-better_sign * raw_diff / se / sqrt(2)), NULL)
+        AS chance_to_beat_control,
+    -- A guardrail: the always-valid one-sided test that the variant harms (the mixture of
+    -- the two-sided test restricted to harmful effects).
+    if(testable AND role = 'guardrail',
+        least(1, family * sqrt(1 + n_rho2)
+            * exp(-pow(raw_diff / se, 2) / 2 * n_rho2 / (1 + n_rho2))
+            / (2 * 0.5 * erfc(better_sign * raw_diff / se * sqrt(n_rho2 / (1 + n_rho2))
+                / sqrt(2)))),
+        NULL) AS always_valid_harm_p_value,
+    -- CUPED: the covariate is the same metric in the lookback before exposure, its
+    -- coefficient theta pooled over this arm and the control.
+    if(cuped_testable, theta, NULL) AS cuped_theta,
+    if(cuped_testable, cuped_raw_diff, NULL) AS cuped_diff,
+    if(cuped_testable, cuped_raw_diff - cuped_t_quantile * cuped_se, NULL) AS cuped_ci_low,
+    if(cuped_testable, cuped_raw_diff + cuped_t_quantile * cuped_se, NULL) AS cuped_ci_high,
+    if(cuped_testable, {cuped_t_p_value}, NULL) AS cuped_p_value,
+    if(cuped_testable,
+        least(1, family * sqrt(1 + n_rho2)
+            * exp(-pow(cuped_raw_diff / cuped_se, 2) / 2 * n_rho2 / (1 + n_rho2))),
+        NULL) AS cuped_always_valid_p_value,
+    if(cuped_testable, cuped_raw_diff - cuped_se * always_valid_factor, NULL)
+        AS cuped_always_valid_ci_low,
+    if(cuped_testable, cuped_raw_diff + cuped_se * always_valid_factor, NULL)
+        AS cuped_always_valid_ci_high,
+    if(cuped_testable, 1 - cuped_variance / variance, NULL) AS cuped_variance_reduction,
+    cap,
+    tuning AS sequential_tuning,
+    family AS treatments,
+    no_test_reason
+FROM (
+-- Student's t quantile for the intervals, one Newton step per SELECT.
+SELECT *, {t_quantile_2}, {cuped_t_quantile_2} FROM (
+SELECT *, {t_quantile_1}, {cuped_t_quantile_1} FROM (
+SELECT *, {t_quantile_0}, {cuped_t_quantile_0} FROM (
+    SELECT
+        *,
+        if(higher_is_better = 1, 1, -1) AS better_sign,
+        -- Each arm's mean and the variance of one visitor's value, as gbstats has them:
+        -- ProportionStatistic, SampleMeanStatistic, RatioStatistic (delta method).
+        {arm_statistics_b},
+        {arm_statistics_a},
+        value_b AS value,
+        value_b - value_a AS raw_diff,
+        var_b / n + var_a / n_a AS variance,
+        sqrt(variance) AS se,
+        -- CUPED (gbstats' RegressionAdjustedStatistic and compute_theta).
+        n + n_a AS joint_n,
+        multiIf(kind = 'proportion',
+                (sy + sy_a) / joint_n * (1 - (sy + sy_a) / joint_n),
+            joint_n > 1,
+                (syy + syy_a - pow(sy + sy_a, 2) / joint_n) / (joint_n - 1),
+            0) AS joint_var_y,
+        multiIf(kind = 'proportion',
+                (sx + sx_a) / joint_n * (1 - (sx + sx_a) / joint_n),
+            joint_n > 1,
+                (sxx + sxx_a - pow(sx + sx_a, 2) / joint_n) / (joint_n - 1),
+            0) AS joint_var_x,
+        if(joint_n > 1,
+            (sxy + sxy_a - (sy + sy_a) * (sx + sx_a) / joint_n) / (joint_n - 1), 0)
+            AS joint_cov,
+        if(joint_var_x > 0 AND joint_var_y > 0, joint_cov / joint_var_x, 0) AS theta,
+        (sy / n - theta * sx / n) - (sy_a / n_a - theta * sx_a / n_a) AS cuped_raw_diff,
+        cuped_var_b / n + cuped_var_a / n_a AS cuped_variance,
+        sqrt(greatest(cuped_variance, 0)) AS cuped_se,
+        -- Welch-Satterthwaite's degrees of freedom, as gbstats has them.
+        pow(variance, 2) / (pow(var_b, 2) / (pow(n, 2) * (n - 1))
+            + pow(var_a, 2) / (pow(n_a, 2) * (n_a - 1))) AS dof,
+        raw_diff / se AS t_stat,
+        var_b + theta * theta * var_x_b - 2 * theta * cov_xy_b AS cuped_var_b,
+        var_a + theta * theta * var_x_a - 2 * theta * cov_xy_a AS cuped_var_a,
+        pow(cuped_variance, 2) / (pow(cuped_var_b, 2) / (pow(n, 2) * (n - 1))
+            + pow(cuped_var_a, 2) / (pow(n_a, 2) * (n_a - 1))) AS cuped_dof,
+        cuped_raw_diff / cuped_se AS cuped_t_stat,
+        controls = 1 AND n_a > 0 AND variant_id != '__multiple__' AND defined = 1 AS comparable,
+        n >= {min_visitors} AND n_a >= {min_visitors}
+            AND (kind != 'proportion' OR (sy + sy_a >= {min_conversions}
+                AND n + n_a - sy - sy_a >= {min_conversions})) AS enough,
+        var_a > 0 AND var_b > 0 AS variances,
+        comparable AND is_control = 0 AND enough AND variances AND variance > 0 AS testable,
+        testable AND kind != 'ratio' AND cuped_lookback_days > 0 AND cuped_variance > 0
+            AS cuped_testable,
+        multiIf(controls = 1 AND defined = 0, '{undefined_arm}',
+            NOT comparable OR is_control = 1, '',
+            NOT enough, 'not enough data',
+            NOT variances, 'an arm has no variance',
+            '') AS no_test_reason,
+        -- The always-valid test (gbstats' SequentialTwoSidedTTest) at 5% / treatments.
+        greatest(toUInt64(ifNull(phase_treatments, 0)), 1) AS family,
+        5.991464547107982 + 2 * log(family) AS family_bound,
+        if(snapshot_tuning > 0, snapshot_tuning,
+            if(default_tuning > 0, default_tuning, 5000)) AS tuning,
+        arrayElement(arrayFilter((s, start) -> s.1 <= start, tuning_log,
+            arrayResize([intDiv(phase_start_ms, 1000)], length(tuning_log),
+                intDiv(phase_start_ms, 1000))), -1).2 AS default_tuning,
+        (n + n_a) * (family_bound + log(family_bound + 1)) / tuning AS n_rho2,
+        sqrt((1 + n_rho2) / n_rho2 * (log(1 + n_rho2) + family_bound)) AS always_valid_factor
+    FROM (
+      -- The log of the default tuning beside every arm: a join, not a scalar subquery,
+      -- which 18.x runs again at each level of the query's analysis.
+      SELECT *
+      FROM (
+        -- Per metric: its arms in arrays with the control's sums beside, then a row per
+        -- arm.
+        SELECT
+            public_key, experiment_id, phase{segment}, metric_id, role, position, kind,
+            higher_is_better, cuped_lookback_days, cap, phase_start_ms, controls,
+            variant_id, is_control, defined, n, sy, syy, sd, sdd, syd, sx, sxx, sxy,
+            n_a, sy_a, syy_a, sd_a, sdd_a, syd_a, sx_a, sxx_a, sxy_a
+        FROM (
+            SELECT
+                public_key, experiment_id, phase{segment}, metric_id,
+                any(metric_role) AS role, any(metric_position) AS position,
+                any(metric_kind) AS kind, any(higher) AS higher_is_better,
+                any(lookback) AS cuped_lookback_days, any(applied_cap) AS cap,
+                min(first_ms) AS phase_start_ms,
+                countIf(control_flag = 1) AS controls,
+                groupArray(variant) AS variant_ids,
+                groupArray(control_flag) AS control_flags,
+                groupArray(defined) AS defined_flags,
+                groupArray(arm_n) AS ns, groupArray(arm_sy) AS sys,
+                groupArray(arm_syy) AS syys, groupArray(arm_sd) AS sds,
+                groupArray(arm_sdd) AS sdds, groupArray(arm_syd) AS syds,
+                groupArray(arm_sx) AS sxs, groupArray(arm_sxx) AS sxxs,
+                groupArray(arm_sxy) AS sxys,
+                sumIf(arm_n, control_flag = 1) AS n_a,
+                sumIf(arm_sy, control_flag = 1) AS sy_a,
+                sumIf(arm_syy, control_flag = 1) AS syy_a,
+                sumIf(arm_sd, control_flag = 1) AS sd_a,
+                sumIf(arm_sdd, control_flag = 1) AS sdd_a,
+                sumIf(arm_syd, control_flag = 1) AS syd_a,
+                sumIf(arm_sx, control_flag = 1) AS sx_a,
+                sumIf(arm_sxx, control_flag = 1) AS sxx_a,
+                sumIf(arm_sxy, control_flag = 1) AS sxy_a
+            FROM (
+                SELECT *, ifNull(defined_control, 0) AS control_flag, ifNull(arm_defined, 0) AS defined
+                FROM (
+                    -- Each arm's sufficient statistics, on the capped values. A metric
+                    -- capped at a percentile keeps its arms' values in arrays until its
+                    -- cap is known; every other one is summed in one pass.
+                    SELECT
+                        public_key, experiment_id, phase{segment}, metric_id, variant,
+                        metric_role, metric_position, metric_kind, higher, lookback,
+                        cap_at AS applied_cap, first_ms, arm_n,
+                        if(by_rank, arraySum(ys_capped), raw_sy) AS arm_sy,
+                        if(by_rank, arraySum(arrayMap(v -> v * v, ys_capped)), raw_syy)
+                            AS arm_syy,
+                        raw_sd AS arm_sd, raw_sdd AS arm_sdd,
+                        if(by_rank, arraySum(arrayMap((v, w) -> v * w, ys_capped, ds)),
+                            raw_syd) AS arm_syd,
+                        if(by_rank, arraySum(xs_capped), raw_sx) AS arm_sx,
+                        if(by_rank, arraySum(arrayMap(v -> v * v, xs_capped)), raw_sxx)
+                            AS arm_sxx,
+                        if(by_rank, arraySum(arrayMap((v, w) -> v * w, xs_capped, ys_capped)),
+                            raw_sxy) AS arm_sxy
+                    FROM (
+                        SELECT
+                            *,
+                            arrayMap((v, c) -> least(v, c), ys, caps) AS ys_capped,
+                            arrayMap((v, c) -> least(v, c), xs, caps) AS xs_capped
+                        FROM (
+                            SELECT
+                                public_key, experiment_id, phase, metric_id, segment,
+                                variant, metric_role, metric_position, metric_kind, higher,
+                                lookback, first_ms, cap_at, by_rank, arm_n, raw_sy, raw_syy,
+                                raw_sd, raw_sdd, raw_syd, raw_sx, raw_sxx, raw_sxy, ys, ds,
+                                xs, arrayResize([cap_at], length(ys), cap_at) AS caps
+                            FROM (
+                                -- The cap at a percentile: of the metric's visitors' values
+                                -- in the phase (every arm and segment), numpy's linear.
+                                SELECT
+                                    public_key, experiment_id, phase, metric_id,
+                                    any(m_cap_value) AS cap_value,
+                                    any(m_cap_percentile) AS cap_percentile,
+                                    cap_value = 0 AND cap_percentile > 0 AS by_rank,
+                                    arraySort(groupArrayArray(arm_ys)) AS sorted,
+                                    (length(sorted) - 1) * cap_percentile AS rank,
+                                    toUInt64(floor(rank)) AS below,
+                                    multiIf(cap_value > 0, cap_value,
+                                        by_rank AND length(sorted) > 0,
+                                            sorted[below + 1] + (rank - below)
+                                                * (sorted[least(below + 2, length(sorted))]
+                                                    - sorted[below + 1]),
+                                        0) AS cap_at,
+                                    groupArray(arm_segment) AS segments_of_arms,
+                                    groupArray(arm_variant) AS variants,
+                                    groupArray(arm_role) AS roles,
+                                    groupArray(arm_position) AS positions,
+                                    groupArray(arm_kind) AS kinds,
+                                    groupArray(arm_higher) AS highers,
+                                    groupArray(arm_lookback) AS lookbacks,
+                                    groupArray(arm_first_ms) AS firsts,
+                                    groupArray(arm_visitors) AS visitor_counts,
+                                    groupArray(arm_sy) AS sys, groupArray(arm_syy) AS syys,
+                                    groupArray(arm_sd) AS sds, groupArray(arm_sdd) AS sdds,
+                                    groupArray(arm_syd) AS syds, groupArray(arm_sx) AS sxs,
+                                    groupArray(arm_sxx) AS sxxs, groupArray(arm_sxy) AS sxys,
+                                    groupArray(arm_ys) AS arms_ys,
+                                    groupArray(arm_ds) AS arms_ds,
+                                    groupArray(arm_xs) AS arms_xs
+                                FROM (
+                                    SELECT
+                                        public_key, experiment_id, phase, metric_id,
+                                        {arm_segment} AS arm_segment,
+                                        variant_id AS arm_variant,
+                                        any(role) AS arm_role, any(position) AS arm_position,
+                                        any(kind) AS arm_kind,
+                                        any(higher_is_better) AS arm_higher,
+                                        any(cuped_lookback_days) AS arm_lookback,
+                                        any(cap_value) AS m_cap_value,
+                                        any(cap_percentile) AS m_cap_percentile,
+                                        min(first_exposure_ms) AS arm_first_ms,
+                                        toFloat64(count()) AS arm_visitors,
+                                        sum(y) AS arm_sy, sum(y * y) AS arm_syy,
+                                        sum(denominator) AS arm_sd,
+                                        sum(denominator * denominator) AS arm_sdd,
+                                        sum(y * denominator) AS arm_syd,
+                                        sum(x) AS arm_sx, sum(x * x) AS arm_sxx,
+                                        sum(x * y) AS arm_sxy,
+                                        groupArrayIf(value, ranked) AS arm_ys,
+                                        groupArrayIf(denominator, ranked) AS arm_ds,
+                                        groupArrayIf(pre_value, ranked) AS arm_xs
+                                    FROM (
+                                        SELECT
+                                            *,
+                                            if(cap_value > 0, least(value, cap_value), value)
+                                                AS y,
+                                            if(cap_value > 0,
+                                                least(pre_value, cap_value), pre_value) AS x,
+                                            cap_value = 0 AND cap_percentile > 0 AS ranked
+                                        FROM {metric_visitors}
+                                    ) AS visitors
+                                    GROUP BY public_key, experiment_id, phase, metric_id,
+                                        arm_segment, arm_variant
+                                ) AS arms_summed
+                                GROUP BY public_key, experiment_id, phase, metric_id
+                            ) AS per_metric
+                            ARRAY JOIN
+                                segments_of_arms AS segment, variants AS variant,
+                                roles AS metric_role, positions AS metric_position,
+                                kinds AS metric_kind, highers AS higher,
+                                lookbacks AS lookback, firsts AS first_ms,
+                                visitor_counts AS arm_n, sys AS raw_sy, syys AS raw_syy,
+                                sds AS raw_sd, sdds AS raw_sdd, syds AS raw_syd,
+                                sxs AS raw_sx, sxxs AS raw_sxx, sxys AS raw_sxy,
+                                arms_ys AS ys, arms_ds AS ds, arms_xs AS xs
+                        ) AS with_caps
+                    ) AS capped
+                ) AS arms
+                ANY LEFT JOIN (
+                    SELECT experiment_id, phase, variant_id AS variant,
+                        is_control AS defined_control, toUInt8(1) AS arm_defined
+                    FROM {db}.experiment_phase_variants
+                ) AS definitions USING (experiment_id, phase, variant)
+            ) AS defined_arms
+            GROUP BY public_key, experiment_id, phase{segment}, metric_id
+        ) AS per_metric
+        ARRAY JOIN
+            variant_ids AS variant_id, control_flags AS is_control,
+            defined_flags AS defined, ns AS n, sys AS sy,
+            syys AS syy, sds AS sd, sdds AS sdd, syds AS syd, sxs AS sx, sxxs AS sxx,
+            sxys AS sxy
+      ) AS arms_of_metrics
+      CROSS JOIN (
+        SELECT arraySort(groupArray((toInt64(toUnixTimestamp(set_at)), value))) AS tuning_log
+        FROM {db}.results_settings_log
+        WHERE name = 'sequential_tuning' AND value > 0 AND isFinite(value)
+      ) AS tunings_logged
+      -- One block: the aggregations above hand on up to 256, and the statistics cost
+      -- per block.
+      ORDER BY public_key, experiment_id, phase{segment}, metric_id, variant_id
+    ) AS arms
+    ANY LEFT JOIN (
+        SELECT experiment_id, phase, phase_treatments, snapshot_tuning
+        FROM (
+            SELECT experiment_id, phase, countIf(is_control = 0) AS phase_treatments
+            FROM {db}.experiment_phase_variants
+            WHERE weight > 0
+            GROUP BY experiment_id, phase
+        ) AS weighted
+        ANY LEFT JOIN (
+            SELECT experiment_id, phase, sequential_tuning AS snapshot_tuning
+            FROM {db}.experiment_phase_settings
+        ) AS tunings USING (experiment_id, phase)
+    ) AS settings USING (experiment_id, phase)
+) AS statistics
+) AS start
+) AS step_1
+) AS step_2

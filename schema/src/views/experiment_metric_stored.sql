@@ -1,0 +1,19 @@
+-- One row per stored row (experiment_metric_values) of each visitor's latest refresh,
+-- with the visitor's `fresh` (experiment_metric_freshness).
+SELECT
+    public_key, visitor_id, refresh_id, experiment_id, phase, metric_id, variant_id,
+    first_exposure_ms, value, denominator, pre_value, fresh
+FROM (
+    SELECT
+        CAST(public_key AS String) AS public_key, visitor_id, refresh_id, experiment_id,
+        phase, metric_id, variant_id, first_exposure_ms, value, denominator, pre_value,
+        visitor_key
+    FROM (
+        SELECT *, {visitor_key} AS visitor_key
+        FROM {db}.experiment_metric_values
+    ) AS keyed
+) AS stored
+ANY INNER JOIN (
+    SELECT visitor_key, latest_refresh AS refresh_id, fresh
+    FROM {db}.experiment_metric_freshness
+) AS latest USING (visitor_key, refresh_id)
