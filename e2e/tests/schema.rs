@@ -20,7 +20,7 @@ async fn migrations_create_the_schema_once_and_rerun_as_a_no_op() {
         .expect("migrations recorded");
     assert_eq!(
         versions,
-        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16],
+        schema::migration_versions(),
         "each migration recorded once"
     );
 
@@ -113,7 +113,11 @@ async fn a_consumer_behind_another_skips_what_the_other_applied_meanwhile() {
         .fetch_one()
         .await
         .expect("records");
-    assert_eq!(records, 16, "each migration recorded once");
+    assert_eq!(
+        records,
+        schema::migration_versions().len() as u64,
+        "each migration recorded once"
+    );
 }
 
 #[tokio::test]
@@ -427,4 +431,161 @@ async fn migrate_within_a_minute(database: &str) -> Result<(), tokio::time::erro
     .await?;
     migrated.expect("migrates");
     Ok(())
+}
+
+/// The statements of a rendered schema file (`schema/rendered/`, or a fixture of an older
+/// one) for `database`, each with the settings its header names.
+fn rendered_statements(file: &str, database: &str) -> Vec<(String, bool)> {
+    // A statement starts at its header, `-- N. runs ...`, and ends before the next one.
+    let is_header = |line: &str| {
+        line.strip_prefix("-- ")
+            .and_then(|rest| rest.split_once(". runs "))
+            .is_some_and(|(n, _)| n.parse::<u32>().is_ok())
+    };
+    let mut statements: Vec<(String, bool)> = Vec::new();
+    for line in file.lines() {
+        if is_header(line) {
+            statements.push((String::new(), line.contains("low_cardinality")));
+        } else if let Some((sql, _)) = statements.last_mut() {
+            sql.push_str(line);
+            sql.push('\n');
+        }
+    }
+    statements
+        .into_iter()
+        .map(|(sql, low_cardinality)| {
+            let sql = sql.trim_end().trim_end_matches(';');
+            (
+                sql.replace("analytics.", &format!("{database}."))
+                    .replace("EXISTS analytics", &format!("EXISTS {database}")),
+                low_cardinality,
+            )
+        })
+        .collect()
+}
+
+/// A database as main of 2026-11-28 migrated it (views made by migrations 2 to 16) moves
+/// to views kept as current definitions: each made again once, recorded, answering as
+/// before.
+#[tokio::test]
+async fn a_database_migrated_by_the_numbered_views_upgrades_in_place() {
+    let database = unique("test_");
+    let server = e2e::clickhouse("default");
+    let old = include_str!("fixtures/schema-2026-11-28-18-single.sql");
+    for (sql, low_cardinality) in rendered_statements(old, &database) {
+        let mut query = server.query(&sql);
+        if low_cardinality {
+            query = query.with_setting("allow_experimental_low_cardinality_type", "1");
+        }
+        query.execute().await.expect("the old schema's statement");
+    }
+    let client = e2e::clickhouse(&database);
+    client
+        .query("INSERT INTO schema_migrations SELECT number + 1, 'old', now() FROM numbers(16)")
+        .execute()
+        .await
+        .expect("old records");
+    client
+        .query(
+            "INSERT INTO events (event_id, received_at, public_key, event_name, experiment_id, \
+             variant_id, session_id, visitor_id) SELECT generateUUIDv4(), \
+             toDateTime(1763700000 + number), 'pk_x', \
+             if(number % 3 = 2 AND intDiv(number, 3) % 4 = 0, 'conversion', 'impression'), \
+             'exp_1', if(number % 3 = 2 AND intDiv(number, 3) % 4 = 0, '', \
+             if(intDiv(number, 3) % 2 = 0, 'a', 'b')), \
+             concat('s', toString(intDiv(number, 3))), concat('v', toString(intDiv(number, 3))) \
+             FROM numbers(600)",
+        )
+        .execute()
+        .await
+        .expect("rows");
+    let results = || async {
+        client
+            .query(
+                "SELECT variant_id, exposed, converted, ifNull(p_value, -1) \
+                 FROM experiment_results ORDER BY variant_id",
+            )
+            .fetch_all::<(String, u64, u64, f64)>()
+            .await
+            .expect("results")
+    };
+    let before = results().await;
+    assert_eq!(before.len(), 2, "{before:?}");
+
+    schema::migrate(&client, &database).await.expect("upgrade");
+    assert_eq!(
+        results().await,
+        before,
+        "the same results after the upgrade"
+    );
+    let made: Vec<String> = client
+        .query("SELECT name FROM schema_views ORDER BY name")
+        .fetch_all()
+        .await
+        .expect("records");
+    assert_eq!(made.len(), 15, "each view made again once: {made:?}");
+    // No metric is defined here (the consumer writes them): the view answers, empty.
+    let metrics: u64 = client
+        .query("SELECT count() FROM experiment_metric_results")
+        .fetch_one()
+        .await
+        .expect("the metric view answers");
+    assert_eq!(metrics, 0);
+    // Nothing left to do: a second run makes nothing again.
+    schema::migrate(&client, &database).await.expect("again");
+    let records: u64 = client
+        .query("SELECT count() FROM schema_views")
+        .fetch_one()
+        .await
+        .expect("records");
+    assert_eq!(records, 15);
+    e2e::drop_database(&database).await;
+}
+
+/// A view whose text is not the current one (an older release's, or changed by hand with
+/// its record) is made again at the next migration; a recorded view no longer defined is
+/// dropped; the others are left alone.
+#[tokio::test]
+async fn a_changed_view_is_made_again_and_a_retired_one_dropped() {
+    let (database, client) = migrated().await;
+    let created = |name: &'static str| {
+        let client = client.clone();
+        let database = database.clone();
+        async move {
+            client
+                .query("SELECT metadata_modification_time FROM system.tables WHERE database = ? AND name = ?")
+                .bind(&database)
+                .bind(name)
+                .fetch_all::<u32>()
+                .await
+                .expect("tables")
+        }
+    };
+    for sql in [
+        "DROP TABLE experiment_daily",
+        "CREATE VIEW experiment_daily AS SELECT 1 AS stale",
+        "INSERT INTO schema_views SELECT 'experiment_daily', 'an older text', max(made_at) + 1 \
+         FROM schema_views",
+        "CREATE VIEW experiment_retired AS SELECT 1 AS x",
+        "INSERT INTO schema_views VALUES ('experiment_retired', 'any', 1)",
+    ] {
+        client.query(sql).execute().await.expect(sql);
+    }
+    let untouched = created("experiment_results").await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    schema::migrate(&client, &database).await.expect("migrates");
+
+    let columns: Vec<String> = client
+        .query("SELECT name FROM system.columns WHERE database = ? AND table = 'experiment_daily'")
+        .bind(&database)
+        .fetch_all()
+        .await
+        .expect("columns");
+    assert!(
+        columns.len() > 1 && !columns.contains(&"stale".to_owned()),
+        "made again: {columns:?}"
+    );
+    assert!(created("experiment_retired").await.is_empty(), "dropped");
+    assert_eq!(created("experiment_results").await, untouched, "left alone");
+    e2e::drop_database(&database).await;
 }
