@@ -589,3 +589,41 @@ async fn a_changed_view_is_made_again_and_a_retired_one_dropped() {
     assert_eq!(created("experiment_results").await, untouched, "left alone");
     e2e::drop_database(&database).await;
 }
+
+/// Every results view says, on each row, the time up to which the events it counts were
+/// stored: a UTC time, the query's own while the views read every stored row.
+#[tokio::test]
+async fn every_results_row_says_as_of_when_in_utc() {
+    let (database, client) = migrated().await;
+    client
+        .query(
+            "INSERT INTO events (event_id, received_at, public_key, event_name, experiment_id, \
+             variant_id, session_id, visitor_id) \
+             SELECT generateUUIDv4(), now(), 'pk_x', 'impression', 'exp_1', 'a', 's1', 'v1'",
+        )
+        .execute()
+        .await
+        .expect("a row");
+    for view in [
+        "experiment_results",
+        "experiment_results_over_time",
+        "experiment_metric_results",
+    ] {
+        let ty: String = client
+            .query("SELECT type FROM system.columns WHERE database = ? AND table = ? AND name = 'as_of'")
+            .bind(&database)
+            .bind(view)
+            .fetch_one()
+            .await
+            .unwrap_or_else(|e| panic!("{view} has no as_of: {e}"));
+        assert_eq!(ty, "DateTime('UTC')", "{view}");
+    }
+    let (lag, rows): (i64, u64) = client
+        .query("SELECT max(toInt64(now()) - toInt64(as_of)), count() FROM experiment_results")
+        .fetch_one()
+        .await
+        .expect("as_of");
+    assert_eq!(rows, 1);
+    assert!((0..=5).contains(&lag), "as_of {lag} s before the query");
+    e2e::drop_database(&database).await;
+}

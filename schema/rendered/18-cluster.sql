@@ -653,7 +653,8 @@ SELECT
     if(mature_testable, mature_raw_diff + mature_always_valid_half, NULL) AS mature_always_valid_ci_high,
     mature_no_test_reason,
     tuning AS sequential_tuning,
-    family AS treatments
+    family AS treatments,
+    toDateTime(now(), 'UTC') AS as_of
 FROM (
     SELECT
         *,
@@ -837,7 +838,8 @@ SELECT
     if(mature_testable, mature_raw_diff + mature_always_valid_half, NULL) AS mature_always_valid_ci_high,
     mature_no_test_reason,
     tuning AS sequential_tuning,
-    family AS treatments
+    family AS treatments,
+    toDateTime(now(), 'UTC') AS as_of
 FROM (
     SELECT
         *,
@@ -1596,7 +1598,8 @@ SELECT
     cap,
     tuning AS sequential_tuning,
     family AS treatments,
-    no_test_reason
+    no_test_reason,
+    toDateTime(now(), 'UTC') AS as_of
 FROM (
 -- Student's t quantile for the intervals, one Newton step per SELECT.
 SELECT *, t_quantile_1 - (((t_quantile_1)

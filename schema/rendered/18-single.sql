@@ -618,7 +618,8 @@ SELECT
     if(mature_testable, mature_raw_diff + mature_always_valid_half, NULL) AS mature_always_valid_ci_high,
     mature_no_test_reason,
     tuning AS sequential_tuning,
-    family AS treatments
+    family AS treatments,
+    toDateTime(now(), 'UTC') AS as_of
 FROM (
     SELECT
         *,
@@ -802,7 +803,8 @@ SELECT
     if(mature_testable, mature_raw_diff + mature_always_valid_half, NULL) AS mature_always_valid_ci_high,
     mature_no_test_reason,
     tuning AS sequential_tuning,
-    family AS treatments
+    family AS treatments,
+    toDateTime(now(), 'UTC') AS as_of
 FROM (
     SELECT
         *,
@@ -1561,7 +1563,8 @@ SELECT
     cap,
     tuning AS sequential_tuning,
     family AS treatments,
-    no_test_reason
+    no_test_reason,
+    toDateTime(now(), 'UTC') AS as_of
 FROM (
 -- Student's t quantile for the intervals, one Newton step per SELECT.
 SELECT *, t_quantile_1 - (((t_quantile_1)

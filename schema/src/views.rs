@@ -199,6 +199,12 @@ const CURRENT_SETTINGS_ROWS: &str = "
     FROM {db}.experiment_visitors
     UNION ALL SELECT '' AS experiment_id, toUInt32(0) AS phase";
 
+/// The results views' `as_of`: the time up to which the events they count were stored, in
+/// UTC. Every results view reads every stored row when it is queried (the metric view
+/// computes from the events the visitors whose stored values are not settled), so it is
+/// the query's own time.
+const AS_OF: &str = "toDateTime(now(), 'UTC')";
+
 /// A visitor's key, of the columns `public_key` and `visitor_id` of any table. Two
 /// visitors of one key are both read as stale (experiment_metric_freshness), so it needs no
 /// resistance to chosen inputs: CityHash, a third of SipHash's time on 18.16, and a query
@@ -226,6 +232,7 @@ pub(crate) fn shared(p: Params<'_>) -> Params<'_> {
         .text("undefined_arm", UNDEFINED_ARM)
         .text("visitor_key", VISITOR_KEY)
         .text("settled_before", settled_before)
+        .text("as_of", AS_OF)
         .sql("srm_chi_square", SRM_CHI_SQUARE)
         .sql("metric_arrays", METRIC_ARRAYS)
         .with(vec![

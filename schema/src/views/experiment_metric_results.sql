@@ -44,7 +44,8 @@ SELECT
     cap,
     tuning AS sequential_tuning,
     family AS treatments,
-    no_test_reason
+    no_test_reason,
+    {as_of} AS as_of
 FROM (
 -- Student's t quantile for the intervals, one Newton step per SELECT.
 SELECT *, {t_quantile_2}, {cuped_t_quantile_2} FROM (

@@ -10,7 +10,8 @@ SELECT
     {mature_head},
     {mature_tail},
     tuning AS sequential_tuning,
-    family AS treatments
+    family AS treatments,
+    {as_of} AS as_of
 FROM (
     SELECT
         *,
