@@ -599,6 +599,12 @@ async fn insert_columns(server: &Server, database: &str, table: &str) -> anyhow:
     Ok(names.join(", "))
 }
 
+/// The analyst a feed (`USER__TABLE`) is of. A table's name holds no `__`, so the name
+/// splits at its last: `x___events` is `x_`'s, never `x`'s, though it starts with `x__`.
+fn feed_owner(feed: &str) -> Option<&str> {
+    feed.rsplit_once("__").map(|(user, _)| user)
+}
+
 /// 18.x: the analyst's feeds and copy gone from every server (and, from before the copies,
 /// the filtering views of the same names).
 async fn legacy_drop(topology: &Topology, user: &str) -> anyhow::Result<()> {
@@ -612,6 +618,7 @@ async fn legacy_drop(topology: &Topology, user: &str) -> anyhow::Result<()> {
             .await?;
         let mut sql: Vec<String> = feeds
             .iter()
+            .filter(|feed| feed_owner(feed) == Some(user))
             .map(|feed| format!("DROP TABLE IF EXISTS {ACCESS_DB}.{feed}"))
             .collect();
         sql.push(format!("DROP DATABASE IF EXISTS {}", copy_of(user)));
@@ -916,6 +923,14 @@ mod tests {
             assert!(check_key(bad).is_err(), "{bad:?}");
         }
         assert_eq!(check_key("pk_demo-1.x_Y"), Ok(()));
+    }
+
+    #[test]
+    fn a_feed_is_of_the_user_before_its_last_separator() {
+        assert_eq!(feed_owner("x__events"), Some("x"));
+        assert_eq!(feed_owner("x___events"), Some("x_"));
+        assert_eq!(feed_owner("x_y__experiment_visitors"), Some("x_y"));
+        assert_eq!(feed_owner("events"), None);
     }
 
     #[test]
