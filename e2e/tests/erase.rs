@@ -315,6 +315,49 @@ async fn erasing_a_session_rebuilds_its_visitor_from_the_other_sessions() {
     single().check("--session-id", "s2", "session_id").await;
 }
 
+/// An analyst who reads the server's query texts (`system.processes` while it runs,
+/// `system.query_log` after; 18.x shows them to every user) learns no erased id: the
+/// statements name the session and its visitors by their hashes only.
+#[tokio::test]
+async fn erasing_a_session_writes_no_raw_id_into_a_statement() {
+    let dir = tempfile::tempdir().expect("temporary folder");
+    let root = dir.path().join("clickhouse");
+    std::fs::create_dir_all(root.join("users.d")).expect("users.d");
+    std::fs::write(
+        root.join("users.d/log_queries.xml"),
+        "<yandex><profiles><default><log_queries>1</log_queries></default></profiles></yandex>",
+    )
+    .expect("every query logged");
+    let (http, tcp) = (e2e::free_port(), e2e::free_port());
+    let _server = e2e::ScriptedClickHouse::start(&root, http, tcp);
+    let url = format!("http://127.0.0.1:{http}");
+    let database = unique("test_erase_");
+    let config = args(&url, None, &database, &["--session-id", "s2"]);
+    let topology = Topology::from_args(&config.clickhouse).expect("topology");
+    let rows: Vec<schema::EventRow> = events().into_iter().map(|(_, _, r)| r).collect();
+    loaded(&topology, &database, &rows).await;
+    let subject = Subject::parse(&config).expect("a valid id");
+    let erased = erase(&config, &subject).await.expect("erased");
+    assert_eq!(erased.rebuilt_visitors, ["v1"]);
+
+    let client = topology.shards[0][0].client.clone();
+    client
+        .query("SYSTEM FLUSH LOGS")
+        .execute()
+        .await
+        .expect("logs flushed");
+    let texts: Vec<String> = client
+        .query(
+            "SELECT query FROM system.query_log WHERE type = 1 \
+             AND (position(query, '\\'s2\\'') > 0 OR position(query, '\\'v1\\'') > 0) \
+             AND position(query, 'query_log') = 0",
+        )
+        .fetch_all()
+        .await
+        .expect("query log read");
+    assert!(texts.is_empty(), "raw ids in statements: {texts:#?}");
+}
+
 #[tokio::test]
 async fn cluster_erasing_a_visitor_leaves_no_row_on_any_replica() {
     cluster().check("--visitor-id", "v1", "visitor_id").await;

@@ -329,10 +329,11 @@ async fn erase_in(
             let found: Vec<String> = server
                 .client
                 .query(&format!(
-                    "SELECT DISTINCT visitor_id FROM {database}.events{} WHERE session_id = ?",
+                    "SELECT DISTINCT visitor_id FROM {database}.events{} \
+                     WHERE sipHash64(session_id) = ?",
                     topology.local()
                 ))
-                .bind(id)
+                .bind(sip_hash64(id.as_bytes()))
                 .fetch_all()
                 .await
                 .with_context(|| format!("cannot read the session's visitors on {}", server.url))?;
@@ -346,9 +347,10 @@ async fn erase_in(
         rebuilt_visitors: visitors.clone(),
         ..Erased::default()
     };
-    // By the ids' hashes, not the ids: a mutation's text stays in `system.mutations` and, in
-    // a cluster, in ZooKeeper (which `system.zookeeper` shows to any user of 18.x), so the
-    // erased ids are not written there. SipHash's 64 bits make another visitor's match
+    // By the ids' hashes, not the ids, in every statement: a mutation's text stays in
+    // `system.mutations` and, in a cluster, in ZooKeeper (which `system.zookeeper` shows to
+    // any user of 18.x), and every query's text is in `system.processes` while it runs and
+    // in `system.query_log` after, which 18.x shows to every user. SipHash's 64 bits make another visitor's match
     // negligible (about one in 10^10 for a billion visitors).
     let condition = |table: &Table| match table.action {
         Action::Delete => format!("sipHash64({}) = ?", subject.column()),
@@ -408,7 +410,7 @@ async fn erase_in(
                     let mut query = first
                         .client
                         .query(&sql)
-                        .bind(visitors.clone())
+                        .bind(visitor_hashes.clone())
                         // A rebuilt block may equal one the replicas saw before.
                         .with_setting("insert_deduplicate", "0");
                     if let Some((name, value)) = schema::required_settings(caps) {
@@ -439,7 +441,8 @@ async fn erase_in(
 /// shard-local name) of the visitors bound to `?`.
 fn rebuild_statement(caps: ServerCaps, topology: &Topology, database: &str, table: &str) -> String {
     let cluster = topology.cluster.as_deref();
-    let filter = "has(?, visitor_id)";
+    // The hashes of the visitors, as the deletions of `Forget` select them.
+    let filter = "has(?, sipHash64(visitor_id))";
     if table.strip_suffix(topology.local()).unwrap_or(table) == "experiment_visitors" {
         schema::visitors_rebuild(caps, cluster, database, filter)
     } else {
