@@ -32,7 +32,7 @@ pub struct Config {
 
     /// The kind of server and topology `--print-schema` renders for.
     #[arg(long, value_enum, requires = "print_schema")]
-    pub profile: Option<schema::Profile>,
+    pub profile: Option<schema::profile::Profile>,
 
     #[command(flatten)]
     pub http: http_kit::serve::ServeArgs,

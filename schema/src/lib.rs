@@ -23,7 +23,6 @@ mod template;
 pub mod topology;
 mod views;
 
-pub use profile::Profile;
 pub use row::EventRow;
 pub use topology::ClickHouseArgs;
 
