@@ -91,7 +91,7 @@ fn pp(x: f64) -> String {
 }
 
 /// A UTC time, `YYYY-MM-DD HH:MM`.
-fn utc(seconds: u32) -> String {
+pub(crate) fn utc(seconds: u32) -> String {
     let days = i64::from(seconds / 86_400);
     let (h, m) = ((seconds % 86_400) / 3600, (seconds % 3600) / 60);
     // Howard Hinnant's civil_from_days.
@@ -375,8 +375,11 @@ pub fn page(experiment: &str, sections: &[Section]) -> String {
         let _ = write!(
             html,
             "<section class=\"result\" data-key=\"{key}\" data-phase=\"{}\">\
-             <h2>{key}, phase {}</h2>",
-            report.phase, report.phase
+             <h2>{key}, phase {}</h2>\
+             <p class=\"meta as-of\">As of {} UTC: the events stored up to then.</p>",
+            report.phase,
+            report.phase,
+            utc(report.as_of)
         );
         let (first, last) = (
             section.points.first().map(|p| p.hour),
@@ -592,6 +595,7 @@ mod tests {
             experiment_id: "exp".into(),
             phase: 1,
             srm_p_value: Some(0.0001),
+            as_of: 1_763_700_000,
             correction: crate::stats::Correction::Holm,
             variants: vec![row("a", true, None), row("b", false, Some((0.01, 0.07)))],
             metrics: crate::metrics::Metrics::default(),
@@ -614,6 +618,7 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("Better than the control: +4.00 pp"));
+        assert!(html.contains("As of 2025-11-21 04:40 UTC"), "{html}");
         assert_eq!(utc(0), "1970-01-01 00:00");
         assert_eq!(utc(951_782_400), "2000-02-29 00:00");
     }

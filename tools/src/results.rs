@@ -78,6 +78,8 @@ struct ResultRow {
     always_valid_ci_high: Option<f64>,
     /// Why the view gives no statistic ('' where it gives them).
     no_test_reason: String,
+    /// The time up to which the events counted were stored (seconds, UTC).
+    as_of: u32,
 }
 
 /// Time on page of one variant's exposed visitors that reported it (each one's longest).
@@ -198,6 +200,8 @@ pub struct Report {
     pub experiment_id: String,
     pub phase: u32,
     pub srm_p_value: Option<f64>,
+    /// The time up to which the events counted were stored (`as_of`, seconds, UTC).
+    pub as_of: u32,
     pub correction: Correction,
     pub variants: Vec<VariantReport>,
     /// The experiment's metrics (`experiment_metric_results`), goal first.
@@ -226,7 +230,7 @@ pub async fn report(
         .query(
             "SELECT public_key, phase, variant_id, is_control, exposed, converted, \
              conversion_rate, srm_p_value, always_valid_p_value, always_valid_ci_low, \
-             always_valid_ci_high, no_test_reason FROM experiment_results \
+             always_valid_ci_high, no_test_reason, as_of FROM experiment_results \
              WHERE experiment_id = ? \
              ORDER BY public_key, phase, variant_id = '__multiple__', is_control DESC, \
              variant_id",
@@ -254,6 +258,7 @@ pub async fn report(
                 experiment_id: experiment.to_owned(),
                 phase: row.phase,
                 srm_p_value: row.srm_p_value,
+                as_of: row.as_of,
                 correction: settings.correction,
                 variants: Vec::new(),
                 metrics: crate::metrics::Metrics::default(),
@@ -395,10 +400,11 @@ pub fn render(reports: &[Report], settings: Settings) -> String {
     for report in reports {
         let _ = writeln!(
             out,
-            "{} under {}, phase {}: sample-ratio p = {}{}",
+            "{} under {}, phase {}, as of {} UTC: sample-ratio p = {}{}",
             report.experiment_id,
             report.public_key,
             report.phase,
+            crate::report::utc(report.as_of),
             report.srm_p_value.map_or("n/a".into(), p),
             if report.srm_p_value.is_some_and(|p| p < 0.001) {
                 "  (MISMATCH: exposures do not follow the weights; check the assignment before trusting the rest)"
@@ -596,6 +602,7 @@ mod tests {
             experiment_id: "exp".into(),
             phase: 1,
             srm_p_value: None,
+            as_of: 1_763_700_000,
             correction: Correction::Holm,
             variants: vec![
                 variant("a_rather_long_control_variant_name", true),
@@ -611,6 +618,10 @@ mod tests {
             correction: Correction::Holm,
         };
         let out = render(&[report], settings);
+        assert!(
+            out.starts_with("exp under pk_a, phase 1, as of 2025-11-21 04:40 UTC:"),
+            "{out}"
+        );
         let lines: Vec<&str> = out.lines().skip(1).take(3).collect();
         // Where the visitors column ends, in the header and in each row.
         let header_end = lines[0].find("visitors").expect("header") + "visitors".len();
@@ -635,6 +646,7 @@ mod tests {
             always_valid_ci_low: None,
             always_valid_ci_high: None,
             no_test_reason: no_test_reason.into(),
+            as_of: 0,
         };
         let control = row("a", 1, 100, "");
         let minimums = crate::stats::Minimums {
