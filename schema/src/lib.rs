@@ -93,24 +93,18 @@ impl ServerCaps {
     }
 
     /// The parameters of every statement on this server: `{db}` is the database, `{millis}`
-    /// the type of a time in milliseconds, `{received_at_ms}` the one of `received_at`,
-    /// `{first_exposure_hour}` the UTC hour (a `DateTime('UTC')`) of `first_exposure` and
+    /// the type of a time in milliseconds, `{received_at_ms}` the one of `received_at` and
     /// `{to_ms}` what makes milliseconds since the epoch (an `Int64`) of a time in
     /// milliseconds; with the topology's (`Layout`), the tables' selects and the views'
     /// shared parameters ([`views::shared`]).
     fn params(self, database: &str, layout: &Layout) -> template::Params<'static> {
-        let (received_at_ms, first_exposure_hour, to_ms) = if self.has_datetime64() {
+        let (received_at_ms, to_ms) = if self.has_datetime64() {
             (
                 "toDateTime64(received_at, 3, 'UTC')",
-                "toStartOfHour(toDateTime(first_exposure, 'UTC'))",
                 "toUnixTimestamp64Milli",
             )
         } else {
-            (
-                "toInt64(received_at) * 1000",
-                "toStartOfHour(toDateTime(intDiv(first_exposure, 1000), 'UTC'))",
-                "",
-            )
+            ("toInt64(received_at) * 1000", "")
         };
         let visitors_select = |first_conversion: &str| {
             template::Value::Scoped(
@@ -127,7 +121,6 @@ impl ServerCaps {
             .text("local", layout.local)
             .text("millis", self.millis())
             .text("received_at_ms", received_at_ms)
-            .text("first_exposure_hour", first_exposure_hour)
             .text("to_ms", to_ms)
             .sql("sessions_select", SESSIONS_SELECT)
             .with(vec![

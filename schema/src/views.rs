@@ -30,10 +30,10 @@ macro_rules! sql {
 pub(crate) struct View {
     pub name: &'static str,
     query: &'static str,
-    locals: fn(&Params<'_>) -> Vec<(&'static str, Value)>,
+    locals: fn() -> Vec<(&'static str, Value)>,
 }
 
-fn none(_: &Params<'_>) -> Vec<(&'static str, Value)> {
+fn none() -> Vec<(&'static str, Value)> {
     Vec::new()
 }
 
@@ -70,7 +70,7 @@ pub(crate) const VIEWS: &[View] = &[
     View {
         name: "experiment_visitor_exposures",
         query: sql!("views/experiment_visitor_exposures.sql"),
-        locals: |_| vec![("visitor_filter", Value::Text("1".into()))],
+        locals: || vec![("visitor_filter", Value::Text("1".into()))],
     },
     // Exposed visitors per phase and variant, each once, with the phase's weights.
     View {
@@ -90,7 +90,7 @@ pub(crate) const VIEWS: &[View] = &[
     View {
         name: "experiment_results",
         query: sql!("views/experiment_results.sql"),
-        locals: |_| {
+        locals: || {
             results_locals(
                 "experiment_variant_counts",
                 "",
@@ -105,7 +105,7 @@ pub(crate) const VIEWS: &[View] = &[
     View {
         name: "experiment_results_over_time",
         query: sql!("views/experiment_results.sql"),
-        locals: |_| {
+        locals: || {
             results_locals(
                 "experiment_variant_counts_over_time",
                 ", hour",
@@ -125,7 +125,7 @@ pub(crate) const VIEWS: &[View] = &[
     View {
         name: "experiment_metric_freshness",
         query: sql!("views/experiment_metric_freshness.sql"),
-        locals: |_| {
+        locals: || {
             vec![
                 ("current_settings", Value::Sql(WITH_SETTINGS_HASH.into())),
                 ("rows", Value::Sql(CURRENT_SETTINGS_ROWS.into())),
@@ -147,7 +147,7 @@ pub(crate) const VIEWS: &[View] = &[
     View {
         name: "experiment_metric_visitors",
         query: sql!("views/experiment_metric_visitors.sql"),
-        locals: |_| {
+        locals: || {
             vec![
                 (
                     "metric_values_select",
@@ -162,7 +162,7 @@ pub(crate) const VIEWS: &[View] = &[
     View {
         name: "experiment_metric_results",
         query: METRIC_RESULTS,
-        locals: |_| metric_results_locals(None),
+        locals: || metric_results_locals(None),
     },
 ];
 
@@ -347,7 +347,7 @@ impl View {
     /// The statement that makes this view.
     pub(crate) fn create(&self, caps: ServerCaps, database: &str, layout: &Layout) -> String {
         let globals = caps.params(database, layout);
-        let scope = globals.scope().with((self.locals)(&globals));
+        let scope = globals.scope().with((self.locals)());
         scope.render(&format!(
             "CREATE VIEW IF NOT EXISTS {{db}}.{}{{on_cluster}} AS\n{}",
             self.name, self.query
