@@ -627,3 +627,34 @@ async fn every_results_row_says_as_of_when_in_utc() {
     assert!((0..=5).contains(&lag), "as_of {lag} s before the query");
     e2e::drop_database(&database).await;
 }
+
+/// During a rolling update the old consumers start beside the new: one that finds a
+/// migration it does not know leaves the views as the newer binary made them.
+#[tokio::test]
+async fn an_older_consumer_leaves_a_newer_ones_views_alone() {
+    let (database, client) = migrated().await;
+    let newer = schema::migration_versions()
+        .last()
+        .copied()
+        .expect("migrations")
+        + 1;
+    for sql in [
+        format!("INSERT INTO schema_migrations VALUES ({newer}, 'a newer release', now())"),
+        "DROP TABLE experiment_daily".to_owned(),
+        "CREATE VIEW experiment_daily AS SELECT 1 AS newer".to_owned(),
+        "INSERT INTO schema_views SELECT 'experiment_daily', 'a newer text', max(made_at) + 1 \
+         FROM schema_views"
+            .to_owned(),
+    ] {
+        client.query(&sql).execute().await.expect(&sql);
+    }
+    schema::migrate(&client, &database).await.expect("migrates");
+    let columns: Vec<String> = client
+        .query("SELECT name FROM system.columns WHERE database = ? AND table = 'experiment_daily'")
+        .bind(&database)
+        .fetch_all()
+        .await
+        .expect("columns");
+    assert_eq!(columns, ["newer"], "the newer view kept");
+    e2e::drop_database(&database).await;
+}

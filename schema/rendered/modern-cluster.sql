@@ -253,9 +253,9 @@ GROUP BY public_key, experiment_id, phase, visitor_id;
 DROP TABLE IF EXISTS analytics.experiment_visitors_mv ON CLUSTER analytics;
 
 -- 33. runs each shard
-INSERT INTO analytics.experiment_visitors_local (public_key, experiment_id, phase, visitor_id, first_conversion) 
-                 SELECT public_key, experiment_id, phase, visitor_id, minIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1) 
-                 FROM analytics.events_local WHERE event_name = 'conversion' OR ifNull(conversion, 0) = 1 GROUP BY public_key, experiment_id, phase, visitor_id;
+INSERT INTO analytics.experiment_visitors_local (public_key, experiment_id, phase, visitor_id, first_conversion)
+SELECT public_key, experiment_id, phase, visitor_id, minIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
+FROM analytics.events_local WHERE event_name = 'conversion' OR ifNull(conversion, 0) = 1 GROUP BY public_key, experiment_id, phase, visitor_id;
 
 -- 34. runs once
 ALTER TABLE analytics.experiment_variants ADD COLUMN conversion_window_hours Float64 DEFAULT 0;

@@ -687,8 +687,12 @@ async fn migrate_layout(
             .await
             .context("cannot read schema_migrations")
     };
-    // The views are made as they are now only on the schema as it is now.
-    let with_views = MIGRATIONS.iter().all(|m| m.version <= last);
+    // The views are made as they are now only on the schema as it is now, and never by a
+    // binary older than the one that migrated the database (during a rolling update, the
+    // old consumers would otherwise put their views back at each start).
+    let latest = MIGRATIONS.last().map_or(0, |m| m.version);
+    let with_views = last >= latest;
+    let ours = |applied: &[u32]| applied.iter().all(|v| *v <= latest);
     let nothing_left = || async {
         let applied = applied().await?;
         let migrated = MIGRATIONS
@@ -696,7 +700,8 @@ async fn migrate_layout(
             .all(|m| m.version > last || applied.contains(&m.version));
         anyhow::Ok(
             migrated
-                && (!with_views || {
+                && (!with_views || !ours(&applied) || {
+                    let caps = caps_of_tables(&server, database, caps).await?;
                     let (pending, retired) =
                         views::pending(&server, caps, database, layout).await?;
                     pending.is_empty() && retired.is_empty()
@@ -713,11 +718,49 @@ async fn migrate_layout(
         Err(e) => Err(e),
     };
     let migrated = match migrated {
-        Ok(()) if with_views => views::apply(&server, caps, database, layout).await,
+        Ok(()) if with_views => match applied().await {
+            Ok(applied) if ours(&applied) => match caps_of_tables(&server, database, caps).await {
+                Ok(caps) => views::apply(&server, caps, database, layout).await,
+                Err(e) => Err(e),
+            },
+            Ok(_) => {
+                tracing::warn!(%database, "A newer consumer migrated the database: its views are kept.");
+                Ok(())
+            }
+            Err(e) => Err(e),
+        },
         other => other,
     };
     lock.release().await;
     migrated
+}
+
+/// `caps` as the views of `database` must see its tables: a server upgraded from before
+/// 20.1 keeps the times in milliseconds of the tables it made as `Int64`, which the views
+/// must read as such (`{to_ms}`, `{millis}`), not as `DateTime64`.
+async fn caps_of_tables(
+    server: &Client,
+    database: &str,
+    caps: ServerCaps,
+) -> anyhow::Result<ServerCaps> {
+    let types: Vec<String> = server
+        .query(
+            "SELECT type FROM system.columns \
+             WHERE database = ? AND table = 'events' AND name = 'event_time'",
+        )
+        .bind(database)
+        .fetch_all()
+        .await
+        .context("cannot read the type of events.event_time")?;
+    Ok(
+        if caps.has_datetime64() && types.iter().any(|t| t == "Int64") {
+            ServerCaps {
+                major: caps.major.min(19),
+            }
+        } else {
+            caps
+        },
+    )
 }
 
 /// [`migrate`] by a consumer that read `schema_migrations` when it held only `applied`, and

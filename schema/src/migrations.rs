@@ -261,10 +261,10 @@ pub(super) const MIGRATIONS: &[Migration] = &[
             Step::Once("DROP TABLE IF EXISTS {db}.experiment_visitors_mv{on_cluster}"),
             Step::EachShard(
                 "INSERT INTO {db}.experiment_visitors{local} \
-                 (public_key, experiment_id, phase, visitor_id, first_conversion) \
-\n                 SELECT public_key, experiment_id, phase, visitor_id, \
-                 minIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1) \
-\n                 FROM {db}.events{local} \
+                 (public_key, experiment_id, phase, visitor_id, first_conversion)\n\
+                 SELECT public_key, experiment_id, phase, visitor_id, \
+                 minIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)\n\
+                 FROM {db}.events{local} \
                  WHERE event_name = 'conversion' OR ifNull(conversion, 0) = 1 \
                  GROUP BY public_key, experiment_id, phase, visitor_id",
             ),

@@ -5,7 +5,8 @@
 //! the code that fills it cannot drift apart unnoticed: every statement is rendered for
 //! every profile in the tests.
 //!
-//! A placeholder is `{` then letters, digits or `_` then `}`. Anything else between
+//! A placeholder is `{` then a letter or `_`, then letters, digits or `_`, then `}`
+//! (`x{3}` in a regular expression stays as it is). Anything else between
 //! braces (ClickHouse's query parameters `{name:Type}`) is left as it is; ClickHouse's
 //! own macros (`{shard}`, `{replica}`) are parameters whose text is themselves.
 
@@ -88,7 +89,8 @@ impl<'a> Params<'a> {
             let name_len = after
                 .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
                 .unwrap_or(after.len());
-            if name_len == 0 || !after[name_len..].starts_with('}') {
+            let starts_as_name = after.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_');
+            if !starts_as_name || !after[name_len..].starts_with('}') {
                 out.push('{');
                 rest = after;
                 continue;
@@ -134,8 +136,8 @@ mod tests {
             .sql("counts", "{db}.counts{by}");
         let inner = outer.scope().text("by", "_by_hour");
         assert_eq!(
-            inner.render("SELECT {x:String}, '{}' FROM {counts}"),
-            "SELECT {x:String}, '{}' FROM analytics.counts_by_hour"
+            inner.render("SELECT {x:String}, '{}', match(s, 'a{3}') FROM {counts}"),
+            "SELECT {x:String}, '{}', match(s, 'a{3}') FROM analytics.counts_by_hour"
         );
         // A scoped fragment sees its own parameters over the others.
         let scoped = outer.scope().with(vec![(

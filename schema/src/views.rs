@@ -69,7 +69,7 @@ pub(crate) const VIEWS: &[View] = &[
     // to its visitors (`visitor_filter`).
     View {
         name: "experiment_visitor_exposures",
-        query: sql!("views/experiment_visitor_exposures.sql"),
+        query: EXPOSURES,
         locals: || vec![("visitor_filter", Value::Text("1".into()))],
     },
     // Exposed visitors per phase and variant, each once, with the phase's weights.
@@ -166,6 +166,9 @@ pub(crate) const VIEWS: &[View] = &[
     },
 ];
 
+/// The query of `experiment_visitor_exposures`, which a refresh restricts to its visitors.
+const EXPOSURES: &str = sql!("views/experiment_visitor_exposures.sql");
+
 /// The query of `experiment_metric_results`.
 pub(crate) const METRIC_RESULTS: &str = sql!("views/experiment_metric_results.sql");
 
@@ -240,10 +243,7 @@ pub(crate) fn shared(p: Params<'_>) -> Params<'_> {
             ("value_of_d", value("d", "d_agg")),
             ("value_of_p", value("p", "n_agg")),
         ])
-        .sql(
-            "exposures_of_visitors",
-            sql!("views/experiment_visitor_exposures.sql"),
-        )
+        .sql("exposures_of_visitors", EXPOSURES)
 }
 
 /// The statistics' parameters of `experiment_results` and `experiment_results_over_time`:
@@ -445,8 +445,11 @@ pub(crate) async fn apply(
             .await
             .with_context(|| format!("cannot make view {}", view.name))?;
         server
+            // After every record of the view, whatever the clocks of the consumers that
+            // wrote them (the lock keeps other writers out meanwhile).
             .query(&format!(
-                "INSERT INTO {database}.schema_views (name, hash, made_at) VALUES (?, ?, ?)"
+                "INSERT INTO {database}.schema_views (name, hash, made_at) \
+                 SELECT ?, ?, greatest(?, max(made_at) + 1) FROM {database}.schema_views"
             ))
             .bind(view.name)
             .bind(&view.hash)
