@@ -12,7 +12,7 @@ use anyhow::Context;
 use clickhouse::{Client, Row};
 use serde::Deserialize;
 
-use crate::results::{Report, Shown, VariantReport};
+use crate::results::{Report, Shown, VariantReport, utc};
 
 /// A row of `experiment_results_over_time`.
 #[derive(Clone, Debug, Deserialize, Row)]
@@ -88,23 +88,6 @@ fn escape(text: &str) -> String {
 /// Percentage points with a sign.
 fn pp(x: f64) -> String {
     format!("{:+.2}", x * 100.0)
-}
-
-/// A UTC time, `YYYY-MM-DD HH:MM`.
-pub(crate) fn utc(seconds: u32) -> String {
-    let days = i64::from(seconds / 86_400);
-    let (h, m) = ((seconds % 86_400) / 3600, (seconds % 3600) / 60);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{d:02} {h:02}:{m:02}")
 }
 
 /// The verdict of a variant, in words, from the always-valid interval.

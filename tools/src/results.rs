@@ -384,6 +384,23 @@ fn comparison(row: &ResultRow, variant: Arm, control: Arm, minimums: Minimums) -
 }
 
 /// The reports as a terminal table.
+/// A UTC time, `YYYY-MM-DD HH:MM`.
+pub(crate) fn utc(seconds: u32) -> String {
+    let days = i64::from(seconds / 86_400);
+    let (h, m) = ((seconds % 86_400) / 3600, (seconds % 3600) / 60);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{d:02} {h:02}:{m:02}")
+}
+
 pub fn render(reports: &[Report], settings: Settings) -> String {
     use std::fmt::Write;
     let mut out = String::new();
@@ -404,7 +421,7 @@ pub fn render(reports: &[Report], settings: Settings) -> String {
             report.experiment_id,
             report.public_key,
             report.phase,
-            crate::report::utc(report.as_of),
+            utc(report.as_of),
             report.srm_p_value.map_or("n/a".into(), p),
             if report.srm_p_value.is_some_and(|p| p < 0.001) {
                 "  (MISMATCH: exposures do not follow the weights; check the assignment before trusting the rest)"
