@@ -14,6 +14,14 @@ use clickhouse::Client;
 
 use crate::topology::{LOCAL_SUFFIX, Server, Topology, first_answering, is_sql_name};
 
+/// The text of a file of the crate's SQL (`migrations/`, `views/`), without the blanks
+/// around it.
+macro_rules! sql {
+    ($file:literal) => {
+        include_str!($file).trim_ascii()
+    };
+}
+
 pub mod backoff;
 mod migration_lock;
 mod migrations;

@@ -9,13 +9,6 @@
 //! migrations 2 to 16 sent when they were released are left out of them: a database that
 //! applied them has its views replaced by the current ones, and a new one gets only those.
 
-/// The text of a statement in `migrations/`, without the blanks around it.
-macro_rules! sql {
-    ($file:literal) => {
-        include_str!($file).trim_ascii()
-    };
-}
-
 /// What [`MIGRATIONS`] 4 keeps per session of an experiment. Every aggregate gives the same
 /// answer when an event is counted twice (min, max, distinct values), so Kafka's
 /// redeliveries and clients' retries, which the materialized view sees as new rows, change

@@ -19,13 +19,6 @@ use crate::{
     t_p_value, t_quantile_975,
 };
 
-/// The text of a file of `views/`, without the blanks around it.
-macro_rules! sql {
-    ($file:literal) => {
-        include_str!($file).trim_ascii()
-    };
-}
-
 /// A plain view: its name, its query and the parameters of its own.
 pub(crate) struct View {
     pub name: &'static str,
