@@ -1,11 +1,15 @@
-//! The metric values' refresh. `experiment_metric_results` reads each visitor's stored
-//! metric values (`experiment_metric_values`) while they are fresh and computes every other
-//! visitor's from the events, which costs a pass over them. So after a batch is stored, its
-//! visitors' values are computed again and stored, every `METRICS_REFRESH_MS`; and a sweep
-//! stores those of every visitor whose values are missing or stale (rows inserted by
-//! anything but a consumer, changed metric definitions or phase settings): at start, when
-//! the mirrored snapshot changes, and every `METRICS_SWEEP_SECS`. The results never
-//! depend on either: a refresh that fails or lags costs the view time, not correctness.
+//! The metric values' refresh. `experiment_metric_results` reads only each visitor's
+//! stored metric values (`experiment_metric_values`), as of their latest refresh. So after
+//! a batch is stored, its visitors' values are computed again and stored, every
+//! `METRICS_REFRESH_MS`; and a sweep stores those of every visitor whose values are
+//! missing or stale (rows inserted by anything but a consumer, a batch whose refresh
+//! failed or never ran, changed metric definitions or phase settings): at start, when the
+//! mirrored snapshot changes, and every `METRICS_SWEEP_SECS`.
+//!
+//! Each consumer process marks how far it got (`metric_refresh_marks`): after a round
+//! whose refreshes all succeeded, the round's start, up to which every event it stored is
+//! counted. The results' `as_of` is the earliest mark of the running consumers. A failed
+//! round marks nothing until a sweep has repaired it.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -71,7 +75,8 @@ pub(crate) struct Schedule {
 
 /// Refreshes the waiting visitors every `schedule.every`, and sweeps at start, when
 /// `changed` is notified and every `schedule.sweep_every`, until shutdown. A failed
-/// statement is logged and counted; its visitors are left to the next sweep.
+/// statement is logged and counted; its visitors are left to the next sweep, which comes
+/// at the next round. Marks each round that succeeded whole ([`Refresh::mark`]).
 pub(crate) async fn run(
     topology: Topology,
     database: String,
@@ -80,24 +85,36 @@ pub(crate) async fn run(
     schedule: Schedule,
     mut stop: watch::Receiver<bool>,
 ) {
-    let refresh = Refresh {
-        topology,
-        database,
-        ids: AtomicU64::new(0),
-    };
+    let refresh = Refresh::new(topology, database);
     let mut sweep_due = tokio::time::Instant::now();
+    let mut marked: Option<tokio::time::Instant> = None;
     loop {
         let now = tokio::time::Instant::now();
+        // Every batch stored before this was added to `waiting` (just after its insert).
+        let started = SystemTime::now() - Duration::from_secs(1);
+        let mut whole = true;
         if now >= sweep_due || waiting.overflowed() {
             sweep_due = now + schedule.sweep_every;
             match refresh.sweep(&mut stop).await {
                 Ok(visitors) => tracing::info!(visitors, "Metric values swept."),
-                Err(e) => refresh.failed("sweep", &e),
+                Err(e) => {
+                    refresh.failed("sweep", &e);
+                    whole = false;
+                }
             }
         }
-        if let Err(e) = refresh.of(&waiting.take()).await {
+        let visitors = waiting.take();
+        if let Err(e) = refresh.of(&visitors).await {
             refresh.failed("batch", &e);
             waiting.overflowed.store(1, Ordering::Relaxed);
+            whole = false;
+        }
+        let due = marked.is_none_or(|at| at.elapsed() >= schema::MARK_EVERY);
+        if whole && (!visitors.is_empty() || due) {
+            match refresh.mark(started).await {
+                Ok(()) => marked = Some(tokio::time::Instant::now()),
+                Err(e) => refresh.failed("mark", &e),
+            }
         }
         tokio::select! {
             () = tokio::time::sleep(schedule.every) => {}
@@ -108,15 +125,15 @@ pub(crate) async fn run(
 }
 
 /// One sweep ([`run`]'s, at start): stores the metric values of every visitor of
-/// `database` whose values are missing or stale, and returns how many there were.
+/// `database` whose values are missing or stale, marks its start, and returns how many
+/// visitors there were.
 pub async fn sweep_once(topology: Topology, database: &str) -> anyhow::Result<u64> {
-    let refresh = Refresh {
-        topology,
-        database: database.to_owned(),
-        ids: AtomicU64::new(0),
-    };
+    let refresh = Refresh::new(topology, database.to_owned());
+    let started = SystemTime::now() - Duration::from_secs(1);
     let (_never, mut stop) = watch::channel(false);
-    refresh.sweep(&mut stop).await
+    let swept = refresh.sweep(&mut stop).await?;
+    refresh.mark(started).await?;
+    Ok(swept)
 }
 
 struct Refresh {
@@ -124,9 +141,42 @@ struct Refresh {
     database: String,
     /// The last refresh id given.
     ids: AtomicU64,
+    /// This process's name in `metric_refresh_marks`.
+    name: String,
 }
 
 impl Refresh {
+    fn new(topology: Topology, database: String) -> Self {
+        Self {
+            topology,
+            database,
+            ids: AtomicU64::new(0),
+            name: uuid::Uuid::new_v4().simple().to_string(),
+        }
+    }
+
+    /// Records that every event this process stored before `as_of` is counted: the
+    /// visitors of its batches are refreshed, and those of any failed refresh swept since.
+    async fn mark(&self, as_of: SystemTime) -> anyhow::Result<()> {
+        let seconds = as_of.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let (_, client) = self.caps_and_client().await?;
+        let insert = client
+            .query(
+                "INSERT INTO ?.metric_refresh_marks (consumer, as_of, written_at) \
+                 SELECT ?, toDateTime(?), now()",
+            )
+            .bind(clickhouse::sql::Identifier(&self.database))
+            .bind(&self.name)
+            .bind(seconds)
+            .execute();
+        tokio::time::timeout(STATEMENT_TIMEOUT, insert)
+            .await
+            .context("the refresh mark timed out")?
+            .context("cannot write the refresh mark")?;
+        metrics::gauge!("consumer_metric_refreshed_as_of_seconds").set(seconds as f64);
+        Ok(())
+    }
+
     /// A refresh id: larger than any this process gave before, and than any another gave
     /// a millisecond or more before (milliseconds since the epoch, times 1000).
     fn next_id(&self) -> u64 {
@@ -225,14 +275,14 @@ mod tests {
 
     #[test]
     fn refresh_ids_only_grow() {
-        let refresh = Refresh {
-            topology: Topology {
+        let refresh = Refresh::new(
+            Topology {
                 cluster: None,
                 shards: Vec::new(),
             },
-            database: String::new(),
-            ids: AtomicU64::new(u64::MAX / 2),
-        };
+            String::new(),
+        );
+        refresh.ids.store(u64::MAX / 2, Ordering::Relaxed);
         let a = refresh.next_id();
         let b = refresh.next_id();
         assert!(b > a && a > u64::MAX / 2);

@@ -272,8 +272,14 @@ impl Database {
     }
 
     /// The experiment's arms and `metrics` as the consumer writes them from the snapshot
-    /// `version`, loaded at `loaded_at`.
+    /// `version`, loaded at `loaded_at`, then the sweep that follows a new snapshot.
     async fn define(&self, metrics: &[Metric], version: &str, loaded_at: i64) {
+        self.insert_definitions(metrics, version, loaded_at).await;
+        self.sweep().await;
+    }
+
+    /// The definitions of [`Database::define`] alone.
+    async fn insert_definitions(&self, metrics: &[Metric], version: &str, loaded_at: i64) {
         let variants: Vec<Value> = [("A", 1), ("B", 0), ("C", 0)]
             .iter()
             .map(|(variant, control)| {
@@ -304,7 +310,14 @@ impl Database {
         self.insert("experiment_metrics", &rows).await;
     }
 
+    /// Stores `events` as the consumer does: inserted, then their visitors' values.
     async fn store(&self, events: &[Event]) {
+        self.insert_events(events).await;
+        self.sweep().await;
+    }
+
+    /// Inserts `events` alone, as a backfill does (no consumer refreshes their visitors).
+    async fn insert_events(&self, events: &[Event]) {
         let rows: Vec<Value> = events.iter().enumerate().map(|(i, e)| e.row(i)).collect();
         self.insert("events", &rows).await;
     }
@@ -316,20 +329,6 @@ impl Database {
         schema::refresh_metric_values(&self.client, caps, None, &self.name, visitors, || id)
             .await
             .expect("refresh");
-    }
-
-    /// Stores every missing or stale visitor's metric values as a refresh of an hour ago,
-    /// settled (a sweep's are of now), and returns the visitors.
-    async fn refresh_stale_an_hour_ago(&self) -> Vec<(String, String)> {
-        let visitors: Vec<(String, String)> = self
-            .client
-            .query("SELECT public_key, visitor_id FROM experiment_metric_stale")
-            .fetch_all()
-            .await
-            .expect("stale visitors");
-        self.refresh(&visitors, refresh_id_of(Duration::from_secs(3600)))
-            .await;
-        visitors
     }
 
     /// Stores every missing or stale visitor's metric values: the consumer's sweep.
@@ -710,6 +709,7 @@ impl Simulation {
                 .await
                 .expect("simulated events");
         }
+        db.sweep().await;
     }
 
     async fn define(&self, db: &Database) {
@@ -1375,13 +1375,12 @@ fn assert_same(what: &str, got: &[Result], want: &[Result]) {
     }
 }
 
-/// The per-visitor values that the consumer stores are what the view reads while they are
-/// fresh and settled, and give the results that computing them from the events gives; a
-/// visitor with an event after them, or an experiment whose metric definitions changed, is
-/// computed from the events again until stored again; the same definitions loaded again
-/// keep them; a refresh younger than the settling time is not read yet.
+/// The view reads each visitor's latest refresh as it is stored, and nothing else: events
+/// stored with no refresh are not counted until one; a refresh of a few visitors after new
+/// events gives what storing every visitor anew gives; the same definitions loaded again
+/// keep the values, a changed one applies at the sweep that follows.
 #[tokio::test]
-async fn stored_values_are_read_while_fresh_and_computed_again_when_not() {
+async fn results_are_those_of_each_visitors_latest_refresh() {
     let db = Database::new().await;
     let mut metrics = metrics();
     db.define(&metrics, "v1", START - DAY).await;
@@ -1398,26 +1397,26 @@ async fn stored_values_are_read_while_fresh_and_computed_again_when_not() {
         e.session = "odd-session".into();
         events.push(e);
     }
-    db.store(&events).await;
+    db.insert_events(&events).await;
     let stale = "SELECT count() FROM experiment_metric_stale";
     let stored = "SELECT count() FROM experiment_metric_values";
-    let computed = db.results().await;
-    assert!(!computed.is_empty());
     assert_eq!(db.count(stored).await, 0);
-    assert!(
-        db.count(stale).await > 100,
-        "every visitor is stale before a refresh"
-    );
+    assert!(db.count(stale).await > 100, "every visitor is stale");
+    assert!(db.results().await.is_empty(), "nothing refreshed, nothing counted");
 
-    // Refreshed an hour ago (a sweep's ids are now, not yet settled).
-    db.refresh_stale_an_hour_ago().await;
-    assert_eq!(db.count(stale).await, 0, "the refresh stores every visitor");
-    assert!(db.count(stored).await > 0);
-    assert_same("stored", &db.results().await, &computed);
+    db.sweep().await;
+    assert_eq!(db.count(stale).await, 0, "the sweep stores every visitor");
+    let swept = db.results().await;
+    assert!(!swept.is_empty());
+    // Every visitor stored anew, from nothing: what an incremental refresh must give.
+    let anew = || async {
+        let truncate = "TRUNCATE TABLE experiment_metric_values";
+        db.client.query(truncate).execute().await.expect("truncate");
+        db.sweep().await;
+        db.results().await
+    };
 
-    // The view reads what is stored: a later refresh of the odd visitor's with the same
-    // events read, its values altered, shows.
-    // A later refresh of the visitor's values, read as it is stored, values altered.
+    // A later refresh of the odd visitor, its values altered: it is what the view reads.
     let alter = "INSERT INTO experiment_metric_values SELECT public_key, experiment_id, phase, \
                  visitor_id, metric_id, variant_id, first_exposure_ms, value + 1000, \
                  denominator, pre_value, events_seen, settings_hash, refresh_id + 1 \
@@ -1435,58 +1434,37 @@ async fn stored_values_are_read_while_fresh_and_computed_again_when_not() {
             .map(|r| r.value)
             .expect("B")
     };
-    assert!(
-        b(&altered) > b(&computed) + 1.0,
-        "the stored values are read"
-    );
+    assert!(b(&altered) > b(&swept) + 1.0, "the latest refresh is read");
 
-    // An event of the visitor after the refresh: computed again.
+    // An event of the visitor after the refresh: not counted until refreshed.
     let mut later = events.last().expect("events").clone();
     (later.name, later.target, later.t) = ("click", "", START + 2);
     db.insert("events", &[later.row(events.len())]).await;
     events.push(later);
     assert_eq!(db.count(stale).await, 1, "the odd visitor is stale");
-    let with_later = db.results().await;
-    assert!(
-        (b(&with_later) - b(&computed)).abs() < 1.0,
-        "computed again"
-    );
+    assert_same("as of the refresh", &db.results().await, &altered);
     // Stored again, for that visitor alone, as the consumer does after a batch.
     let visitor = [(KEY.to_owned(), odd.clone())];
-    db.refresh(
-        &visitor,
-        refresh_id_of(schema::SETTLING + Duration::from_secs(10)),
-    )
-    .await;
+    db.refresh(&visitor, refresh_id_of(Duration::ZERO)).await;
     assert_eq!(db.count(stale).await, 0);
-    assert_same("stored again", &db.results().await, &with_later);
+    let refreshed = db.results().await;
+    assert!((b(&refreshed) - b(&swept)).abs() < 1.0, "the alteration is gone");
+    assert_same("refreshed, against stored anew", &refreshed, &anew().await);
 
     // The same definitions loaded again (a later snapshot): still fresh.
-    db.define(&metrics, "v2", START).await;
-    assert_eq!(
-        db.count(stale).await,
-        0,
-        "unchanged definitions keep the values"
-    );
-    // A changed definition: every visitor of the experiment is computed again.
-    alter_odd().await;
-    assert!(b(&db.results().await) > b(&with_later) + 1.0);
-    metrics[0].lookback_days = 7.0;
-    db.define(&metrics, "v3", START + 1).await;
-    assert!(
-        db.count(stale).await > 100,
-        "a changed definition makes them stale"
-    );
-    let changed = db.results().await;
-    assert!((b(&changed) - b(&with_later)).abs() < 1.0, "computed again");
+    db.insert_definitions(&metrics, "v2", START).await;
+    assert_eq!(db.count(stale).await, 0, "unchanged definitions keep the values");
+    // A changed definition: every visitor of the experiment is stale, and the results
+    // change at the sweep.
+    metrics[0].lookback_days = 0.0;
+    db.insert_definitions(&metrics, "v3", START + 1).await;
+    assert!(db.count(stale).await > 100, "a changed definition makes them stale");
     db.sweep().await;
     assert_eq!(db.count(stale).await, 0);
-    assert_same("changed, stored", &db.results().await, &changed);
-    // A refresh younger than the settling time (after the sweep's, of now), its values
-    // altered: not read yet.
-    alter_odd().await;
-    assert_eq!(db.count(stale).await, 0, "fresh");
-    assert_same("not settled", &db.results().await, &changed);
+    let changed = db.results().await;
+    let cuped = |r: &[Result]| r.iter().map(|r| r.cuped_theta).collect::<Vec<_>>();
+    assert_ne!(cuped(&changed), cuped(&refreshed), "the new lookback applies");
+    assert_same("changed, against stored anew", &changed, &anew().await);
 }
 
 /// A refresh id of `ago` before now: a refresh's id is its start, in microseconds (the
@@ -1499,16 +1477,21 @@ fn refresh_id_of(ago: Duration) -> u64 {
     since.as_millis() as u64 * 1000
 }
 
-/// Refreshes landing while a query of the view runs, some read stale (an event came
-/// after them) and some fresh, and events landing too, neither drop a visitor nor count
-/// one twice: each query sees every exposed visitor's metrics once.
+/// Refreshes landing while a query of the view runs (some read stale: an event came after
+/// them), and events landing too, neither drop a visitor nor count one twice: each query
+/// sees every exposed visitor's metrics once.
 #[tokio::test]
 async fn refreshes_and_events_landing_during_a_query_neither_drop_nor_double_a_visitor() {
     let db = Database::new().await;
     db.define(&metrics(), "v1", START - DAY).await;
     let events = events(13, 60);
     db.store(&events).await;
-    let visitors = db.refresh_stale_an_hour_ago().await;
+    let visitors: Vec<(String, String)> = db
+        .client
+        .query("SELECT DISTINCT toString(public_key), visitor_id FROM events")
+        .fetch_all()
+        .await
+        .expect("visitors");
     let rows = "SELECT count() FROM experiment_metric_visitors";
     let want = db.count(rows).await;
     assert!(want > 500, "{want} rows");

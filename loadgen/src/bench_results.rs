@@ -108,8 +108,6 @@ async fn run(repo: &Path, settings: &Settings, clickhouse: &ClickHouse) -> anyho
         anyhow::Ok(row(name, &seconds(started.elapsed())))
     };
     let sweep_row = sweep("consumer sweep: every visitor's metric values stored (once)").await?;
-    // The stored values are read once they are settled.
-    tokio::time::sleep(schema::SETTLING + Duration::from_secs(5)).await;
 
     let rows = sql("SELECT count() FROM experiment_visitors".to_owned()).await?;
     let version = sql("SELECT version()".to_owned()).await?;
@@ -125,17 +123,33 @@ async fn run(repo: &Path, settings: &Settings, clickhouse: &ClickHouse) -> anyho
     println!("| query | time (warm, 3 runs) |");
     println!("|---|---|");
     println!("{sweep_row}");
-    for (name, query) in TIMED {
-        let query = format!("{query} FORMAT Null");
+    // Warm, then three rounds of every query in turn: the ratio of each round compares
+    // queries run seconds apart, on the same state of the machine.
+    let queries: Vec<String> = TIMED.iter().map(|(_, q)| format!("{q} FORMAT Null")).collect();
+    for query in &queries {
         sql(query.clone()).await?;
-        let mut times = Vec::new();
-        for _ in 0..3 {
+    }
+    let mut times = vec![Vec::new(); queries.len()];
+    for _ in 0..3 {
+        for (query, times) in queries.iter().zip(&mut times) {
             let started = Instant::now();
             sql(query.clone()).await?;
-            times.push(seconds(started.elapsed()));
+            times.push(started.elapsed().as_secs_f64());
         }
-        println!("{}", row(name, &times.join("-")));
     }
+    for ((name, _), times) in TIMED.iter().zip(&times) {
+        let shown: Vec<String> = times.iter().map(|t| format!("{t:.2}")).collect();
+        println!("{}", row(name, &shown.join("-")));
+    }
+    let ratios: Vec<String> = times[METRICS_TIMED]
+        .iter()
+        .zip(&times[PLAIN_TIMED])
+        .map(|(metric, plain)| format!("{:.2}", metric / plain))
+        .collect();
+    println!(
+        "| experiment_metric_results ÷ experiment_results, each round | {} |",
+        ratios.join("-")
+    );
     sql(STALE_CLICKS.to_owned()).await?;
     let started = Instant::now();
     sql(format!(
@@ -145,7 +159,7 @@ async fn run(repo: &Path, settings: &Settings, clickhouse: &ClickHouse) -> anyho
     println!(
         "{}",
         row(
-            "experiment_metric_results with 1 000 visitors stale (once)",
+            "experiment_metric_results with 1 000 visitors stale: as of their refresh (once)",
             &seconds(started.elapsed())
         )
     );
@@ -268,7 +282,11 @@ FROM numbers({events})"
     )
 }
 
-/// The queries timed, warm, three runs each.
+/// Where `experiment_results` and `experiment_metric_results` are in [`TIMED`].
+const PLAIN_TIMED: usize = 0;
+const METRICS_TIMED: usize = 2;
+
+/// The queries timed, warm, three rounds.
 const TIMED: [(&str, &str); 4] = [
     (
         "experiment_results of the key (5 variants, z-tests, always-valid, SRM)",

@@ -335,6 +335,10 @@ CREATE TABLE IF NOT EXISTS analytics.schema_views (name String, hash String, mad
 ENGINE = MergeTree() ORDER BY (name, made_at);
 
 -- 37. runs once, with allow_experimental_low_cardinality_type = 1
+CREATE TABLE IF NOT EXISTS analytics.metric_refresh_marks (consumer String, as_of DateTime, written_at DateTime)
+ENGINE = ReplacingMergeTree() ORDER BY consumer;
+
+-- 38. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_daily AS
 SELECT
     public_key,
@@ -349,7 +353,7 @@ FROM analytics.events FINAL
 WHERE test = 0
 GROUP BY public_key, experiment_id, variant_id, day;
 
--- 38. runs once, with allow_experimental_low_cardinality_type = 1
+-- 39. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_variants_current AS
 SELECT experiment_id, variant_id, version, weight, is_control, status, start_at, end_at, parts
 FROM analytics.experiment_variants FINAL
@@ -359,7 +363,7 @@ WHERE (experiment_id, version) IN (
     GROUP BY experiment_id
 );
 
--- 39. runs once, with allow_experimental_low_cardinality_type = 1
+-- 40. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_phase_variants AS
 SELECT experiment_id, phase, variant_id, weight, is_control
 FROM analytics.experiment_variants FINAL
@@ -369,7 +373,7 @@ WHERE (experiment_id, phase, version) IN (
     GROUP BY experiment_id, phase
 );
 
--- 40. runs once, with allow_experimental_low_cardinality_type = 1
+-- 41. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_phase_settings AS
 SELECT
     experiment_id, phase, conversion_window_hours, sequential_tuning,
@@ -408,7 +412,7 @@ ANY LEFT JOIN (
     GROUP BY experiment_id
 ) AS later_phases USING (experiment_id);
 
--- 41. runs once, with allow_experimental_low_cardinality_type = 1
+-- 42. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_visitor_exposures AS
 -- Each exposed visitor that `visitor_filter` keeps (the view: all), as
 -- experiment_visitor_exposures has them: their arm, first exposure, conversion within their window, maturity.
@@ -469,7 +473,7 @@ FROM (
     ) AS settings USING (experiment_id, phase)
 );
 
--- 42. runs once, with allow_experimental_low_cardinality_type = 1
+-- 43. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_variant_counts AS
 SELECT
     public_key, experiment_id, phase, variant_id, exposed, converted,
@@ -495,7 +499,7 @@ ANY LEFT JOIN (
     FROM analytics.experiment_phase_variants
 ) AS definitions USING (experiment_id, phase, variant_id);
 
--- 43. runs once, with allow_experimental_low_cardinality_type = 1
+-- 44. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_variant_counts_over_time AS
 SELECT
     public_key, experiment_id, phase, toDateTime(hour_s, 'UTC') AS hour, variant_id,
@@ -579,7 +583,7 @@ ANY LEFT JOIN (
 -- A variant appears from the hour of its first exposure on.
 WHERE exposed > 0;
 
--- 44. runs once, with allow_experimental_low_cardinality_type = 1
+-- 45. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_results AS
 SELECT
     public_key, experiment_id, phase, variant_id, is_control, exposed, converted,
@@ -771,7 +775,7 @@ FROM (
 ) AS statistics
 ;
 
--- 45. runs once, with allow_experimental_low_cardinality_type = 1
+-- 46. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_results_over_time AS
 SELECT
     public_key, experiment_id, phase, toDate(hour) AS day, hour, variant_id, is_control, exposed, converted,
@@ -1000,7 +1004,7 @@ ANY LEFT JOIN (
     ARRAY JOIN sorted_hours AS hour_s, running_maxima AS running_max
 ) AS srm_sequential USING (public_key, experiment_id, phase, hour);
 
--- 46. runs once, with allow_experimental_low_cardinality_type = 1
+-- 47. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_definitions AS
 -- Each experiment's metrics as last loaded: a metric added or changed applies to the
 -- events already stored.
@@ -1017,7 +1021,7 @@ WHERE (experiment_id, loaded_at) IN (
     GROUP BY experiment_id
 );
 
--- 47. runs once, with allow_experimental_low_cardinality_type = 1
+-- 48. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_freshness AS
 -- One row per visitor with stored metric values (experiment_metric_values), by
 -- `visitor_key` (a hash of the public key and the visitor id): their latest refresh, the
@@ -1081,7 +1085,7 @@ ANY LEFT JOIN (
 ) AS visitors
 WHERE top_mark > 0;
 
--- 48. runs once, with allow_experimental_low_cardinality_type = 1
+-- 49. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_stored AS
 -- One row per stored row (experiment_metric_values) of each visitor's latest refresh,
 -- with the visitor's `fresh` (experiment_metric_freshness).
@@ -1103,7 +1107,7 @@ ANY INNER JOIN (
     FROM analytics.experiment_metric_freshness
 ) AS latest USING (visitor_key, refresh_id);
 
--- 49. runs once, with allow_experimental_low_cardinality_type = 1
+-- 50. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_stale AS
 -- The visitors whose stored values are missing or stale (experiment_metric_freshness),
 -- with their latest refresh (0: none): what the consumer refreshes.
@@ -1122,359 +1126,29 @@ ANY LEFT JOIN (
 ) AS stored USING (visitor_key)
 WHERE fresh = 0;
 
--- 50. runs once, with allow_experimental_low_cardinality_type = 1
+-- 51. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_visitors AS
--- One row per exposed visitor and metric of their experiment: each visitor's values of
--- their latest stored refresh (experiment_metric_values), but where they are computed
--- from the events: the visitors whose stored values are not fresh, or whose latest
--- refresh is younger than the settling time. So the results are those of the events as
--- they are now, whether or not a refresh has run.
+-- One row per exposed visitor and metric of their experiment: the values of the visitor's
+-- latest refresh, as the consumer stored them (experiment_metric_values). Nothing is
+-- computed from the events here: the results are as of the refreshes (`as_of`).
 --
--- Each visitor comes from one side even when a refresh or an event lands while the query
--- runs, though the stored rows, the latest refreshes and the stale visitors are each read
--- at their own moment:
--- - A visitor computed from the events wins over their stored rows (the join on every
---   column of a row's identity): an event landing after the stale list counts them once.
--- - A visitor left out of the computed ones had a fresh refresh older than the settling
---   time: it landed before the stored rows were read (the query's start), and it is the
---   latest settled refresh when the latest refreshes are read (after the stale list, the
---   join being built first).
+-- A refresh lands whole (one insert of one block), and `FINAL` reads one set of parts,
+-- keeping each row of the latest refresh that landed (the table replaces a row by the one
+-- inserted after it). So each visitor comes from one refresh, whole, even while refreshes
+-- land and merge during the query. A row no longer written (a metric dropped from the
+-- definitions) is left out by the join with the current definitions. In a cluster each
+-- shard reads its own part, which holds all of its visitors' rows.
 SELECT
     public_key, experiment_id, phase, visitor_id, variant_id, metric_id, role, position,
     kind, higher_is_better, cap_value, cap_percentile, cuped_lookback_days,
     first_exposure_ms, value, denominator, pre_value
 FROM (
+    -- Each column cast, for the join's same types (18.x: a function of a
+    -- LowCardinality column is one).
     SELECT
-        public_key, experiment_id, phase, visitor_id, metric_id,
-        if(computed = 1, computed_variant_id, variant_id) AS variant_id,
-        if(computed = 1, computed_first_exposure_ms, first_exposure_ms)
-            AS first_exposure_ms,
-        if(computed = 1, computed_value, value) AS value,
-        if(computed = 1, computed_denominator, denominator) AS denominator,
-        if(computed = 1, computed_pre_value, pre_value) AS pre_value
-    FROM (
-        -- Each column cast, for the join's same types (18.x: a function of a
-        -- LowCardinality column is one).
-        SELECT
-            CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id,
-            metric_id, variant_id, first_exposure_ms, value, denominator, pre_value
-        FROM analytics.experiment_metric_values
-        WHERE (cityHash64(public_key, visitor_id), refresh_id) GLOBAL IN (
-            SELECT cityHash64(public_key, visitor_id) AS visitor_key, max(refresh_id)
-            FROM analytics.experiment_metric_values
-            WHERE refresh_id < (toUInt64(toUnixTimestamp(now())) - 120) * 1000000
-            GROUP BY visitor_key
-        )
-    ) AS stored
-    ALL FULL OUTER JOIN (
-        SELECT
-            CAST(public_key AS String) AS public_key,
-            CAST(experiment_id AS String) AS experiment_id, phase, visitor_id,
-            CAST(metric_id AS String) AS metric_id, toUInt8(1) AS computed,
-            CAST(variant_id AS String) AS computed_variant_id,
-            first_exposure_ms AS computed_first_exposure_ms, value AS computed_value,
-            denominator AS computed_denominator, pre_value AS computed_pre_value
-        FROM (-- One row per visitor that `visitor_filter` keeps and metric of each experiment that exposed
--- them (as experiment_visitor_exposures counts them: no test, no bot): the numerator
--- `value` and the denominator `denominator` (1 but for a ratio) from their events in the
--- experiment and phase within their window, and `pre_value` the same numerator from their
--- events of the key (any experiment) in the metric's lookback before their first exposure
--- (CUPED's covariate). Uncapped; a visitor with no matching event counts 0. A visitor with
--- no exposure, or an exposure to an experiment with no metric, has one row of metric ''.
--- `events_seen`: the visitor's rows of `events` read, every one (so that a stored value
--- is known to be stale when a row comes after it).
---
--- Every metric of an experiment is read in one pass: an array per event, an element per
--- metric, summed per session, then per visitor, and split at the end. Per measure (n: the
--- numerator after exposure, p: before it, d: the denominator) three sums: `sum` (matching
--- events for count, any and sessions; their field's values for sum and mean), `values`
--- (matching events with the field) and `max` (the field's largest value); and per visitor
--- `sessions` (their sessions with a matching event). The definitions are joined again
--- after the sums, in the same order, so that no sum carries them.
-SELECT
-    public_key, experiment_id, phase, visitor_id, variant_id, metric_id, first_exposure_ms,
-    multiIf(n_agg IN ('any', 'count', 'sum'), if(n_agg = 'any', toFloat64(n_sum > 0), n_sum),
-        n_agg = 'max', n_max,
-        n_agg = 'mean', if(n_values > 0, n_sum / n_values, 0),
-        n_agg = 'sessions', n_sessions,
-        0) AS value,
-    if(d_agg = '', 1, multiIf(d_agg IN ('any', 'count', 'sum'), if(d_agg = 'any', toFloat64(d_sum > 0), d_sum),
-        d_agg = 'max', d_max,
-        d_agg = 'mean', if(d_values > 0, d_sum / d_values, 0),
-        d_agg = 'sessions', d_sessions,
-        0)) AS denominator,
-    multiIf(n_agg IN ('any', 'count', 'sum'), if(n_agg = 'any', toFloat64(p_sum > 0), p_sum),
-        n_agg = 'max', p_max,
-        n_agg = 'mean', if(p_values > 0, p_sum / p_values, 0),
-        n_agg = 'sessions', p_sessions,
-        0) AS pre_value,
-    events_seen
-FROM (
-    SELECT *
-    FROM (
-        SELECT
-            public_key, experiment_id, phase, visitor_id, variant_id,
-            any(first_ms) AS first_exposure_ms, sum(session_rows) AS events_seen,
-            sumForEach(n_sums) AS n_sums_all, sumForEach(n_values) AS n_values_all,
-            maxForEach(n_maxes) AS n_maxes_all,
-            sumForEach(arrayMap(x -> toFloat64(x > 0), n_sums)) AS n_sessions_all,
-            sumForEach(p_sums) AS p_sums_all, sumForEach(p_values) AS p_values_all,
-            maxForEach(p_maxes) AS p_maxes_all,
-            sumForEach(arrayMap(x -> toFloat64(x > 0), p_sums)) AS p_sessions_all,
-            sumForEach(d_sums) AS d_sums_all, sumForEach(d_values) AS d_values_all,
-            maxForEach(d_maxes) AS d_maxes_all,
-            sumForEach(arrayMap(x -> toFloat64(x > 0), d_sums)) AS d_sessions_all
-        FROM (
-            SELECT
-                public_key, experiment_id, phase, visitor_id, variant_id, session_id,
-                any(first_exposure_ms) AS first_ms, sum(copies) AS session_rows,
-                sumForEach(n_add) AS n_sums, sumForEach(n_had) AS n_values,
-                maxForEach(n_top) AS n_maxes,
-                sumForEach(p_add) AS p_sums, sumForEach(p_had) AS p_values,
-                maxForEach(p_top) AS p_maxes,
-                sumForEach(d_add) AS d_sums, sumForEach(d_had) AS d_values,
-                maxForEach(d_top) AS d_maxes
-            FROM (
-                SELECT
-                    *,
-                    length(metric_ids) AS m,
-                    -- The event's own values, one per metric (a lambda reads arrays only).
-                    arrayResize([post], m, post) AS posts,
-                    arrayResize([t], m, t) AS times,
-                    arrayResize([first_exposure_ms], m, first_exposure_ms) AS firsts,
-                    arrayResize([name], m, name) AS names,
-                    arrayResize([target], m, target) AS targets,
-                    arrayResize([is_conversion], m, is_conversion) AS conversions,
-                    arrayResize([time_on_page], m, time_on_page) AS times_on_page,
-                    arrayResize([scroll_depth], m, scroll_depth) AS scroll_depths,
-                    arrayResize([load_time], m, load_time) AS load_times,
-                    arrayMap((lb, tt, f) -> tt < f AND tt >= f - toInt64(lb * 86400000),
-                        lookbacks, times, firsts) AS pres,
-                    arrayMap((e, g, c, nm, tg, cv) -> (e = '' OR nm = e)
-                        AND (g = '' OR tg = g) AND (c = 0 OR cv = 1),
-                        n_events, n_targets, n_conversions, names, targets, conversions)
-                        AS n_matches,
-                    arrayMap((e, g, c, nm, tg, cv) -> (e = '' OR nm = e)
-                        AND (g = '' OR tg = g) AND (c = 0 OR cv = 1),
-                        d_events, d_targets, d_conversions, names, targets, conversions)
-                        AS d_matches,
-                    arrayMap((f, a, b, c) -> multiIf(f = 'time_on_page', a,
-                        f = 'scroll_depth', b, f = 'load_time', c, NULL),
-                        n_fields, times_on_page, scroll_depths, load_times) AS n_fielded,
-                    arrayMap((f, a, b, c) -> multiIf(f = 'time_on_page', a,
-                        f = 'scroll_depth', b, f = 'load_time', c, NULL),
-                        d_fields, times_on_page, scroll_depths, load_times) AS d_fielded,
-                    -- Per measure: what a matching event adds to the sum (1, or its
-                    -- field's value), whether it has the field, the field's value.
-                    arrayMap((x, p, v, a) -> if(x AND p, if(a IN ('sum', 'mean'),
-                        ifNull(v, 0.), 1.), 0.), n_matches, posts, n_fielded, n_aggregates)
-                        AS n_add,
-                    arrayMap((x, p, v) -> toFloat64(x AND p AND isNotNull(v)),
-                        n_matches, posts, n_fielded) AS n_had,
-                    arrayMap((x, p, v) -> if(x AND p, ifNull(v, 0.), 0.),
-                        n_matches, posts, n_fielded) AS n_top,
-                    arrayMap((x, p, v, a) -> if(x AND p, if(a IN ('sum', 'mean'),
-                        ifNull(v, 0.), 1.), 0.), n_matches, pres, n_fielded, n_aggregates)
-                        AS p_add,
-                    arrayMap((x, p, v) -> toFloat64(x AND p AND isNotNull(v)),
-                        n_matches, pres, n_fielded) AS p_had,
-                    arrayMap((x, p, v) -> if(x AND p, ifNull(v, 0.), 0.),
-                        n_matches, pres, n_fielded) AS p_top,
-                    arrayMap((x, p, v, a) -> if(x AND p, if(a IN ('sum', 'mean'),
-                        ifNull(v, 0.), 1.), 0.), d_matches, posts, d_fielded, d_aggregates)
-                        AS d_add,
-                    arrayMap((x, p, v) -> toFloat64(x AND p AND isNotNull(v)),
-                        d_matches, posts, d_fielded) AS d_had,
-                    arrayMap((x, p, v) -> if(x AND p, ifNull(v, 0.), 0.),
-                        d_matches, posts, d_fielded) AS d_top
-                FROM (
-                    SELECT *
-                    FROM (
-                        -- Each event of the visitors, beside each of their exposures (none:
-                        -- one row, no experiment), so that every row read is counted.
-                        SELECT
-                            *,
-                            event_experiment = experiment_id AND event_phase = phase
-                                AND t >= first_exposure_ms
-                                AND (window_end_ms = 0 OR t <= window_end_ms) AS post
-                        FROM (
-                            -- Each event once (a redelivered copy counted in `copies`):
-                            -- FINAL would read the whole table before the filter.
-                            SELECT
-                                any(toString(public_key)) AS public_key,
-                                any(visitor_id) AS visitor_id,
-                                any(session_id) AS session_id,
-                                any(toString(experiment_id)) AS event_experiment,
-                                any(phase) AS event_phase,
-                                any(toString(event_name)) AS name,
-                                any(click_target) AS target,
-                                any(toUInt8(event_name = 'conversion'
-                                    OR ifNull(conversion, 0) = 1)) AS is_conversion,
-                                any(time_on_page) AS time_on_page,
-                                any(scroll_depth) AS scroll_depth,
-                                any(load_time) AS load_time,
-                                any((event_time)) AS t,
-                                count() AS copies
-                            FROM (
-                                SELECT * FROM analytics.events
-                                WHERE cityHash64(public_key, visitor_id) GLOBAL NOT IN (
-    SELECT visitor_key FROM analytics.experiment_metric_freshness
-    WHERE fresh = 1 AND latest_refresh < (toUInt64(toUnixTimestamp(now())) - 120) * 1000000)
-                            ) AS read
-                            GROUP BY event_id
-                        ) AS visitor_events
-                        ALL LEFT JOIN (
-                            SELECT
-                                public_key, visitor_id, experiment_id, phase, variant_id,
-                                first_exposure_ms, window_end_ms
-                            FROM (-- Each exposed visitor that `visitor_filter` keeps (the view: all), as
--- experiment_visitor_exposures has them: their arm, first exposure, conversion within their window, maturity.
-SELECT
-    public_key, experiment_id, phase, visitor_id, variant_id, first_exposure,
-    toUInt8(candidate_ms > 0 AND (window_end_ms = 0 OR candidate_ms <= window_end_ms))
-        AS converted,
-    max_time_on_page,
-    first_exposure_ms,
-    if(converted = 1, candidate_ms, toInt64(0)) AS conversion_ms,
-    window_end_ms,
-    toUInt8(window_end_ms > 0 AND window_end_ms <= toInt64(toUnixTimestamp(now())) * 1000)
-        AS mature
-FROM (
-    SELECT
-        *,
-        -- The window: the experiment's hours from the first exposure, else to the end of
-        -- the phase (0 while it runs).
-        if(conversion_window_hours > 0,
-            first_exposure_ms + toInt64(conversion_window_hours * 3600000),
-            phase_end_ms) AS window_end_ms
-    FROM (
-        SELECT
-            public_key, experiment_id, phase, visitor_id,
-            if(n > 1, '__multiple__', v0) AS variant_id,
-            t0 AS first_exposure,
-            top AS max_time_on_page,
-            (t0) AS first_exposure_ms,
-            -- The first conversion at or after the first exposure: the first conversion
-            -- if it is, else the last if it is (a visitor whose conversions fall before
-            -- their exposure and after their window, with one inside, is taken at the
-            -- last).
-            multiIf((tf) >= first_exposure_ms, (tf),
-                (tc) >= first_exposure_ms, (tc), toInt64(0)) AS candidate_ms
-        FROM (
-            SELECT
-                toString(public_key) AS public_key,
-                toString(experiment_id) AS experiment_id,
-                phase,
-                visitor_id,
-                uniqExactIfMerge(variants) AS n,
-                argMinIfMerge(first_variant) AS v0,
-                minIfMerge(first_exposure) AS t0,
-                maxIfMerge(last_conversion) AS tc,
-                minIfMerge(first_conversion) AS tf,
-                maxMerge(excluded) AS out,
-                if(maxMerge(has_time_on_page) = 1, toNullable(maxIfMerge(max_time_on_page)),
-                    NULL) AS top
-            FROM analytics.experiment_visitors
-            WHERE cityHash64(public_key, visitor_id) GLOBAL NOT IN (
-    SELECT visitor_key FROM analytics.experiment_metric_freshness
-    WHERE fresh = 1 AND latest_refresh < (toUInt64(toUnixTimestamp(now())) - 120) * 1000000)
-            GROUP BY public_key, experiment_id, phase, visitor_id
-        ) AS merged
-        WHERE n > 0 AND out = 0
-    ) AS visitors
-    ANY LEFT JOIN (
-        SELECT experiment_id, phase, conversion_window_hours, phase_end_ms
-        FROM analytics.experiment_phase_settings
-    ) AS settings USING (experiment_id, phase)
-)) AS exposed
-                        ) AS exposures USING (public_key, visitor_id)
-                    ) AS candidates
-                    ALL LEFT JOIN (
-    -- Each experiment's metrics in arrays, an element per metric, in one order (by
-    -- position, then id) wherever they are read.
-    SELECT
-        experiment_id,
-        arrayMap(d -> d.1, definitions) AS positions,
-        arrayMap(d -> d.2, definitions) AS metric_ids,
-        arrayMap(d -> d.3, definitions) AS roles,
-        arrayMap(d -> d.4, definitions) AS kinds,
-        arrayMap(d -> d.5, definitions) AS highers,
-        arrayMap(d -> d.6, definitions) AS cap_values,
-        arrayMap(d -> d.7, definitions) AS cap_percentiles,
-        arrayMap(d -> d.8, definitions) AS lookbacks,
-        arrayMap(d -> d.9, definitions) AS n_events,
-        arrayMap(d -> d.10, definitions) AS n_targets,
-        arrayMap(d -> d.11, definitions) AS n_conversions,
-        arrayMap(d -> d.12, definitions) AS n_fields,
-        arrayMap(d -> d.13, definitions) AS n_aggregates,
-        arrayMap(d -> d.14, definitions) AS d_events,
-        arrayMap(d -> d.15, definitions) AS d_targets,
-        arrayMap(d -> d.16, definitions) AS d_conversions,
-        arrayMap(d -> d.17, definitions) AS d_fields,
-        arrayMap(d -> d.18, definitions) AS d_aggregates
-    FROM (
-        SELECT
-            experiment_id,
-            arraySort(groupArray((position, metric_id, toString(role), toString(kind),
-                higher_is_better, cap_value, cap_percentile, cuped_lookback_days, num_event,
-                num_click_target, num_conversion, num_field, toString(num_aggregate),
-                den_event, den_click_target, den_conversion, den_field,
-                toString(den_aggregate)))) AS definitions
-        FROM analytics.experiment_metric_definitions
-        GROUP BY experiment_id
-    ) AS listed
-) AS metrics USING (experiment_id)
-                ) AS with_definitions
-            ) AS rows
-            GROUP BY public_key, experiment_id, phase, visitor_id, variant_id, session_id
-        ) AS sessions
-        GROUP BY public_key, experiment_id, phase, visitor_id, variant_id
-    ) AS visitors
-    ALL LEFT JOIN (
-    -- Each experiment's metrics in arrays, an element per metric, in one order (by
-    -- position, then id) wherever they are read.
-    SELECT
-        experiment_id,
-        arrayMap(d -> d.1, definitions) AS positions,
-        arrayMap(d -> d.2, definitions) AS metric_ids,
-        arrayMap(d -> d.3, definitions) AS roles,
-        arrayMap(d -> d.4, definitions) AS kinds,
-        arrayMap(d -> d.5, definitions) AS highers,
-        arrayMap(d -> d.6, definitions) AS cap_values,
-        arrayMap(d -> d.7, definitions) AS cap_percentiles,
-        arrayMap(d -> d.8, definitions) AS lookbacks,
-        arrayMap(d -> d.9, definitions) AS n_events,
-        arrayMap(d -> d.10, definitions) AS n_targets,
-        arrayMap(d -> d.11, definitions) AS n_conversions,
-        arrayMap(d -> d.12, definitions) AS n_fields,
-        arrayMap(d -> d.13, definitions) AS n_aggregates,
-        arrayMap(d -> d.14, definitions) AS d_events,
-        arrayMap(d -> d.15, definitions) AS d_targets,
-        arrayMap(d -> d.16, definitions) AS d_conversions,
-        arrayMap(d -> d.17, definitions) AS d_fields,
-        arrayMap(d -> d.18, definitions) AS d_aggregates
-    FROM (
-        SELECT
-            experiment_id,
-            arraySort(groupArray((position, metric_id, toString(role), toString(kind),
-                higher_is_better, cap_value, cap_percentile, cuped_lookback_days, num_event,
-                num_click_target, num_conversion, num_field, toString(num_aggregate),
-                den_event, den_click_target, den_conversion, den_field,
-                toString(den_aggregate)))) AS definitions
-        FROM analytics.experiment_metric_definitions
-        GROUP BY experiment_id
-    ) AS listed
-) AS metrics USING (experiment_id)
-) AS with_metrics
-LEFT ARRAY JOIN
-    metric_ids AS metric_id, n_aggregates AS n_agg, d_aggregates AS d_agg,
-    n_sums_all AS n_sum, n_values_all AS n_values, n_maxes_all AS n_max,
-    n_sessions_all AS n_sessions,
-    p_sums_all AS p_sum, p_values_all AS p_values, p_maxes_all AS p_max,
-    p_sessions_all AS p_sessions,
-    d_sums_all AS d_sum, d_values_all AS d_values, d_maxes_all AS d_max,
-    d_sessions_all AS d_sessions) AS from_events
-    ) AS unsettled USING (public_key, visitor_id, experiment_id, phase, metric_id)
+        CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id,
+        metric_id, variant_id, first_exposure_ms, value, denominator, pre_value
+    FROM analytics.experiment_metric_values FINAL
 ) AS metric_values
 ALL INNER JOIN (
     SELECT
@@ -1483,7 +1157,7 @@ ALL INNER JOIN (
     FROM analytics.experiment_metric_definitions
 ) AS definitions USING (experiment_id, metric_id);
 
--- 51. runs once, with allow_experimental_low_cardinality_type = 1
+-- 52. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_results AS
 SELECT
     public_key, experiment_id, phase, metric_id, role, position, kind, higher_is_better,
@@ -1564,7 +1238,7 @@ SELECT
     tuning AS sequential_tuning,
     family AS treatments,
     no_test_reason,
-    toDateTime(now(), 'UTC') AS as_of
+    refreshed_as_of AS as_of
 FROM (
 -- Student's t quantile for the intervals, one Newton step per SELECT.
 SELECT *, t_quantile_1 - (((t_quantile_1)
@@ -1743,8 +1417,9 @@ SELECT *, 1.959963984540054
         (n + n_a) * (family_bound + log(family_bound + 1)) / tuning AS n_rho2,
         sqrt((1 + n_rho2) / n_rho2 * (log(1 + n_rho2) + family_bound)) AS always_valid_factor
     FROM (
-      -- The log of the default tuning beside every arm: a join, not a scalar subquery,
-      -- which 18.x runs again at each level of the query's analysis.
+      -- The log of the default tuning and the time of the refreshes beside every arm: a
+      -- join, not a scalar subquery, which 18.x runs again at each level of the query's
+      -- analysis.
       SELECT *
       FROM (
         -- Per metric: its arms in arrays with the control's sums beside, then a row per
@@ -1909,10 +1584,23 @@ SELECT *, 1.959963984540054
             sxys AS sxy
       ) AS arms_of_metrics
       CROSS JOIN (
-        SELECT arraySort(groupArray((toInt64(toUnixTimestamp(set_at)), value))) AS tuning_log
-        FROM analytics.results_settings_log
-        WHERE name = 'sequential_tuning' AND value > 0 AND isFinite(value)
-      ) AS tunings_logged
+        SELECT tuning_log, refreshed_as_of
+        FROM (
+            SELECT
+                arraySort(groupArray((toInt64(toUnixTimestamp(set_at)), value))) AS tuning_log
+            FROM analytics.results_settings_log
+            WHERE name = 'sequential_tuning' AND value > 0 AND isFinite(value)
+        ) AS tunings_logged
+        CROSS JOIN (
+    SELECT toDateTime(if(countIf(alive) > 0, minIf(mark, alive), max(mark)), 'UTC')
+        AS refreshed_as_of
+    FROM (
+        SELECT consumer, max(as_of) AS mark,
+            max(written_at) >= now() - 120 AS alive
+        FROM analytics.metric_refresh_marks
+        GROUP BY consumer
+    ) AS consumers) AS refreshed
+      ) AS logged
       -- One block: the aggregations above hand on up to 256, and the statistics cost
       -- per block.
       ORDER BY public_key, experiment_id, phase, metric_id, variant_id

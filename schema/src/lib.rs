@@ -166,16 +166,16 @@ pub fn event_counts_select(
 }
 
 /// The longest a refresh statement runs: the server stops it then
-/// ([`refresh_metric_values`]), so every row of a refresh lands within this of its id.
+/// ([`refresh_metric_values`]), which bounds the consumer's wait.
 pub const REFRESH_LONGEST: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// How old a refresh is before `experiment_metric_visitors` reads it; younger ones are
-/// computed from the events. The view reads the stored rows, the stale visitors and the
-/// latest refreshes each at its own moment; a refresh older than this landed before the
-/// first of them, and no refresh landing after the second passes for settled at the
-/// third, while [`REFRESH_LONGEST`], 10 s of clock difference between a consumer and the
-/// server, and the computed visitors' time (50 s) stay within it.
-pub const SETTLING: std::time::Duration = std::time::Duration::from_secs(120);
+/// How long a consumer's refresh mark counts for `experiment_metric_results`' `as_of`
+/// after it was written: a consumer writes one at least every [`MARK_EVERY`] while it
+/// runs, so one silent longer has stopped.
+pub const MARK_ALIVE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The longest a running consumer goes without writing a refresh mark.
+pub const MARK_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The temporary table of a refresh's visitors, in the refresh's own session.
 const REFRESH_VISITORS: &str = "refresh_visitors";
@@ -229,7 +229,8 @@ struct RefreshVisitor<'a> {
 ///
 /// `refresh_id` gives the refresh's id (its start, in microseconds since the epoch, larger
 /// than any before for these visitors) as the statement starts; the server stops the
-/// statement after [`REFRESH_LONGEST`], which [`SETTLING`] relies on.
+/// statement after [`REFRESH_LONGEST`]. The rows land whole: one block (the insert's
+/// squashing has no size limit), so one part per shard, a visitor's on one shard.
 pub async fn refresh_metric_values(
     client: &Client,
     caps: ServerCaps,
@@ -268,11 +269,15 @@ pub async fn refresh_metric_values(
         .end()
         .await
         .context("cannot list the refresh's visitors")?;
-    // The id is the statement's start, which the server ends within REFRESH_LONGEST.
     let sql = metric_values_refresh(caps, cluster, database, refresh_id());
     let mut query = session
         .query_raw(&sql)
-        .with_setting("max_execution_time", REFRESH_LONGEST.as_secs().to_string());
+        .with_setting("max_execution_time", REFRESH_LONGEST.as_secs().to_string())
+        // One block, whatever its size (experiment_metric_visitors reads each visitor at
+        // one refresh, whole): squashed up to a billion rows, not by bytes (both 0 would
+        // squash nothing).
+        .with_setting("min_insert_block_size_rows", "1000000000")
+        .with_setting("min_insert_block_size_bytes", "0");
     if let Some((name, value)) = caps.low_cardinality_setting() {
         query = query.with_setting(name, value);
     }

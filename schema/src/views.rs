@@ -15,8 +15,8 @@ use std::hash::Hasher as _;
 
 use crate::template::{Params, Value};
 use crate::{
-    Layout, MIN_CONVERSIONS, MIN_VISITORS, SETTLING, SRM_PRIOR, ServerCaps, UNDEFINED_ARM, execute,
-    t_p_value, t_quantile_975,
+    Layout, MARK_ALIVE, MIN_CONVERSIONS, MIN_VISITORS, SRM_PRIOR, ServerCaps, UNDEFINED_ARM, execute, t_p_value,
+    t_quantile_975,
 };
 
 /// A plain view: its name, its query and the parameters of its own.
@@ -135,20 +135,11 @@ pub(crate) const VIEWS: &[View] = &[
         query: sql!("views/experiment_metric_stale.sql"),
         locals: none,
     },
-    // One row per exposed visitor and metric: stored values where settled and fresh,
-    // computed from the events elsewhere.
+    // One row per exposed visitor and metric: the values of their latest refresh.
     View {
         name: "experiment_metric_visitors",
         query: sql!("views/experiment_metric_visitors.sql"),
-        locals: || {
-            vec![
-                (
-                    "metric_values_select",
-                    Value::Sql(METRIC_VALUES_SELECT.into()),
-                ),
-                ("visitor_filter", Value::Sql(UNSETTLED.into())),
-            ]
-        },
+        locals: none,
     },
     // The per-metric statistics over every visitor (`experiment-results --by`: per
     // segment, with [`metric_results_by`](crate::metric_results_by)).
@@ -180,12 +171,6 @@ const METRIC_ARRAYS: &str = sql!("views/parts/metric_arrays.sql");
 const METRIC_VALUE: &str = sql!("views/parts/metric_value.sql");
 const ARM_STATISTICS: &str = sql!("views/parts/arm_statistics.sql");
 
-/// The visitors whose stored metric values are not fresh, or whose latest refresh is
-/// younger than [`SETTLING`] (`{settled_before}`: the refresh ids before it).
-const UNSETTLED: &str = "{visitor_key} GLOBAL NOT IN (
-    SELECT visitor_key FROM {db}.experiment_metric_freshness
-    WHERE fresh = 1 AND latest_refresh < {settled_before})";
-
 /// The current hash of what stored metric values depend on besides the events, for each
 /// experiment and phase that has any (read from the exposures, a fifth of the stored rows).
 /// A visitor's rows are of their exposures (experiment_visitors), or of none: a pair
@@ -195,24 +180,35 @@ const CURRENT_SETTINGS_ROWS: &str = "
     FROM {db}.experiment_visitors
     UNION ALL SELECT '' AS experiment_id, toUInt32(0) AS phase";
 
-/// The results views' `as_of`: the time up to which the events they count were stored, in
-/// UTC. Every results view reads every stored row when it is queried (the metric view
-/// computes from the events the visitors whose stored values are not settled), so it is
-/// the query's own time.
+/// `experiment_results`' and `experiment_results_over_time`'s `as_of`: the time up to
+/// which the events they count were stored, in UTC. They read aggregates that the
+/// materialized views keep as rows are inserted, so it is the query's own time.
 const AS_OF: &str = "toDateTime(now(), 'UTC')";
 
+/// `experiment_metric_results`' `as_of` (`refreshed_as_of`, one row): the time up to which
+/// the consumers had refreshed the values of the visitors of every event they stored, the
+/// earliest of the running consumers' marks (`metric_refresh_marks`); with none running,
+/// the latest mark; with none ever written, 1970.
+const REFRESHED_AS_OF: &str = "
+    SELECT toDateTime(if(countIf(alive) > 0, minIf(mark, alive), max(mark)), 'UTC')
+        AS refreshed_as_of
+    FROM (
+        SELECT consumer, max(as_of) AS mark,
+            max(written_at) >= now() - {mark_alive} AS alive
+        FROM {db}.metric_refresh_marks
+        GROUP BY consumer
+    ) AS consumers";
+
 /// A visitor's key, of the columns `public_key` and `visitor_id` of any table. Two
-/// visitors of one key are both read as stale (experiment_metric_freshness), so it needs no
-/// resistance to chosen inputs: CityHash, a third of SipHash's time on 18.16, and a query
-/// hashes each stored row four times.
+/// visitors of one key are both read as stale (experiment_metric_freshness), and only the
+/// one refreshed last is read (experiment_metric_visitors). A chosen collision drops a
+/// visitor of a site whose public key (public, in its pages) the sender uses, which
+/// sending events with that key can do anyway; so it needs no resistance to chosen
+/// inputs: CityHash, a third of SipHash's time on 18.16.
 const VISITOR_KEY: &str = "cityHash64(public_key, visitor_id)";
 
 /// The parameters every view may use, besides the server's, topology's and database's.
 pub(crate) fn shared(p: Params<'_>) -> Params<'_> {
-    let settled_before = format!(
-        "(toUInt64(toUnixTimestamp(now())) - {}) * 1000000",
-        SETTLING.as_secs()
-    );
     let value = |x: &str, agg: &str| {
         Value::Scoped(
             METRIC_VALUE.into(),
@@ -227,8 +223,9 @@ pub(crate) fn shared(p: Params<'_>) -> Params<'_> {
         .text("srm_prior", format!("{SRM_PRIOR:?}"))
         .text("undefined_arm", UNDEFINED_ARM)
         .text("visitor_key", VISITOR_KEY)
-        .text("settled_before", settled_before)
         .text("as_of", AS_OF)
+        .text("mark_alive", MARK_ALIVE.as_secs().to_string())
+        .sql("refreshed_as_of", REFRESHED_AS_OF)
         .sql("srm_chi_square", SRM_CHI_SQUARE)
         .sql("metric_arrays", METRIC_ARRAYS)
         .with(vec![

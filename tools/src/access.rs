@@ -411,6 +411,8 @@ const FED: &[(&str, &str, &str)] = &[
     // The operators' tuning of the statistics, and its history: no site's data.
     ("results_settings", "results_settings", "1"),
     ("results_settings_log", "results_settings", "1"),
+    // How far the consumers' refreshes got (`as_of`): no site's data.
+    ("metric_refresh_marks", "metric_refresh_marks", "1"),
 ];
 
 /// 18.x: the fed tables that a cluster shards: written in each shard's own part.

@@ -45,7 +45,7 @@ SELECT
     tuning AS sequential_tuning,
     family AS treatments,
     no_test_reason,
-    {as_of} AS as_of
+    refreshed_as_of AS as_of
 FROM (
 -- Student's t quantile for the intervals, one Newton step per SELECT.
 SELECT *, {t_quantile_2}, {cuped_t_quantile_2} FROM (
@@ -114,8 +114,9 @@ SELECT *, {t_quantile_0}, {cuped_t_quantile_0} FROM (
         (n + n_a) * (family_bound + log(family_bound + 1)) / tuning AS n_rho2,
         sqrt((1 + n_rho2) / n_rho2 * (log(1 + n_rho2) + family_bound)) AS always_valid_factor
     FROM (
-      -- The log of the default tuning beside every arm: a join, not a scalar subquery,
-      -- which 18.x runs again at each level of the query's analysis.
+      -- The log of the default tuning and the time of the refreshes beside every arm: a
+      -- join, not a scalar subquery, which 18.x runs again at each level of the query's
+      -- analysis.
       SELECT *
       FROM (
         -- Per metric: its arms in arrays with the control's sums beside, then a row per
@@ -280,10 +281,15 @@ SELECT *, {t_quantile_0}, {cuped_t_quantile_0} FROM (
             sxys AS sxy
       ) AS arms_of_metrics
       CROSS JOIN (
-        SELECT arraySort(groupArray((toInt64(toUnixTimestamp(set_at)), value))) AS tuning_log
-        FROM {db}.results_settings_log
-        WHERE name = 'sequential_tuning' AND value > 0 AND isFinite(value)
-      ) AS tunings_logged
+        SELECT tuning_log, refreshed_as_of
+        FROM (
+            SELECT
+                arraySort(groupArray((toInt64(toUnixTimestamp(set_at)), value))) AS tuning_log
+            FROM {db}.results_settings_log
+            WHERE name = 'sequential_tuning' AND value > 0 AND isFinite(value)
+        ) AS tunings_logged
+        CROSS JOIN ({refreshed_as_of}) AS refreshed
+      ) AS logged
       -- One block: the aggregations above hand on up to 256, and the statistics cost
       -- per block.
       ORDER BY public_key, experiment_id, phase{segment}, metric_id, variant_id
