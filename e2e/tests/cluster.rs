@@ -273,6 +273,7 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                     "ReplicatedAggregatingMergeTree"
                 ),
                 ("experiment_visitors_mv2", "MaterializedView"),
+                ("metric_refresh_marks", "ReplicatedReplacingMergeTree"),
                 ("results_settings", "ReplicatedReplacingMergeTree"),
                 ("results_settings_log", "ReplicatedMergeTree"),
                 ("results_settings_log_mv", "MaterializedView"),
@@ -368,8 +369,20 @@ async fn metric_results_answer_on_the_cluster() {
             .await
             .expect("inserted");
     }
+    // The consumer's sweep stores both visitors' values, each on their shard, and every
+    // server reads them, with the same results, as of the sweep.
+    let swept = consumer::refresh::sweep_once(cluster.topology(&database), &database)
+        .await
+        .expect("swept");
+    assert_eq!(swept, 2);
     for n in 1..=4 {
         let client = cluster.client(n, &database);
+        let fresh: u64 = client
+            .query("SELECT uniqExactIf(visitor_id, fresh = 1) FROM experiment_metric_stored")
+            .fetch_one()
+            .await
+            .expect("stored");
+        assert_eq!(fresh, 2, "server {n}: both visitors stored and fresh");
         let rows: Vec<(String, u64, f64)> = e2e::eventually(
             Duration::from_secs(30),
             "both arms on every server",
@@ -384,27 +397,13 @@ async fn metric_results_answer_on_the_cluster() {
             [("a".to_owned(), 1, 0.0), ("b".to_owned(), 1, 1.0)],
             "server {n}"
         );
-    }
-    // The consumer's sweep stores both visitors' values, each on their shard, and every
-    // server reads them stored, with the same results.
-    let swept = consumer::refresh::sweep_once(cluster.topology(&database), &database)
-        .await
-        .expect("swept");
-    assert_eq!(swept, 2);
-    for n in 1..=4 {
-        let client = cluster.client(n, &database);
-        let fresh: u64 = client
-            .query("SELECT uniqExactIf(visitor_id, fresh = 1) FROM experiment_metric_stored")
-            .fetch_one()
-            .await
-            .expect("stored");
-        assert_eq!(fresh, 2, "server {n}: both visitors stored and fresh");
-        let rows = conversion_rows(&client).await.expect("results");
-        assert_eq!(
-            rows,
-            [("a".to_owned(), 1, 0.0), ("b".to_owned(), 1, 1.0)],
-            "server {n}, stored"
-        );
+        // The marks are replicated to every server.
+        let as_of = "SELECT min(toUInt32(as_of)) FROM experiment_metric_results";
+        e2e::eventually(Duration::from_secs(30), "as of the sweep", || async {
+            let as_of: u32 = client.query(as_of).fetch_one().await.ok()?;
+            (as_of > 1_790_000_000).then_some(())
+        })
+        .await;
     }
     cluster.drop_database(&database).await;
 }

@@ -150,15 +150,7 @@ async fn the_refresh_only_run_stores_the_stale_visitors_and_exits() {
         run().status.success(),
         "an empty database: nothing to store"
     );
-    ch.query(
-        "INSERT INTO experiment_metrics (experiment_id, version, phase, metric_id, role, kind, \
-         num_event, num_aggregate, loaded_at) VALUES \
-         (?, 'r', 1, 'clicks', 'goal', 'mean', 'click', 'count', 0)",
-    )
-    .bind(EXPERIMENT)
-    .execute()
-    .await
-    .expect("definitions");
+    define_clicks(&ch).await;
     ch.query(&rows(0..4)).execute().await.expect("insert");
     let stale = "SELECT count() FROM experiment_metric_stale";
     assert_eq!(count(&ch, stale).await, 4);
@@ -241,4 +233,151 @@ async fn a_consumer_stops_at_once_while_its_refresh_waits_on_a_paused_server() {
     server.resume();
     stopped.expect("a clean stop");
     assert!(took < Duration::from_secs(10), "stopped in {took:?}");
+}
+
+/// The definitions of one metric, clicks per visitor, as the consumer writes them.
+async fn define_clicks(ch: &clickhouse::Client) {
+    ch.query(
+        "INSERT INTO experiment_metrics (experiment_id, version, phase, metric_id, role, kind, \
+         num_event, num_aggregate, loaded_at) VALUES \
+         (?, 'r', 1, 'clicks', 'goal', 'mean', 'click', 'count', 0)",
+    )
+    .bind(EXPERIMENT)
+    .execute()
+    .await
+    .expect("definitions");
+}
+
+/// `experiment_metric_results`' `as_of` is the earliest mark of the consumers that wrote
+/// one in the last two minutes (a sweep writes one), or the latest mark when none did.
+#[tokio::test]
+async fn metric_results_are_as_of_the_earliest_running_consumers_mark() {
+    let database = e2e::unique("refresh_");
+    let ch = e2e::clickhouse(&database);
+    assert!(refresh_only(&database).status.success(), "migrated");
+    define_clicks(&ch).await;
+    ch.query(&rows(0..4)).execute().await.expect("insert");
+    let now = || async {
+        let now: u32 = ch
+            .query("SELECT toUInt32(now())")
+            .fetch_one()
+            .await
+            .expect("now");
+        now
+    };
+    let as_of = || async {
+        let as_of: Vec<u32> = ch
+            .query("SELECT DISTINCT toUInt32(as_of) FROM experiment_metric_results")
+            .fetch_all()
+            .await
+            .expect("as_of");
+        assert_eq!(as_of.len(), 1, "one as_of for every row: {as_of:?}");
+        as_of[0]
+    };
+    let mark = |name: &'static str, ago: u32, written_ago: u32| {
+        let ch = ch.clone();
+        async move {
+            ch.query(
+                "INSERT INTO metric_refresh_marks (consumer, as_of, written_at) \
+                 SELECT ?, now() - ?, now() - ?",
+            )
+            .bind(name)
+            .bind(ago)
+            .bind(written_ago)
+            .execute()
+            .await
+            .expect("mark");
+        }
+    };
+    let before = now().await;
+    assert!(refresh_only(&database).status.success());
+    let swept = as_of().await;
+    assert!(
+        swept + 2 >= before && swept <= now().await,
+        "the sweep's start: {swept} against {before}"
+    );
+
+    mark("behind", 300, 0).await;
+    let behind = now().await - 300;
+    assert!(
+        as_of().await.abs_diff(behind) <= 2,
+        "the earliest running mark"
+    );
+    mark("stopped", 3000, 600).await;
+    assert!(
+        as_of().await.abs_diff(behind) <= 2,
+        "a stopped consumer is left out"
+    );
+
+    ch.query("TRUNCATE TABLE metric_refresh_marks")
+        .execute()
+        .await
+        .expect("truncate");
+    mark("gone", 900, 600).await;
+    mark("gone too", 800, 700).await;
+    let latest = now().await - 800;
+    assert!(
+        as_of().await.abs_diff(latest) <= 2,
+        "none running: the latest mark"
+    );
+    e2e::drop_database(&database).await;
+}
+
+/// A consumer killed during a sweep leaves every visitor at one refresh, whole, and the
+/// next sweep stores those it did not reach.
+#[tokio::test]
+async fn a_sweep_killed_midway_leaves_whole_visitors_and_the_next_one_finishes() {
+    const VISITORS: u64 = 100_000;
+    let database = e2e::unique("refresh_");
+    let ch = e2e::clickhouse(&database);
+    assert!(refresh_only(&database).status.success(), "migrated");
+    define_clicks(&ch).await;
+    ch.query(&format!(
+        "INSERT INTO events (event_id, received_at, received_at_ms, event_time, public_key, \
+         event_name, experiment_id, variant_id, session_id, visitor_id, phase) \
+         SELECT generateUUIDv4(), toDateTime(1795300000), 1795300000000, 1795300000000, ?, \
+         'impression', ?, if(number % 2 = 0, 'var_a', 'var_b'), concat('s', toString(number)), \
+         concat('v', toString(number)), 1 FROM numbers({VISITORS})"
+    ))
+    .bind(KEY)
+    .bind(EXPERIMENT)
+    .execute()
+    .await
+    .expect("insert");
+    let stored = "SELECT uniqExact(visitor_id) FROM experiment_metric_values";
+    let mut sweep = std::process::Command::new(e2e::workspace_binary("consumer"))
+        .arg("--refresh-metrics-only")
+        .env("CLICKHOUSE_URL", e2e::clickhouse_url())
+        .env("CLICKHOUSE_DATABASE", &database)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the consumer runs");
+    e2e::eventually(WAIT, "a first statement stored", || async {
+        (count(&ch, stored).await > 0).then_some(())
+    })
+    .await;
+    sweep.kill().expect("killed");
+    let _ = sweep.wait();
+    let visitors = "SELECT count() FROM experiment_metric_visitors";
+    let partial = count(&ch, stored).await;
+    assert!(partial < VISITORS, "killed midway: {partial} stored");
+    assert_eq!(
+        count(&ch, visitors).await,
+        partial,
+        "each stored visitor once"
+    );
+
+    let output = refresh_only(&database);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(count(&ch, visitors).await, VISITORS, "every visitor, once");
+    assert_eq!(
+        count(&ch, "SELECT count() FROM experiment_metric_stale").await,
+        0
+    );
+    e2e::drop_database(&database).await;
 }

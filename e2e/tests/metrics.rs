@@ -1402,7 +1402,10 @@ async fn results_are_those_of_each_visitors_latest_refresh() {
     let stored = "SELECT count() FROM experiment_metric_values";
     assert_eq!(db.count(stored).await, 0);
     assert!(db.count(stale).await > 100, "every visitor is stale");
-    assert!(db.results().await.is_empty(), "nothing refreshed, nothing counted");
+    assert!(
+        db.results().await.is_empty(),
+        "nothing refreshed, nothing counted"
+    );
 
     db.sweep().await;
     assert_eq!(db.count(stale).await, 0, "the sweep stores every visitor");
@@ -1448,22 +1451,36 @@ async fn results_are_those_of_each_visitors_latest_refresh() {
     db.refresh(&visitor, refresh_id_of(Duration::ZERO)).await;
     assert_eq!(db.count(stale).await, 0);
     let refreshed = db.results().await;
-    assert!((b(&refreshed) - b(&swept)).abs() < 1.0, "the alteration is gone");
+    assert!(
+        (b(&refreshed) - b(&swept)).abs() < 1.0,
+        "the alteration is gone"
+    );
     assert_same("refreshed, against stored anew", &refreshed, &anew().await);
 
     // The same definitions loaded again (a later snapshot): still fresh.
     db.insert_definitions(&metrics, "v2", START).await;
-    assert_eq!(db.count(stale).await, 0, "unchanged definitions keep the values");
+    assert_eq!(
+        db.count(stale).await,
+        0,
+        "unchanged definitions keep the values"
+    );
     // A changed definition: every visitor of the experiment is stale, and the results
     // change at the sweep.
     metrics[0].lookback_days = 0.0;
     db.insert_definitions(&metrics, "v3", START + 1).await;
-    assert!(db.count(stale).await > 100, "a changed definition makes them stale");
+    assert!(
+        db.count(stale).await > 100,
+        "a changed definition makes them stale"
+    );
     db.sweep().await;
     assert_eq!(db.count(stale).await, 0);
     let changed = db.results().await;
     let cuped = |r: &[Result]| r.iter().map(|r| r.cuped_theta).collect::<Vec<_>>();
-    assert_ne!(cuped(&changed), cuped(&refreshed), "the new lookback applies");
+    assert_ne!(
+        cuped(&changed),
+        cuped(&refreshed),
+        "the new lookback applies"
+    );
     assert_same("changed, against stored anew", &changed, &anew().await);
 }
 

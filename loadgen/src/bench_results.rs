@@ -125,7 +125,10 @@ async fn run(repo: &Path, settings: &Settings, clickhouse: &ClickHouse) -> anyho
     println!("{sweep_row}");
     // Warm, then three rounds of every query in turn: the ratio of each round compares
     // queries run seconds apart, on the same state of the machine.
-    let queries: Vec<String> = TIMED.iter().map(|(_, q)| format!("{q} FORMAT Null")).collect();
+    let queries: Vec<String> = TIMED
+        .iter()
+        .map(|(_, q)| format!("{q} FORMAT Null"))
+        .collect();
     for query in &queries {
         sql(query.clone()).await?;
     }

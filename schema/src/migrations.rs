@@ -362,21 +362,20 @@ pub(super) const MIGRATIONS: &[Migration] = &[
                      (name String, hash String, made_at UInt64)\n\
                      ENGINE = {engine} ORDER BY (name, made_at)",
         }],
-    },    Migration {
+    },
+    Migration {
         version: 18,
         description: "metric results as of the consumers' refreshes: their marks",
         // Per consumer process: the time up to which it had refreshed the metric values
         // of the visitors of every event it stored (consumer::refresh), and when it wrote
         // that; `experiment_metric_results`' `as_of` reads them.
-        steps: &[
-            Step::Whole {
-                name: "metric_refresh_marks",
-                engine: "ReplacingMergeTree",
-                create: "CREATE TABLE IF NOT EXISTS {table} \
+        steps: &[Step::Whole {
+            name: "metric_refresh_marks",
+            engine: "ReplacingMergeTree",
+            create: "CREATE TABLE IF NOT EXISTS {table} \
                          (consumer String, as_of DateTime, written_at DateTime)\n\
                          ENGINE = {engine} ORDER BY consumer",
-            },
-        ],
+        }],
     },
 ];
 

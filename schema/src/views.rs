@@ -15,8 +15,8 @@ use std::hash::Hasher as _;
 
 use crate::template::{Params, Value};
 use crate::{
-    Layout, MARK_ALIVE, MIN_CONVERSIONS, MIN_VISITORS, SRM_PRIOR, ServerCaps, UNDEFINED_ARM, execute, t_p_value,
-    t_quantile_975,
+    Layout, MARK_ALIVE, MIN_CONVERSIONS, MIN_VISITORS, SRM_PRIOR, ServerCaps, UNDEFINED_ARM,
+    execute, t_p_value, t_quantile_975,
 };
 
 /// A plain view: its name, its query and the parameters of its own.
