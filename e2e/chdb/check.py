@@ -59,7 +59,7 @@ def main() -> int:
             return 1
         print(f"ok {plan['layout']} #{number} ({statement['runs']}): {' '.join(sql.split())[:90]}")
     if plan["layout"] == "single":
-        return read_views(db)
+        return read_views(db, plan.get("refresh", []))
     return 0
 
 
@@ -86,11 +86,15 @@ VIEWS = ["experiment_results", "experiment_variant_counts_over_time", "experimen
          "experiment_metric_results"]
 
 
-def read_views(db) -> int:
+def read_views(db, refresh) -> int:
+    """Stores rows, then the metric values as the consumer's refresh does (`refresh`, its
+    statements over every visitor), then reads the views."""
     try:
         db.query(EVENTS)
         db.query(DEFINITIONS)
         db.query(METRICS)
+        for sql in refresh:
+            db.query(sql)
         for view in VIEWS:
             rows = str(db.query(f"SELECT * FROM analytics.{view}", "TSV")).strip().splitlines()
             print(f"view {view}: {len(rows)} rows")

@@ -44,7 +44,19 @@ fn chdb_caps() -> (String, ServerCaps) {
 fn check(layout: &str, statements: &[serde_json::Value]) -> String {
     let dir = tempfile::tempdir().expect("temporary folder");
     let plan = dir.path().join(format!("{layout}.json"));
-    let document = serde_json::json!({ "layout": layout, "statements": statements });
+    // After the rows, before the views are read: the consumer's refresh of every visitor.
+    let (_, caps) = chdb_caps();
+    let visitors = schema::REFRESH_VISITORS;
+    let refresh = [
+        format!("CREATE TEMPORARY TABLE {visitors} (public_key String, visitor_id String)"),
+        format!(
+            "INSERT INTO {visitors} SELECT DISTINCT toString(public_key), visitor_id \
+             FROM analytics.events"
+        ),
+        schema::metric_values_refresh(caps, None, "analytics", 1),
+    ];
+    let document = serde_json::json!({ "layout": layout, "statements": statements,
+                                        "refresh": refresh });
     std::fs::write(&plan, document.to_string()).expect("plan written");
     let folder = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("chdb");
     let out = run(Command::new(python())

@@ -177,15 +177,16 @@ pub const MARK_ALIVE: std::time::Duration = std::time::Duration::from_secs(120);
 /// The longest a running consumer goes without writing a refresh mark.
 pub const MARK_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The temporary table of a refresh's visitors, in the refresh's own session.
-const REFRESH_VISITORS: &str = "refresh_visitors";
+/// The temporary table of a refresh's visitors, in the refresh's own session: (public key,
+/// visitor id), both `String`.
+pub const REFRESH_VISITORS: &str = "refresh_visitors";
 
 /// The statement that stores again the metric values of the visitors in the session's
 /// temporary table `refresh_visitors` (public key, visitor id), computed from their events
 /// as `experiment_metric_visitors` computes them, as refresh `refresh_id` (larger than any
 /// before it for them), in `experiment_metric_values`. `cluster` names the cluster (its
 /// Distributed table then), `None` one server.
-fn metric_values_refresh(
+pub fn metric_values_refresh(
     caps: ServerCaps,
     cluster: Option<&str>,
     database: &str,
