@@ -378,7 +378,8 @@ async fn send(http: &reqwest::Client, url: &str, key: &str, post: &Post) -> anyh
     unreachable!("the loop returns")
 }
 
-/// The command: sends the history, then waits until ClickHouse holds every event.
+/// The command: sends the history, then waits until ClickHouse holds every event and the
+/// metric results count them.
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let http = reqwest::Client::builder()
@@ -447,11 +448,33 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
                 "demo: all {landed} events in ClickHouse after {:.1} s",
                 started.elapsed().as_secs_f64()
             );
-            return Ok(());
+            break;
         }
         anyhow::ensure!(
             Instant::now() < deadline,
             "only {landed} of {accepted} events reached ClickHouse in {} s",
+            args.settle
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // The metric results count them once the consumers' refreshes are past them.
+    let stored_at = clickhouse.count("SELECT toUInt32(now())").await?;
+    let as_of = format!(
+        "SELECT min(toUInt32(as_of)) FROM {}.experiment_metric_results",
+        args.database
+    );
+    let stored = Instant::now();
+    loop {
+        if clickhouse.count(&as_of).await? >= stored_at {
+            eprintln!(
+                "demo: the metric results count them {:.1} s later",
+                stored.elapsed().as_secs_f64()
+            );
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the metric results were not as of the stored events within {} s",
             args.settle
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
