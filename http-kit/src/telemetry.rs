@@ -253,6 +253,11 @@ pub const METRICS: &[Metric] = &[
         "consumer_metric_refresh_failures_total",
         "Metric value refreshes (a batch's visitors, or a sweep) that failed.",
     ),
+    gauge(
+        "consumer_metric_refreshed_as_of_seconds",
+        "This consumer's latest refresh mark: every event it stored before is counted \
+         in experiment_metric_results (Unix time).",
+    ),
     counter(
         "ingest_snapshot_reloads_total",
         "Snapshot checks that found a change or failed, by result.",
