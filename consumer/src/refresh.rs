@@ -110,7 +110,8 @@ pub(crate) async fn run(
             whole = false;
         }
         let due = marked.is_none_or(|at| at.elapsed() >= schema::MARK_EVERY);
-        if whole && (!visitors.is_empty() || due) {
+        // A sweep asked to stop returns before it is done.
+        if whole && !*stop.borrow() && (!visitors.is_empty() || due) {
             match refresh.mark(started).await {
                 Ok(()) => marked = Some(tokio::time::Instant::now()),
                 Err(e) => refresh.failed("mark", &e),
