@@ -40,12 +40,12 @@ fn chdb_caps() -> (String, ServerCaps) {
 }
 
 /// Runs `statements` (`{"runs", "sql", "settings", "parse_only"?}`) through
-/// `chdb/check.py` in `layout`; its output, after checking that every one passed.
-fn check(layout: &str, statements: &[serde_json::Value]) -> String {
+/// `chdb/check.py` in `layout`, for a server of version `caps`; its output, after checking
+/// that every one passed.
+fn check(caps: ServerCaps, layout: &str, statements: &[serde_json::Value]) -> String {
     let dir = tempfile::tempdir().expect("temporary folder");
     let plan = dir.path().join(format!("{layout}.json"));
     // After the rows, before the views are read: the consumer's refresh of every visitor.
-    let (_, caps) = chdb_caps();
     let visitors = schema::REFRESH_VISITORS;
     let refresh = [
         format!("CREATE TEMPORARY TABLE {visitors} (public_key String, visitor_id String)"),
@@ -91,7 +91,7 @@ fn every_schema_statement_runs_on_modern_clickhouse() {
             statements.iter().all(|s| s.settings.is_empty()),
             "{layout}: a setting for old servers is sent to {version}"
         );
-        let out = check(layout, &schema(caps, cluster, "analytics"));
+        let out = check(caps, layout, &schema(caps, cluster, "analytics"));
         if cluster.is_none() {
             // Two visitors of two variants, first exposed in two hours: a row per variant
             // now, and per variant and hour over time (b from its first hour on), and per
@@ -142,7 +142,7 @@ fn erasure_and_retention_statements_run_on_modern_clickhouse() {
         consumer::retention::drop_statement(db, "events", 202_401),
     ]
     .map(|sql| once(&sql, false)));
-    check("single", &statements);
+    check(caps, "single", &statements);
 }
 
 /// What `analytics-access grant` and `revoke` send to a modern server: the grants table is
@@ -182,5 +182,5 @@ fn access_statements_parse_on_modern_clickhouse() {
             .any(|s| s.starts_with("CREATE QUOTA OR REPLACE alice"))
     );
     statements.extend(access.iter().map(|sql| once(sql, parse_only(sql))));
-    check("single", &statements);
+    check(caps, "single", &statements);
 }

@@ -575,12 +575,7 @@ async fn a_changed_view_is_made_again_and_a_retired_one_dropped() {
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     schema::migrate(&client, &database).await.expect("migrates");
 
-    let columns: Vec<String> = client
-        .query("SELECT name FROM system.columns WHERE database = ? AND table = 'experiment_daily'")
-        .bind(&database)
-        .fetch_all()
-        .await
-        .expect("columns");
+    let columns = daily_columns(&client, &database).await;
     assert!(
         columns.len() > 1 && !columns.contains(&"stale".to_owned()),
         "made again: {columns:?}"
@@ -649,12 +644,17 @@ async fn an_older_consumer_leaves_a_newer_ones_views_alone() {
         client.query(&sql).execute().await.expect(&sql);
     }
     schema::migrate(&client, &database).await.expect("migrates");
-    let columns: Vec<String> = client
-        .query("SELECT name FROM system.columns WHERE database = ? AND table = 'experiment_daily'")
-        .bind(&database)
-        .fetch_all()
-        .await
-        .expect("columns");
+    let columns = daily_columns(&client, &database).await;
     assert_eq!(columns, ["newer"], "the newer view kept");
     e2e::drop_database(&database).await;
+}
+
+/// The columns of `experiment_daily` in `database`, in their order.
+async fn daily_columns(client: &clickhouse::Client, database: &str) -> Vec<String> {
+    client
+        .query("SELECT name FROM system.columns WHERE database = ? AND table = 'experiment_daily'")
+        .bind(database)
+        .fetch_all()
+        .await
+        .expect("columns")
 }
