@@ -272,6 +272,16 @@ async fn metric_results_are_as_of_the_earliest_running_consumers_mark() {
             .await
             .expect("as_of");
         assert_eq!(as_of.len(), 1, "one as_of for every row: {as_of:?}");
+        // The statement that asks for it alone says the same.
+        let alone: u32 = ch
+            .query(&format!(
+                "SELECT toUInt32(refreshed_as_of) FROM ({})",
+                schema::metric_results_as_of(&database)
+            ))
+            .fetch_one()
+            .await
+            .expect("as_of alone");
+        assert_eq!(alone, as_of[0], "as_of alone");
         as_of[0]
     };
     let mark = |name: &'static str, ago: u32, written_ago: u32| {

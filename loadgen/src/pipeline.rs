@@ -1,18 +1,27 @@
 //! The whole pipeline on one machine (`loadgen pipeline`): browser-like traffic through the
 //! front, open loop, at rising rates, with the consumer and ClickHouse running and merging.
 //! For each rate: the events accepted per second, the answers' latency, the time from an
-//! accepted POST to its event being queryable in ClickHouse (sampled by event id), the CPU
-//! of each watched process and of the whole machine, and whether the rate was sustained.
+//! accepted POST to its event being queryable in ClickHouse (sampled by event id) and then
+//! counted in `experiment_metric_results`, the CPU of each watched process and of the whole
+//! machine, and whether the rate was sustained.
+//!
+//! A sampled event is counted in the metric results once the view's `as_of` is past the
+//! time it was seen in `events` (the results say they count it), and its visitor's stored
+//! values come from a refresh that started after the last time it was not seen there (so
+//! they can: the claim is checked, not only read).
 //!
 //! A rate is sustained when the front accepted at least 99% of the events offered, answered
 //! nothing but 2xx, within a bound at p99 (1 s: beyond it requests queue), and every
-//! sampled event became queryable, with a p99 under its bound (10 s).
+//! sampled event became queryable and then counted, each with a p99 under its bound (10 s,
+//! 30 s).
 //! The first rate that is not names what saturated first: the machine's CPU, one process
 //! at a full core, or neither (then the queue in front of the slowest stage: the broker,
 //! the consumer's batching, ClickHouse's inserts).
 //!
 //! Samples are timed from when the request left to the start of the first ClickHouse poll
-//! that saw the row, so each is late by up to one poll interval (`--poll-ms`). Between two
+//! that saw the row (or counted it), so each is late by up to one poll interval
+//! (`--poll-ms`); counting is timed from the end of the poll that saw it, so later still by
+//! up to that poll's length and a second (`as_of` is in whole seconds). Between two
 //! rates the run waits for every sample of the last one (or the drain timeout), so that a
 //! backlog is charged to the rate that made it.
 
@@ -66,6 +75,10 @@ pub struct PipelineArgs {
     /// The p99 time to queryable, in seconds, above which a rate is not sustained.
     #[arg(long, default_value_t = 10.0)]
     pub queryable_p99_bound: f64,
+    /// The p99 time to counted in `experiment_metric_results`, in seconds, above which a
+    /// rate is not sustained.
+    #[arg(long, default_value_t = 30.0)]
+    pub counted_p99_bound: f64,
     /// The answers' p99, in milliseconds, above which a rate is not sustained: requests
     /// queue in front of the slowest stage.
     #[arg(long, default_value_t = 1000.0)]
@@ -85,6 +98,7 @@ pub struct PipelineArgs {
 struct Bounds {
     answer_ms: f64,
     queryable_s: f64,
+    counted_s: f64,
 }
 
 impl PipelineArgs {
@@ -92,6 +106,7 @@ impl PipelineArgs {
         Bounds {
             answer_ms: self.answer_p99_bound_ms,
             queryable_s: self.queryable_p99_bound,
+            counted_s: self.counted_p99_bound,
         }
     }
 }
@@ -107,6 +122,10 @@ struct Step {
     seen: usize,
     queryable_p50_s: Option<f64>,
     queryable_p99_s: Option<f64>,
+    /// Of the samples, those counted in the metric results, and how long after sending.
+    counted: usize,
+    counted_p50_s: Option<f64>,
+    counted_p99_s: Option<f64>,
     machine_percent: f64,
     processes: BTreeMap<String, f64>,
 }
@@ -123,6 +142,10 @@ impl Step {
             && self
                 .queryable_p99_s
                 .is_some_and(|p99| p99 <= bounds.queryable_s)
+            && self.counted == self.samples
+            && self
+                .counted_p99_s
+                .is_some_and(|p99| p99 <= bounds.counted_s)
     }
 
     /// What ran out first, in words.
@@ -220,11 +243,14 @@ pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
         let step = setup.measure(index, offered).await?;
         let sustained = step.sustained(&args.bounds());
         eprintln!(
-            "  {offered} events/s offered: {:.0} accepted, queryable p99 {:?} s, {}/{} samples seen, {}",
+            "  {offered} events/s offered: {:.0} accepted, queryable p99 {:?} s, counted p99 \
+             {:?} s, {}/{} samples seen, {} counted, {}",
             step.accepted,
             step.queryable_p99_s,
+            step.counted_p99_s,
             step.seen,
             step.samples,
+            step.counted,
             if sustained {
                 "sustained"
             } else {
@@ -305,30 +331,60 @@ impl Setup<'_> {
         .await;
         load_over.get_or_init(Instant::now);
         let tally = tally?;
-        let (times, total) = poller.await.context("the poller panicked")??;
+        let times = poller.await.context("the poller panicked")??;
         let figure = tally.figure("pipeline", "front", "events");
         let ms = |us: Option<u64>| us.map(|us| us as f64 / 1000.0);
-        let seconds =
-            |q: f64| (!times.is_empty()).then(|| times.value_at_quantile(q) as f64 / 1000.0);
+        let seconds = |h: &Histogram<u64>, q: f64| {
+            (!h.is_empty()).then(|| h.value_at_quantile(q) as f64 / 1000.0)
+        };
         Ok(Step {
             offered,
             accepted: figure.rate,
             failures: figure.failures.values().sum::<u64>() + figure.transport_errors,
             answer_p50_ms: ms(figure.p50_us),
             answer_p99_ms: ms(figure.p99_us),
-            samples: total,
-            seen: times.len() as usize,
-            queryable_p50_s: seconds(0.5),
-            queryable_p99_s: seconds(0.99),
+            samples: times.samples,
+            seen: times.queryable.len() as usize,
+            queryable_p50_s: seconds(&times.queryable, 0.5),
+            queryable_p99_s: seconds(&times.queryable, 0.99),
+            counted: times.counted.len() as usize,
+            counted_p50_s: seconds(&times.counted, 0.5),
+            counted_p99_s: seconds(&times.counted, 0.99),
             machine_percent: machine.await.context("the CPU sampler panicked")?,
             processes: cpu.await.context("the CPU watch panicked")?,
         })
     }
 }
 
-/// Asks ClickHouse, every `interval`, which sampled events it holds, until the load is
-/// over (`load_over` set) and every sample taken is seen, or `drain` has passed since.
-/// Returns the times to queryable in milliseconds and the number of samples taken.
+/// The samples' times, in milliseconds from sending.
+struct Times {
+    /// The samples taken.
+    samples: usize,
+    /// Until seen in `events`.
+    queryable: Histogram<u64>,
+    /// Until counted in `experiment_metric_results`.
+    counted: Histogram<u64>,
+}
+
+/// A sample not seen in `events` yet: when it was sent, and a time (microseconds since the
+/// epoch) before which it was not stored, the start of the last poll that did not see it.
+struct Unseen {
+    sent: Instant,
+    not_before_us: u64,
+}
+
+/// A sample seen in `events`, until counted in the metric results.
+struct Seen {
+    visitor: (String, String),
+    sent: Instant,
+    not_before_us: u64,
+    /// When the poll that saw it returned, in microseconds since the epoch.
+    seen_us: u64,
+}
+
+/// Asks ClickHouse, every `interval`, which sampled events it holds and which of those the
+/// metric results count, until the load is over (`load_over` set) and every sample taken is
+/// counted, or `drain` has passed since.
 async fn poll_samples(
     clickhouse: ClickHouse,
     database: String,
@@ -336,53 +392,153 @@ async fn poll_samples(
     interval: Duration,
     load_over: Arc<OnceLock<Instant>>,
     drain: Duration,
-) -> anyhow::Result<(Histogram<u64>, usize)> {
-    let mut times = Histogram::<u64>::new_with_bounds(1, 3_600_000, 3)?;
-    let mut waiting: HashMap<String, Instant> = HashMap::new();
-    let mut total = 0;
+) -> anyhow::Result<Times> {
+    let histogram = || Histogram::<u64>::new_with_bounds(1, 3_600_000, 3);
+    let mut times = Times {
+        samples: 0,
+        queryable: histogram()?,
+        counted: histogram()?,
+    };
+    let ms = |asked: Instant, sent: Instant| {
+        u64::try_from(asked.saturating_duration_since(sent).as_millis()).unwrap_or(u64::MAX)
+    };
+    let mut waiting: HashMap<String, Unseen> = HashMap::new();
+    let mut counting: Vec<Seen> = Vec::new();
     loop {
         let asked = Instant::now();
+        let asked_us = unix_micros();
         // Read before the samples: once over, no sample is added after this.
         let over = load_over.get().copied();
         let new = std::mem::take(&mut *samples.lock().expect("not poisoned"));
-        total += new.len();
-        waiting.extend(new);
+        times.samples += new.len();
+        waiting.extend(new.into_iter().map(|(id, sent)| {
+            let ago = u64::try_from(asked.duration_since(sent).as_micros()).unwrap_or(u64::MAX);
+            let not_before_us = asked_us.saturating_sub(ago);
+            (
+                id,
+                Unseen {
+                    sent,
+                    not_before_us,
+                },
+            )
+        }));
         if !waiting.is_empty() {
-            for id in seen(&clickhouse, &database, waiting.keys()).await? {
-                if let Some(sent) = waiting.remove(&id) {
-                    let ms = asked.saturating_duration_since(sent).as_millis();
-                    times.saturating_record(u64::try_from(ms).unwrap_or(u64::MAX));
+            let found = seen(&clickhouse, &database, waiting.keys()).await?;
+            let seen_us = unix_micros();
+            for (id, visitor) in found {
+                if let Some(unseen) = waiting.remove(&id) {
+                    times.queryable.saturating_record(ms(asked, unseen.sent));
+                    counting.push(Seen {
+                        visitor,
+                        sent: unseen.sent,
+                        not_before_us: unseen.not_before_us,
+                        seen_us,
+                    });
                 }
             }
+            for unseen in waiting.values_mut() {
+                unseen.not_before_us = asked_us;
+            }
+        }
+        if !counting.is_empty() {
+            let as_of_us = clickhouse
+                .count(&format!(
+                    "SELECT toUInt64(refreshed_as_of) * 1000000 FROM ({})",
+                    schema::metric_results_as_of(&database)
+                ))
+                .await?;
+            let refreshed = refreshed(&clickhouse, &database, &counting).await?;
+            counting.retain(|s| {
+                let counted = as_of_us >= s.seen_us
+                    && refreshed
+                        .get(&s.visitor)
+                        .is_some_and(|r| *r >= s.not_before_us);
+                if counted {
+                    times.counted.saturating_record(ms(asked, s.sent));
+                }
+                !counted
+            });
         }
         if let Some(over) = over
-            && (waiting.is_empty() || over.elapsed() >= drain)
+            && ((waiting.is_empty() && counting.is_empty()) || over.elapsed() >= drain)
         {
-            return Ok((times, total));
+            return Ok(times);
         }
         tokio::time::sleep_until((asked + interval).into()).await;
     }
 }
 
-/// The ids among `ids` that `database.events` holds.
+fn unix_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// The ids among `ids` that `database.events` holds, each with its visitor (public key,
+/// visitor id).
 async fn seen(
     clickhouse: &ClickHouse,
     database: &str,
     ids: impl Iterator<Item = &String>,
-) -> anyhow::Result<Vec<String>> {
+) -> anyhow::Result<Vec<(String, (String, String))>> {
     let list: Vec<String> = ids.map(|id| format!("'{id}'")).collect();
     let mut found = Vec::new();
     for chunk in list.chunks(2000) {
         let answer = clickhouse
             .query(&format!(
-                "SELECT DISTINCT toString(event_id) FROM {database}.events \
-                 WHERE event_id IN ({})",
+                "SELECT toString(event_id), toString(public_key), visitor_id \
+                 FROM {database}.events WHERE event_id IN ({}) LIMIT 1 BY event_id",
                 chunk.join(",")
             ))
             .await?;
-        found.extend(answer.lines().map(str::to_owned));
+        for line in answer.lines() {
+            let mut fields = line.split('\t').map(str::to_owned);
+            if let (Some(id), Some(key), Some(visitor)) =
+                (fields.next(), fields.next(), fields.next())
+            {
+                found.push((id, (key, visitor)));
+            }
+        }
     }
     Ok(found)
+}
+
+/// The latest refresh (its start, in microseconds since the epoch) of the stored metric
+/// values of each visitor of `seen` that has some.
+async fn refreshed(
+    clickhouse: &ClickHouse,
+    database: &str,
+    seen: &[Seen],
+) -> anyhow::Result<HashMap<(String, String), u64>> {
+    // The traffic's keys and visitor ids are its own: letters, digits and dashes.
+    let list: Vec<String> = seen
+        .iter()
+        .map(|s| format!("('{}','{}')", s.visitor.0, s.visitor.1))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut latest = HashMap::new();
+    for chunk in list.chunks(2000) {
+        let answer = clickhouse
+            .query(&format!(
+                "SELECT toString(public_key), visitor_id, max(refresh_id) \
+                 FROM {database}.experiment_metric_values \
+                 WHERE (toString(public_key), visitor_id) IN ({}) \
+                 GROUP BY public_key, visitor_id",
+                chunk.join(",")
+            ))
+            .await?;
+        for line in answer.lines() {
+            let fields: Vec<&str> = line.split('\t').collect();
+            if let [key, visitor, refresh] = fields[..] {
+                latest.insert(
+                    (key.to_owned(), visitor.to_owned()),
+                    refresh.parse().context("a refresh id")?,
+                );
+            }
+        }
+    }
+    Ok(latest)
 }
 
 /// The steps as a Markdown table, then the sustainable rate and what limits it.
@@ -396,25 +552,29 @@ fn table(steps: &[Step], args: &PipelineArgs, cores: usize) -> String {
     let opt =
         |v: Option<f64>, digits: usize| v.map_or("n/a".to_owned(), |v| format!("{v:.digits$}"));
     let mut out = String::from(
-        "| offered events/s | accepted events/s | answer p50 / p99 ms | queryable p50 / p99 s | samples seen | machine CPU % |",
+        "| offered events/s | accepted events/s | answer p50 / p99 ms | queryable p50 / p99 s \
+         | counted in metric results p50 / p99 s | samples seen / counted | machine CPU % |",
     );
     for name in &names {
         out += &format!(" {name} % |");
     }
-    out += " sustained |\n|---:|---:|---:|---:|---:|---:|";
+    out += " sustained |\n|---:|---:|---:|---:|---:|---:|---:|";
     out += &"---:|".repeat(names.len());
     out += ":-:|\n";
     for s in steps {
         out += &format!(
-            "| {:.0} | {:.0} | {} / {} | {} / {} | {}/{} | {:.0} |",
+            "| {:.0} | {:.0} | {} / {} | {} / {} | {} / {} | {}/{} / {} | {:.0} |",
             s.offered,
             s.accepted,
             opt(s.answer_p50_ms, 1),
             opt(s.answer_p99_ms, 1),
             opt(s.queryable_p50_s, 2),
             opt(s.queryable_p99_s, 2),
+            opt(s.counted_p50_s, 2),
+            opt(s.counted_p99_s, 2),
             s.seen,
             s.samples,
+            s.counted,
             s.machine_percent
         );
         for name in &names {
@@ -434,10 +594,12 @@ fn table(steps: &[Step], args: &PipelineArgs, cores: usize) -> String {
         .fold(None, |a: Option<f64>, r| Some(a.map_or(r, |a| a.max(r))));
     out += &format!(
         "\nSustainable: {} events/s (accepted, answered within {} ms and every sampled event \
-         queryable within {} s, at p99; queryable times ±{} ms).\n",
+         queryable within {} s and counted in the metric results within {} s, at p99; times \
+         ±{} ms).\n",
         best.map_or("none of the rates".to_owned(), |r| format!("{r:.0}")),
         bounds.answer_ms,
         bounds.queryable_s,
+        bounds.counted_s,
         args.poll_ms
     );
     match steps.iter().find(|s| !s.sustained(&bounds)) {
@@ -468,6 +630,9 @@ mod tests {
             seen: 500,
             queryable_p50_s: Some(1.0),
             queryable_p99_s: Some(2.5),
+            counted: 500,
+            counted_p50_s: Some(4.0),
+            counted_p99_s: Some(12.0),
             machine_percent: 120.0,
             processes: BTreeMap::from([
                 ("ingest".to_owned(), 60.0),
@@ -482,6 +647,7 @@ mod tests {
         let bounds = Bounds {
             answer_ms: 100.0,
             queryable_s: 10.0,
+            counted_s: 30.0,
         };
         assert!(step().sustained(&bounds));
         let short = Step {
@@ -500,10 +666,20 @@ mod tests {
         };
         assert!(!lost.sustained(&bounds), "a sample never queryable");
         let tight = Bounds {
-            answer_ms: 100.0,
             queryable_s: 2.0,
+            ..bounds
         };
         assert!(!step().sustained(&tight), "queryable p99 over the bound");
+        let uncounted = Step {
+            counted: 499,
+            ..step()
+        };
+        assert!(!uncounted.sustained(&bounds), "a sample never counted");
+        let stale = Bounds {
+            counted_s: 10.0,
+            ..bounds
+        };
+        assert!(!step().sustained(&stale), "counted p99 over the bound");
         let queued = Step {
             answer_p99_ms: Some(1500.0),
             ..step()
@@ -551,7 +727,8 @@ mod tests {
         let text = table(&[step(), slow], &args, 2);
         assert!(
             text.contains(
-                "| 10000 | 9950 | 2.0 / 30.0 | 1.00 / 2.50 | 500/500 | 120 | 30 | 60 | 99 | yes |"
+                "| 10000 | 9950 | 2.0 / 30.0 | 1.00 / 2.50 | 4.00 / 12.00 | 500/500 / 500 | 120 \
+                 | 30 | 60 | 99 | yes |"
             ),
             "{text}"
         );

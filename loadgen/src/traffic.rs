@@ -184,11 +184,16 @@ pub struct Traffic {
 }
 
 impl Traffic {
+    /// The traffic of worker `seed` of run `run`: the same for the same pair, and for
+    /// another run other event ids too (the store keeps one event per id).
     pub fn new(sites: Arc<Sites>, run: &str, seed: u64) -> Self {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::hash::DefaultHasher::new();
+        (run, seed).hash(&mut hasher);
         Self {
             sites,
             run: run.to_owned(),
-            rng: StdRng::seed_from_u64(seed),
+            rng: StdRng::seed_from_u64(hasher.finish()),
             visits: 0,
             visit: None,
         }
@@ -382,6 +387,20 @@ mod tests {
             (20..110).contains(&beacons),
             "{beacons} beacons in 200 requests"
         );
+    }
+
+    #[test]
+    fn runs_draw_their_own_event_ids() {
+        let ids = |run: &str, seed: u64| {
+            let mut traffic = Traffic::new(sites(), run, seed);
+            (0..50)
+                .flat_map(|_| traffic.next_batch().events)
+                .map(|e| e.event_id)
+                .collect::<std::collections::HashSet<_>>()
+        };
+        assert_eq!(ids("r1", 1), ids("r1", 1), "a run is repeatable");
+        assert!(ids("r1", 1).is_disjoint(&ids("r2", 1)), "another run");
+        assert!(ids("r1", 1).is_disjoint(&ids("r1", 2)), "another worker");
     }
 
     #[test]

@@ -311,6 +311,13 @@ pub fn metric_results_by(caps: ServerCaps, database: &str, segment: &str) -> Str
         .render(views::METRIC_RESULTS)
 }
 
+/// `experiment_metric_results`' `as_of` alone, one row of one column: the time up to
+/// which the consumers had refreshed the metric values of the events they stored. It reads
+/// only `metric_refresh_marks`, so it is cheap to ask often (`loadgen pipeline` does).
+pub fn metric_results_as_of(database: &str) -> String {
+    views::shared(template::Params::new().text("db", database)).render(views::REFRESHED_AS_OF)
+}
+
 /// Student's t with `nu` degrees of freedom: P(0 < T < t) for t >= 0, with `terms` terms of
 /// the series. ClickHouse has no t distribution; this is
 /// `t Γ((ν+1)/2) / (√(νπ) Γ(ν/2)) (1 + t²/ν)^(-(ν+1)/2) ₂F₁(1, (ν+1)/2; 3/2; t²/(ν+t²))`

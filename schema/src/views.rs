@@ -189,7 +189,7 @@ const AS_OF: &str = "toDateTime(now(), 'UTC')";
 /// the consumers had refreshed the values of the visitors of every event they stored, the
 /// earliest of the running consumers' marks (`metric_refresh_marks`); with none running,
 /// the latest mark; with none ever written, 1970.
-const REFRESHED_AS_OF: &str = "
+pub(crate) const REFRESHED_AS_OF: &str = "
     SELECT toDateTime(if(countIf(alive) > 0, minIf(mark, alive), max(mark)), 'UTC')
         AS refreshed_as_of
     FROM (
