@@ -1,5 +1,5 @@
 //! The metric values' refresh. `experiment_metric_results` reads only each visitor's
-//! stored metric values (`experiment_metric_values`), as of their latest refresh. So after
+//! stored metric values (`visitor_metric_values`), as of their latest refresh. So after
 //! a batch is stored, its visitors' values are computed again and stored, every
 //! `METRICS_REFRESH_MS`; and a sweep stores those of every visitor whose values are
 //! missing or stale (rows inserted by anything but a consumer, a batch whose refresh

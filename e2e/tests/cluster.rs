@@ -251,11 +251,6 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                 ("experiment_metric_results", "View"),
                 ("experiment_metric_stale", "View"),
                 ("experiment_metric_stored", "View"),
-                ("experiment_metric_values", "Distributed"),
-                (
-                    "experiment_metric_values_local",
-                    "ReplicatedReplacingMergeTree"
-                ),
                 ("experiment_metric_visitors", "View"),
                 ("experiment_metrics", "ReplicatedReplacingMergeTree"),
                 ("experiment_phase_settings", "View"),
@@ -282,6 +277,11 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                 ("visitor_event_counts", "Distributed"),
                 ("visitor_event_counts_local", "ReplicatedSummingMergeTree"),
                 ("visitor_event_counts_mv", "MaterializedView"),
+                ("visitor_metric_values", "Distributed"),
+                (
+                    "visitor_metric_values_local",
+                    "ReplicatedReplacingMergeTree"
+                ),
             ],
             "server {n}"
         );

@@ -354,7 +354,7 @@ async fn a_sweep_killed_midway_leaves_whole_visitors_and_the_next_one_finishes()
     .execute()
     .await
     .expect("insert");
-    let stored = "SELECT uniqExact(visitor_id) FROM experiment_metric_values";
+    let stored = "SELECT uniqExact(visitor_id) FROM visitor_metric_values";
     let mut sweep = std::process::Command::new(e2e::workspace_binary("consumer"))
         .arg("--refresh-metrics-only")
         .env("CLICKHOUSE_URL", e2e::clickhouse_url())

@@ -542,6 +542,103 @@ async fn a_database_migrated_by_the_numbered_views_upgrades_in_place() {
     e2e::drop_database(&database).await;
 }
 
+/// A database of migration 18 keeps its stored metric values through migration 19, with
+/// no sweep: a row per visitor, experiment and phase, at their latest refresh, the metrics
+/// in arrays; the table of a row per metric is gone.
+#[tokio::test]
+async fn stored_metric_values_become_one_row_per_visitor_at_the_upgrade() {
+    let database = unique("test_");
+    let client = e2e::clickhouse(&database);
+    schema::migrate_up_to(&client, &database, 18)
+        .await
+        .expect("18");
+    client
+        .query(
+            "INSERT INTO experiment_metric_values (public_key, experiment_id, phase, \
+             visitor_id, metric_id, variant_id, first_exposure_ms, value, denominator, \
+             pre_value, events_seen, settings_hash, refresh_id) VALUES \
+             ('pk_x', 'exp_1', 1, 'v1', 'clicks', 'a', 1000, 1, 1, 0, 3, 7, 10), \
+             ('pk_x', 'exp_1', 1, 'v1', 'dropped', 'a', 1000, 9, 1, 0, 3, 7, 10), \
+             ('pk_x', 'exp_1', 1, 'v1', 'clicks', 'b', 2000, 5, 1, 2, 4, 8, 20), \
+             ('pk_x', 'exp_1', 1, 'v1', 'revenue', 'b', 2000, 7, 2, 0, 4, 8, 20), \
+             ('pk_x', 'exp_2', 1, 'v1', 'clicks', 'a', 1500, 3, 1, 0, 4, 9, 20), \
+             ('pk_x', 'exp_1', 1, 'v2', '', '', 0, 0, 0, 0, 2, 8, 30)",
+        )
+        .execute()
+        .await
+        .expect("stored values of 18");
+    schema::migrate(&client, &database).await.expect("19");
+
+    #[derive(clickhouse::Row, serde::Deserialize, Debug, PartialEq)]
+    struct Stored {
+        experiment_id: String,
+        visitor_id: String,
+        variant_id: String,
+        first_exposure_ms: i64,
+        metrics: Vec<(String, f64, f64, f64)>,
+        events_seen: u64,
+        settings_hash: u64,
+        refresh_id: u64,
+    }
+    let mut rows: Vec<Stored> = client
+        .query(
+            "SELECT experiment_id, visitor_id, variant_id, first_exposure_ms, \
+             arrayMap((m, v, d, p) -> (m, v, d, p), metrics.metric_id, metrics.value, \
+             metrics.denominator, metrics.pre_value) AS metrics, events_seen, settings_hash, \
+             refresh_id FROM visitor_metric_values ORDER BY experiment_id, visitor_id",
+        )
+        .fetch_all()
+        .await
+        .expect("rows");
+    for row in &mut rows {
+        row.metrics.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+    let stored =
+        |experiment: &str, visitor: &str, variant: &str, first: i64, metrics, seen| Stored {
+            experiment_id: experiment.into(),
+            visitor_id: visitor.into(),
+            variant_id: variant.into(),
+            first_exposure_ms: first,
+            metrics,
+            events_seen: seen,
+            settings_hash: if experiment == "exp_2" { 9 } else { 8 },
+            refresh_id: if visitor == "v2" { 30 } else { 20 },
+        };
+    let metric = |id: &str, v: f64, d: f64, p: f64| (id.to_owned(), v, d, p);
+    assert_eq!(
+        rows,
+        [
+            stored(
+                "exp_1",
+                "v1",
+                "b",
+                2000,
+                vec![metric("clicks", 5., 1., 2.), metric("revenue", 7., 2., 0.)],
+                4
+            ),
+            stored("exp_1", "v2", "", 0, vec![], 2),
+            stored(
+                "exp_2",
+                "v1",
+                "a",
+                1500,
+                vec![metric("clicks", 3., 1., 0.)],
+                4
+            ),
+        ],
+        "each visitor at their latest refresh"
+    );
+    let old: u64 = client
+        .query("SELECT count() FROM system.tables WHERE database = ? AND name = ?")
+        .bind(&database)
+        .bind("experiment_metric_values")
+        .fetch_one()
+        .await
+        .expect("tables");
+    assert_eq!(old, 0, "the table of a row per metric is dropped");
+    e2e::drop_database(&database).await;
+}
+
 /// A view whose text is not the current one (an older release's, or changed by hand with
 /// its record) is made again at the next migration; a recorded view no longer defined is
 /// dropped; the others are left alone.

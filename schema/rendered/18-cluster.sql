@@ -373,7 +373,69 @@ ENGINE = ReplicatedMergeTree('/clickhouse/tables/all/analytics/schema_views', '{
 CREATE TABLE IF NOT EXISTS analytics.metric_refresh_marks (consumer String, as_of DateTime, written_at DateTime)
 ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/all/analytics/metric_refresh_marks', '{replica}') ORDER BY consumer;
 
--- 48. runs once, with allow_experimental_low_cardinality_type = 1
+-- 48. runs each server, with allow_experimental_low_cardinality_type = 1
+CREATE TABLE IF NOT EXISTS analytics.visitor_metric_values_local (
+    public_key        LowCardinality(String),
+    experiment_id     String,
+    phase             UInt32,
+    visitor_id        String,
+    variant_id        String,
+    first_exposure_ms Int64,
+    -- One element per metric of the experiment that the refresh stored; none for a visitor
+    -- with no exposure, or of an experiment with no metric definition.
+    metrics Nested(
+        metric_id   String,
+        value       Float64,
+        denominator Float64,
+        pre_value   Float64
+    ),
+    -- The visitor's rows in `events` that the refresh read (visitor_event_counts.events
+    -- when nothing came after), and the hash of the experiment's metric definitions and
+    -- phase settings it used.
+    events_seen       UInt64,
+    settings_hash     UInt64,
+    -- Which refresh wrote the row: a visitor's rows are those of their largest.
+    refresh_id        UInt64
+)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/analytics/visitor_metric_values', '{replica}')
+ORDER BY (public_key, visitor_id, experiment_id, phase);
+
+-- 49. runs once, with allow_experimental_low_cardinality_type = 1
+CREATE TABLE IF NOT EXISTS analytics.visitor_metric_values ON CLUSTER analytics AS analytics.visitor_metric_values_local
+ENGINE = Distributed(analytics, analytics, visitor_metric_values_local, sipHash64(visitor_id));
+
+-- 50. runs each shard, with allow_experimental_low_cardinality_type = 1
+INSERT INTO analytics.visitor_metric_values_local (
+    public_key, experiment_id, phase, visitor_id, variant_id, first_exposure_ms,
+    metrics.metric_id, metrics.value, metrics.denominator, metrics.pre_value,
+    events_seen, settings_hash, refresh_id)
+SELECT
+    public_key, experiment_id, phase, visitor_id, variant_id, first_exposure_ms,
+    arrayMap(m -> m.1, metrics), arrayMap(m -> m.2, metrics),
+    arrayMap(m -> m.3, metrics), arrayMap(m -> m.4, metrics),
+    events_seen, settings_hash, latest_refresh
+FROM (
+    SELECT
+        public_key, experiment_id, phase, visitor_id,
+        argMax(variant_id, refresh_id) AS variant_id,
+        argMax(first_exposure_ms, refresh_id) AS first_exposure_ms,
+        max(refresh_id) AS latest_refresh,
+        argMax(events_seen, refresh_id) AS events_seen,
+        argMax(settings_hash, refresh_id) AS settings_hash,
+        arrayFilter(m -> m.5 = latest_refresh, groupArrayIf(
+            (metric_id, value, denominator, pre_value, refresh_id),
+            metric_id != '')) AS metrics
+    FROM analytics.experiment_metric_values_local FINAL
+    GROUP BY public_key, experiment_id, phase, visitor_id
+) AS visitors;
+
+-- 51. runs once, with allow_experimental_low_cardinality_type = 1
+DROP TABLE IF EXISTS analytics.experiment_metric_values ON CLUSTER analytics;
+
+-- 52. runs once, with allow_experimental_low_cardinality_type = 1
+DROP TABLE IF EXISTS analytics.experiment_metric_values_local ON CLUSTER analytics;
+
+-- 53. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_daily ON CLUSTER analytics AS
 SELECT
     public_key,
@@ -388,7 +450,7 @@ FROM analytics.events FINAL
 WHERE test = 0
 GROUP BY public_key, experiment_id, variant_id, day;
 
--- 49. runs once, with allow_experimental_low_cardinality_type = 1
+-- 54. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_variants_current ON CLUSTER analytics AS
 SELECT experiment_id, variant_id, version, weight, is_control, status, start_at, end_at, parts
 FROM analytics.experiment_variants FINAL
@@ -398,7 +460,7 @@ WHERE (experiment_id, version) IN (
     GROUP BY experiment_id
 );
 
--- 50. runs once, with allow_experimental_low_cardinality_type = 1
+-- 55. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_phase_variants ON CLUSTER analytics AS
 SELECT experiment_id, phase, variant_id, weight, is_control
 FROM analytics.experiment_variants FINAL
@@ -408,7 +470,7 @@ WHERE (experiment_id, phase, version) IN (
     GROUP BY experiment_id, phase
 );
 
--- 51. runs once, with allow_experimental_low_cardinality_type = 1
+-- 56. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_phase_settings ON CLUSTER analytics AS
 SELECT
     experiment_id, phase, conversion_window_hours, sequential_tuning,
@@ -447,7 +509,7 @@ ANY LEFT JOIN (
     GROUP BY experiment_id
 ) AS later_phases USING (experiment_id);
 
--- 52. runs once, with allow_experimental_low_cardinality_type = 1
+-- 57. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_visitor_exposures ON CLUSTER analytics AS
 -- Each exposed visitor that `visitor_filter` keeps (the view: all), as
 -- experiment_visitor_exposures has them: their arm, first exposure, conversion within their window, maturity.
@@ -508,7 +570,7 @@ FROM (
     ) AS settings USING (experiment_id, phase)
 );
 
--- 53. runs once, with allow_experimental_low_cardinality_type = 1
+-- 58. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_variant_counts ON CLUSTER analytics AS
 SELECT
     public_key, experiment_id, phase, variant_id, exposed, converted,
@@ -534,7 +596,7 @@ ANY LEFT JOIN (
     FROM analytics.experiment_phase_variants
 ) AS definitions USING (experiment_id, phase, variant_id);
 
--- 54. runs once, with allow_experimental_low_cardinality_type = 1
+-- 59. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_variant_counts_over_time ON CLUSTER analytics AS
 SELECT
     public_key, experiment_id, phase, toDateTime(hour_s, 'UTC') AS hour, variant_id,
@@ -618,7 +680,7 @@ ANY LEFT JOIN (
 -- A variant appears from the hour of its first exposure on.
 WHERE exposed > 0;
 
--- 55. runs once, with allow_experimental_low_cardinality_type = 1
+-- 60. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_results ON CLUSTER analytics AS
 SELECT
     public_key, experiment_id, phase, variant_id, is_control, exposed, converted,
@@ -810,7 +872,7 @@ FROM (
 ) AS statistics
 ;
 
--- 56. runs once, with allow_experimental_low_cardinality_type = 1
+-- 61. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_results_over_time ON CLUSTER analytics AS
 SELECT
     public_key, experiment_id, phase, toDate(hour) AS day, hour, variant_id, is_control, exposed, converted,
@@ -1039,7 +1101,7 @@ ANY LEFT JOIN (
     ARRAY JOIN sorted_hours AS hour_s, running_maxima AS running_max
 ) AS srm_sequential USING (public_key, experiment_id, phase, hour);
 
--- 57. runs once, with allow_experimental_low_cardinality_type = 1
+-- 62. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_definitions ON CLUSTER analytics AS
 -- Each experiment's metrics as last loaded: a metric added or changed applies to the
 -- events already stored.
@@ -1056,9 +1118,9 @@ WHERE (experiment_id, loaded_at) IN (
     GROUP BY experiment_id
 );
 
--- 58. runs once, with allow_experimental_low_cardinality_type = 1
+-- 63. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_freshness ON CLUSTER analytics AS
--- One row per visitor with stored metric values (experiment_metric_values), by
+-- One row per visitor with stored metric values (visitor_metric_values), by
 -- `visitor_key` (a hash of the public key and the visitor id): their latest refresh, the
 -- rows of `events` it read (`events_seen`) and those there are now (`events`,
 -- visitor_event_counts), and `fresh`: 1 when the two are equal and the metric definitions
@@ -1109,7 +1171,7 @@ ANY LEFT JOIN (
 ) AS settings USING (experiment_id, phase)) AS current
             )) AS mark,
             toUInt64(0) AS counted
-        FROM analytics.experiment_metric_values
+        FROM analytics.visitor_metric_values
         UNION ALL
         SELECT
             cityHash64(public_key, visitor_id) AS visitor_key, toUInt64(0) AS seen, toUInt64(0) AS mark,
@@ -1120,10 +1182,11 @@ ANY LEFT JOIN (
 ) AS visitors
 WHERE top_mark > 0;
 
--- 59. runs once, with allow_experimental_low_cardinality_type = 1
+-- 64. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_stored ON CLUSTER analytics AS
--- One row per stored row (experiment_metric_values) of each visitor's latest refresh,
--- with the visitor's `fresh` (experiment_metric_freshness).
+-- One row per stored metric (visitor_metric_values) of each visitor's latest refresh, or
+-- one of metric '' for a visitor with none, with the visitor's `fresh`
+-- (experiment_metric_freshness).
 SELECT
     public_key, visitor_id, refresh_id, experiment_id, phase, metric_id, variant_id,
     first_exposure_ms, value, denominator, pre_value, fresh
@@ -1133,8 +1196,12 @@ FROM (
         phase, metric_id, variant_id, first_exposure_ms, value, denominator, pre_value,
         visitor_key
     FROM (
-        SELECT *, cityHash64(public_key, visitor_id) AS visitor_key
-        FROM analytics.experiment_metric_values
+        SELECT
+            *, cityHash64(public_key, visitor_id) AS visitor_key, metrics.metric_id AS metric_id,
+            metrics.value AS value, metrics.denominator AS denominator,
+            metrics.pre_value AS pre_value
+        FROM analytics.visitor_metric_values
+        LEFT ARRAY JOIN metrics
     ) AS keyed
 ) AS stored
 ANY INNER JOIN (
@@ -1142,7 +1209,7 @@ ANY INNER JOIN (
     FROM analytics.experiment_metric_freshness
 ) AS latest USING (visitor_key, refresh_id);
 
--- 60. runs once, with allow_experimental_low_cardinality_type = 1
+-- 65. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_stale ON CLUSTER analytics AS
 -- The visitors whose stored values are missing or stale (experiment_metric_freshness),
 -- with their latest refresh (0: none): what the consumer refreshes.
@@ -1161,17 +1228,18 @@ ANY LEFT JOIN (
 ) AS stored USING (visitor_key)
 WHERE fresh = 0;
 
--- 61. runs once, with allow_experimental_low_cardinality_type = 1
+-- 66. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_visitors ON CLUSTER analytics AS
 -- One row per exposed visitor and metric of their experiment: the values of the visitor's
--- latest refresh, as the consumer stored them (experiment_metric_values). Nothing is
--- computed from the events here: the results are as of the refreshes (`as_of`).
+-- latest refresh, as the consumer stored them (visitor_metric_values: a row per visitor,
+-- experiment and phase, the metrics in arrays). Nothing is computed from the events here:
+-- the results are as of the refreshes (`as_of`).
 --
 -- A refresh lands whole (one insert of one block), and `FINAL` reads one set of parts,
 -- keeping each row of the latest refresh that landed (the table replaces a row by the one
 -- inserted after it). So each visitor comes from one refresh, whole, even while refreshes
--- land and merge during the query. A row no longer written (a metric dropped from the
--- definitions) is left out by the join with the current definitions. In a cluster each
+-- land and merge during the query. A metric dropped from the definitions since the
+-- visitor's refresh is left out by the join with the current definitions. In a cluster each
 -- shard reads its own part, which holds all of its visitors' rows.
 SELECT
     public_key, experiment_id, phase, visitor_id, variant_id, metric_id, role, position,
@@ -1182,8 +1250,11 @@ FROM (
     -- LowCardinality column is one).
     SELECT
         CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id,
-        metric_id, variant_id, first_exposure_ms, value, denominator, pre_value
-    FROM analytics.experiment_metric_values FINAL
+        metrics.metric_id AS metric_id, variant_id, first_exposure_ms,
+        metrics.value AS value, metrics.denominator AS denominator,
+        metrics.pre_value AS pre_value
+    FROM analytics.visitor_metric_values FINAL
+    ARRAY JOIN metrics
 ) AS metric_values
 ALL INNER JOIN (
     SELECT
@@ -1192,7 +1263,7 @@ ALL INNER JOIN (
     FROM analytics.experiment_metric_definitions
 ) AS definitions USING (experiment_id, metric_id);
 
--- 62. runs once, with allow_experimental_low_cardinality_type = 1
+-- 67. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_results ON CLUSTER analytics AS
 SELECT
     public_key, experiment_id, phase, metric_id, role, position, kind, higher_is_better,

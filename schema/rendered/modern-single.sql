@@ -339,6 +339,64 @@ CREATE TABLE IF NOT EXISTS analytics.metric_refresh_marks (consumer String, as_o
 ENGINE = ReplacingMergeTree() ORDER BY consumer;
 
 -- 38. runs once
+CREATE TABLE IF NOT EXISTS analytics.visitor_metric_values (
+    public_key        LowCardinality(String),
+    experiment_id     String,
+    phase             UInt32,
+    visitor_id        String,
+    variant_id        String,
+    first_exposure_ms Int64,
+    -- One element per metric of the experiment that the refresh stored; none for a visitor
+    -- with no exposure, or of an experiment with no metric definition.
+    metrics Nested(
+        metric_id   String,
+        value       Float64,
+        denominator Float64,
+        pre_value   Float64
+    ),
+    -- The visitor's rows in `events` that the refresh read (visitor_event_counts.events
+    -- when nothing came after), and the hash of the experiment's metric definitions and
+    -- phase settings it used.
+    events_seen       UInt64,
+    settings_hash     UInt64,
+    -- Which refresh wrote the row: a visitor's rows are those of their largest.
+    refresh_id        UInt64
+)
+ENGINE = ReplacingMergeTree()
+ORDER BY (public_key, visitor_id, experiment_id, phase);
+
+-- 39. runs each shard
+INSERT INTO analytics.visitor_metric_values (
+    public_key, experiment_id, phase, visitor_id, variant_id, first_exposure_ms,
+    metrics.metric_id, metrics.value, metrics.denominator, metrics.pre_value,
+    events_seen, settings_hash, refresh_id)
+SELECT
+    public_key, experiment_id, phase, visitor_id, variant_id, first_exposure_ms,
+    arrayMap(m -> m.1, metrics), arrayMap(m -> m.2, metrics),
+    arrayMap(m -> m.3, metrics), arrayMap(m -> m.4, metrics),
+    events_seen, settings_hash, latest_refresh
+FROM (
+    SELECT
+        public_key, experiment_id, phase, visitor_id,
+        argMax(variant_id, refresh_id) AS variant_id,
+        argMax(first_exposure_ms, refresh_id) AS first_exposure_ms,
+        max(refresh_id) AS latest_refresh,
+        argMax(events_seen, refresh_id) AS events_seen,
+        argMax(settings_hash, refresh_id) AS settings_hash,
+        arrayFilter(m -> m.5 = latest_refresh, groupArrayIf(
+            (metric_id, value, denominator, pre_value, refresh_id),
+            metric_id != '')) AS metrics
+    FROM analytics.experiment_metric_values FINAL
+    GROUP BY public_key, experiment_id, phase, visitor_id
+) AS visitors;
+
+-- 40. runs once
+DROP TABLE IF EXISTS analytics.experiment_metric_values;
+
+-- 41. runs once
+DROP TABLE IF EXISTS analytics.experiment_metric_values;
+
+-- 42. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_daily AS
 SELECT
     public_key,
@@ -353,7 +411,7 @@ FROM analytics.events FINAL
 WHERE test = 0
 GROUP BY public_key, experiment_id, variant_id, day;
 
--- 39. runs once
+-- 43. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_variants_current AS
 SELECT experiment_id, variant_id, version, weight, is_control, status, start_at, end_at, parts
 FROM analytics.experiment_variants FINAL
@@ -363,7 +421,7 @@ WHERE (experiment_id, version) IN (
     GROUP BY experiment_id
 );
 
--- 40. runs once
+-- 44. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_phase_variants AS
 SELECT experiment_id, phase, variant_id, weight, is_control
 FROM analytics.experiment_variants FINAL
@@ -373,7 +431,7 @@ WHERE (experiment_id, phase, version) IN (
     GROUP BY experiment_id, phase
 );
 
--- 41. runs once
+-- 45. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_phase_settings AS
 SELECT
     experiment_id, phase, conversion_window_hours, sequential_tuning,
@@ -412,7 +470,7 @@ ANY LEFT JOIN (
     GROUP BY experiment_id
 ) AS later_phases USING (experiment_id);
 
--- 42. runs once
+-- 46. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_visitor_exposures AS
 -- Each exposed visitor that `visitor_filter` keeps (the view: all), as
 -- experiment_visitor_exposures has them: their arm, first exposure, conversion within their window, maturity.
@@ -473,7 +531,7 @@ FROM (
     ) AS settings USING (experiment_id, phase)
 );
 
--- 43. runs once
+-- 47. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_variant_counts AS
 SELECT
     public_key, experiment_id, phase, variant_id, exposed, converted,
@@ -499,7 +557,7 @@ ANY LEFT JOIN (
     FROM analytics.experiment_phase_variants
 ) AS definitions USING (experiment_id, phase, variant_id);
 
--- 44. runs once
+-- 48. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_variant_counts_over_time AS
 SELECT
     public_key, experiment_id, phase, toDateTime(hour_s, 'UTC') AS hour, variant_id,
@@ -583,7 +641,7 @@ ANY LEFT JOIN (
 -- A variant appears from the hour of its first exposure on.
 WHERE exposed > 0;
 
--- 45. runs once
+-- 49. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_results AS
 SELECT
     public_key, experiment_id, phase, variant_id, is_control, exposed, converted,
@@ -775,7 +833,7 @@ FROM (
 ) AS statistics
 ;
 
--- 46. runs once
+-- 50. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_results_over_time AS
 SELECT
     public_key, experiment_id, phase, toDate(hour) AS day, hour, variant_id, is_control, exposed, converted,
@@ -1004,7 +1062,7 @@ ANY LEFT JOIN (
     ARRAY JOIN sorted_hours AS hour_s, running_maxima AS running_max
 ) AS srm_sequential USING (public_key, experiment_id, phase, hour);
 
--- 47. runs once
+-- 51. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_definitions AS
 -- Each experiment's metrics as last loaded: a metric added or changed applies to the
 -- events already stored.
@@ -1021,9 +1079,9 @@ WHERE (experiment_id, loaded_at) IN (
     GROUP BY experiment_id
 );
 
--- 48. runs once
+-- 52. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_freshness AS
--- One row per visitor with stored metric values (experiment_metric_values), by
+-- One row per visitor with stored metric values (visitor_metric_values), by
 -- `visitor_key` (a hash of the public key and the visitor id): their latest refresh, the
 -- rows of `events` it read (`events_seen`) and those there are now (`events`,
 -- visitor_event_counts), and `fresh`: 1 when the two are equal and the metric definitions
@@ -1074,7 +1132,7 @@ ANY LEFT JOIN (
 ) AS settings USING (experiment_id, phase)) AS current
             )) AS mark,
             toUInt64(0) AS counted
-        FROM analytics.experiment_metric_values
+        FROM analytics.visitor_metric_values
         UNION ALL
         SELECT
             cityHash64(public_key, visitor_id) AS visitor_key, toUInt64(0) AS seen, toUInt64(0) AS mark,
@@ -1085,10 +1143,11 @@ ANY LEFT JOIN (
 ) AS visitors
 WHERE top_mark > 0;
 
--- 49. runs once
+-- 53. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_stored AS
--- One row per stored row (experiment_metric_values) of each visitor's latest refresh,
--- with the visitor's `fresh` (experiment_metric_freshness).
+-- One row per stored metric (visitor_metric_values) of each visitor's latest refresh, or
+-- one of metric '' for a visitor with none, with the visitor's `fresh`
+-- (experiment_metric_freshness).
 SELECT
     public_key, visitor_id, refresh_id, experiment_id, phase, metric_id, variant_id,
     first_exposure_ms, value, denominator, pre_value, fresh
@@ -1098,8 +1157,12 @@ FROM (
         phase, metric_id, variant_id, first_exposure_ms, value, denominator, pre_value,
         visitor_key
     FROM (
-        SELECT *, cityHash64(public_key, visitor_id) AS visitor_key
-        FROM analytics.experiment_metric_values
+        SELECT
+            *, cityHash64(public_key, visitor_id) AS visitor_key, metrics.metric_id AS metric_id,
+            metrics.value AS value, metrics.denominator AS denominator,
+            metrics.pre_value AS pre_value
+        FROM analytics.visitor_metric_values
+        LEFT ARRAY JOIN metrics
     ) AS keyed
 ) AS stored
 ANY INNER JOIN (
@@ -1107,7 +1170,7 @@ ANY INNER JOIN (
     FROM analytics.experiment_metric_freshness
 ) AS latest USING (visitor_key, refresh_id);
 
--- 50. runs once
+-- 54. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_stale AS
 -- The visitors whose stored values are missing or stale (experiment_metric_freshness),
 -- with their latest refresh (0: none): what the consumer refreshes.
@@ -1126,17 +1189,18 @@ ANY LEFT JOIN (
 ) AS stored USING (visitor_key)
 WHERE fresh = 0;
 
--- 51. runs once
+-- 55. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_visitors AS
 -- One row per exposed visitor and metric of their experiment: the values of the visitor's
--- latest refresh, as the consumer stored them (experiment_metric_values). Nothing is
--- computed from the events here: the results are as of the refreshes (`as_of`).
+-- latest refresh, as the consumer stored them (visitor_metric_values: a row per visitor,
+-- experiment and phase, the metrics in arrays). Nothing is computed from the events here:
+-- the results are as of the refreshes (`as_of`).
 --
 -- A refresh lands whole (one insert of one block), and `FINAL` reads one set of parts,
 -- keeping each row of the latest refresh that landed (the table replaces a row by the one
 -- inserted after it). So each visitor comes from one refresh, whole, even while refreshes
--- land and merge during the query. A row no longer written (a metric dropped from the
--- definitions) is left out by the join with the current definitions. In a cluster each
+-- land and merge during the query. A metric dropped from the definitions since the
+-- visitor's refresh is left out by the join with the current definitions. In a cluster each
 -- shard reads its own part, which holds all of its visitors' rows.
 SELECT
     public_key, experiment_id, phase, visitor_id, variant_id, metric_id, role, position,
@@ -1147,8 +1211,11 @@ FROM (
     -- LowCardinality column is one).
     SELECT
         CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id,
-        metric_id, variant_id, first_exposure_ms, value, denominator, pre_value
-    FROM analytics.experiment_metric_values FINAL
+        metrics.metric_id AS metric_id, variant_id, first_exposure_ms,
+        metrics.value AS value, metrics.denominator AS denominator,
+        metrics.pre_value AS pre_value
+    FROM analytics.visitor_metric_values FINAL
+    ARRAY JOIN metrics
 ) AS metric_values
 ALL INNER JOIN (
     SELECT
@@ -1157,7 +1224,7 @@ ALL INNER JOIN (
     FROM analytics.experiment_metric_definitions
 ) AS definitions USING (experiment_id, metric_id);
 
--- 52. runs once
+-- 56. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_results AS
 SELECT
     public_key, experiment_id, phase, metric_id, role, position, kind, higher_is_better,

@@ -184,7 +184,7 @@ pub const REFRESH_VISITORS: &str = "refresh_visitors";
 /// The statement that stores again the metric values of the visitors in the session's
 /// temporary table `refresh_visitors` (public key, visitor id), computed from their events
 /// as `experiment_metric_visitors` computes them, as refresh `refresh_id` (larger than any
-/// before it for them), in `experiment_metric_values`. `cluster` names the cluster (its
+/// before it for them), in `visitor_metric_values`. `cluster` names the cluster (its
 /// Distributed table then), `None` one server.
 pub fn metric_values_refresh(
     caps: ServerCaps,
@@ -203,13 +203,23 @@ pub fn metric_values_refresh(
         .scope()
         .sql("rows", views::METRIC_VALUES_SELECT)
         .sql("visitor_filter", filter);
+    // A row per visitor, experiment and phase, its metrics in arrays (the select's row
+    // of metric '' records a visitor with none). The metrics go through one array of
+    // tuples, so that the four arrays keep one order.
     params.render(&format!(
-        "INSERT INTO {{db}}.experiment_metric_values (public_key, experiment_id, phase, \
-         visitor_id, metric_id, variant_id, first_exposure_ms, value, denominator, \
-         pre_value, events_seen, settings_hash, refresh_id) \
-         SELECT public_key, experiment_id, phase, visitor_id, metric_id, variant_id, \
-         first_exposure_ms, value, denominator, pre_value, events_seen, \
-         current_settings_hash, {refresh_id} FROM ({}) AS refreshed",
+        "INSERT INTO {{db}}.visitor_metric_values (public_key, experiment_id, phase, \
+         visitor_id, variant_id, first_exposure_ms, metrics.metric_id, metrics.value, \
+         metrics.denominator, metrics.pre_value, events_seen, settings_hash, refresh_id) \
+         SELECT public_key, experiment_id, phase, visitor_id, variant_id, first_exposure_ms, \
+         arrayMap(m -> m.1, metrics), arrayMap(m -> m.2, metrics), \
+         arrayMap(m -> m.3, metrics), arrayMap(m -> m.4, metrics), events_seen, \
+         settings_hash, {refresh_id} FROM (\
+         SELECT public_key, experiment_id, phase, visitor_id, any(variant_id) AS variant_id, \
+         any(first_exposure_ms) AS first_exposure_ms, any(events_seen) AS events_seen, \
+         any(current_settings_hash) AS settings_hash, \
+         groupArrayIf((metric_id, value, denominator, pre_value), metric_id != '') \
+         AS metrics FROM ({}) AS refreshed \
+         GROUP BY public_key, experiment_id, phase, visitor_id) AS visitors",
         views::WITH_SETTINGS_HASH
     ))
 }

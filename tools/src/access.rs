@@ -404,8 +404,8 @@ const FED: &[(&str, &str, &str)] = &[
     ),
     // The metric values stored by the consumers' refresh, from each shard's own part.
     (
-        "experiment_metric_values",
-        "experiment_metric_values",
+        "visitor_metric_values",
+        "visitor_metric_values",
         "public_key IN ({keys})",
     ),
     // The operators' tuning of the statistics, and its history: no site's data.
@@ -416,7 +416,7 @@ const FED: &[(&str, &str, &str)] = &[
 ];
 
 /// 18.x: the fed tables that a cluster shards: written in each shard's own part.
-const SHARDED: &[&str] = &["events", "experiment_metric_values"];
+const SHARDED: &[&str] = &["events", "visitor_metric_values"];
 
 /// 18.x: a feed, the materialized view in `analytics_access` named `USER__TABLE` that
 /// copies rows into the analyst's copy as they are inserted.

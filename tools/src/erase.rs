@@ -147,7 +147,7 @@ enum Action {
     /// Its subject's rows are deleted.
     Delete,
     /// Kept per visitor, without sessions, and stored again by the consumer: a session's
-    /// visitors' rows are deleted (`experiment_metric_values`).
+    /// visitors' rows are deleted (`visitor_metric_values`).
     Forget,
     /// A visitor aggregate without sessions: a session's visitors' rows are deleted and
     /// built again from the events left (`experiment_visitors`, `visitor_event_counts`).
@@ -159,7 +159,7 @@ enum Action {
 const VISITOR_AGGREGATES: &[&str] = &["experiment_visitors", "visitor_event_counts"];
 /// The sharded table keyed by visitor, without sessions, that erasing a session empties
 /// of its visitors' rows.
-const VISITOR_VALUES: &str = "experiment_metric_values";
+const VISITOR_VALUES: &str = "visitor_metric_values";
 
 /// The tables of the database that hold rows of `subject`, from their columns: every
 /// table of the MergeTree family (the others hold no rows of their own: views,
@@ -597,7 +597,7 @@ mod tests {
                 "visitor_id",
             ),
             (
-                "experiment_metric_values_local",
+                "visitor_metric_values_local",
                 "ReplicatedReplacingMergeTree",
                 "visitor_id",
             ),
@@ -610,7 +610,7 @@ mod tests {
                 .collect::<Vec<_>>(),
             [
                 ("events_local", Action::Delete),
-                ("experiment_metric_values_local", Action::Delete),
+                ("visitor_metric_values_local", Action::Delete),
                 ("experiment_visitors_local", Action::Delete),
                 ("visitor_event_counts_local", Action::Delete),
             ]
@@ -623,7 +623,7 @@ mod tests {
                 .collect::<Vec<_>>(),
             [
                 ("events_local", Action::Delete),
-                ("experiment_metric_values_local", Action::Forget),
+                ("visitor_metric_values_local", Action::Forget),
                 ("experiment_visitors_local", Action::Rebuild),
                 ("visitor_event_counts_local", Action::Rebuild),
             ]

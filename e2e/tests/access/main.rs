@@ -486,7 +486,7 @@ async fn an_analyst_reads_only_their_keys_rows_by_every_path_within_caps() {
         "experiment_results_over_time",
         "experiment_visitors",
         "experiment_variant_counts",
-        "experiment_metric_values",
+        "visitor_metric_values",
         "visitor_event_counts",
     ] {
         assert!(tables.contains(&expected), "{expected} in {tables:?}");

@@ -119,7 +119,7 @@ async fn results_are_those_of_each_visitors_latest_refresh() {
     }
     db.insert_events(&events).await;
     let stale = "SELECT count() FROM experiment_metric_stale";
-    let stored = "SELECT count() FROM experiment_metric_values";
+    let stored = "SELECT count() FROM visitor_metric_values";
     assert_eq!(db.count(stored).await, 0);
     assert!(db.count(stale).await > 100, "every visitor is stale");
     assert!(
@@ -133,18 +133,19 @@ async fn results_are_those_of_each_visitors_latest_refresh() {
     assert!(!swept.is_empty());
     // Every visitor stored anew, from nothing: what an incremental refresh must give.
     let anew = || async {
-        let truncate = "TRUNCATE TABLE experiment_metric_values";
+        let truncate = "TRUNCATE TABLE visitor_metric_values";
         db.client.query(truncate).execute().await.expect("truncate");
         db.sweep().await;
         db.results().await
     };
 
     // A later refresh of the odd visitor, its values altered: it is what the view reads.
-    let alter = "INSERT INTO experiment_metric_values SELECT public_key, experiment_id, phase, \
-                 visitor_id, metric_id, variant_id, first_exposure_ms, value + 1000, \
-                 denominator, pre_value, events_seen, settings_hash, refresh_id + 1 \
-                 FROM experiment_metric_values WHERE visitor_id = ? AND refresh_id = \
-                 (SELECT max(refresh_id) FROM experiment_metric_values WHERE visitor_id = ?)";
+    let alter = "INSERT INTO visitor_metric_values SELECT public_key, experiment_id, phase, \
+                 visitor_id, variant_id, first_exposure_ms, metrics.metric_id, \
+                 arrayMap(v -> v + 1000, metrics.value), metrics.denominator, \
+                 metrics.pre_value, events_seen, settings_hash, refresh_id + 1 \
+                 FROM visitor_metric_values WHERE visitor_id = ? AND refresh_id = \
+                 (SELECT max(refresh_id) FROM visitor_metric_values WHERE visitor_id = ?)";
     let alter_odd = || async {
         let query = db.client.query(alter).bind(&odd).bind(&odd);
         query.execute().await.expect("alter");
@@ -236,11 +237,11 @@ async fn refreshes_and_events_landing_during_a_query_neither_drop_nor_double_a_v
     let done = std::sync::atomic::AtomicBool::new(false);
     let running = || !done.load(std::sync::atomic::Ordering::Relaxed);
     // Refreshes of every visitor: a copy of the latest read as stale, then a real one.
-    let stale_copy = "INSERT INTO experiment_metric_values SELECT public_key, \
-         experiment_id, phase, visitor_id, metric_id, variant_id, first_exposure_ms, value, \
-         denominator, pre_value, events_seen + 1000, settings_hash, ? \
-         FROM experiment_metric_values \
-         WHERE refresh_id = (SELECT max(refresh_id) FROM experiment_metric_values)";
+    let stale_copy = "INSERT INTO visitor_metric_values SELECT public_key, experiment_id, \
+         phase, visitor_id, variant_id, first_exposure_ms, metrics.metric_id, metrics.value, \
+         metrics.denominator, metrics.pre_value, events_seen + 1000, settings_hash, ? \
+         FROM visitor_metric_values \
+         WHERE refresh_id = (SELECT max(refresh_id) FROM visitor_metric_values)";
     let refreshes = async {
         while running() {
             let copy = db

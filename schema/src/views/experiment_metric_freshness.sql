@@ -1,4 +1,4 @@
--- One row per visitor with stored metric values (experiment_metric_values), by
+-- One row per visitor with stored metric values (visitor_metric_values), by
 -- `visitor_key` (a hash of the public key and the visitor id): their latest refresh, the
 -- rows of `events` it read (`events_seen`) and those there are now (`events`,
 -- visitor_event_counts), and `fresh`: 1 when the two are equal and the metric definitions
@@ -25,7 +25,7 @@ FROM (
                 FROM ({current_settings}) AS current
             )) AS mark,
             toUInt64(0) AS counted
-        FROM {db}.experiment_metric_values
+        FROM {db}.visitor_metric_values
         UNION ALL
         SELECT
             {visitor_key} AS visitor_key, toUInt64(0) AS seen, toUInt64(0) AS mark,

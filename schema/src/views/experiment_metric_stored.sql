@@ -1,5 +1,6 @@
--- One row per stored row (experiment_metric_values) of each visitor's latest refresh,
--- with the visitor's `fresh` (experiment_metric_freshness).
+-- One row per stored metric (visitor_metric_values) of each visitor's latest refresh, or
+-- one of metric '' for a visitor with none, with the visitor's `fresh`
+-- (experiment_metric_freshness).
 SELECT
     public_key, visitor_id, refresh_id, experiment_id, phase, metric_id, variant_id,
     first_exposure_ms, value, denominator, pre_value, fresh
@@ -9,8 +10,12 @@ FROM (
         phase, metric_id, variant_id, first_exposure_ms, value, denominator, pre_value,
         visitor_key
     FROM (
-        SELECT *, {visitor_key} AS visitor_key
-        FROM {db}.experiment_metric_values
+        SELECT
+            *, {visitor_key} AS visitor_key, metrics.metric_id AS metric_id,
+            metrics.value AS value, metrics.denominator AS denominator,
+            metrics.pre_value AS pre_value
+        FROM {db}.visitor_metric_values
+        LEFT ARRAY JOIN metrics
     ) AS keyed
 ) AS stored
 ANY INNER JOIN (

@@ -1,12 +1,13 @@
 -- One row per exposed visitor and metric of their experiment: the values of the visitor's
--- latest refresh, as the consumer stored them (experiment_metric_values). Nothing is
--- computed from the events here: the results are as of the refreshes (`as_of`).
+-- latest refresh, as the consumer stored them (visitor_metric_values: a row per visitor,
+-- experiment and phase, the metrics in arrays). Nothing is computed from the events here:
+-- the results are as of the refreshes (`as_of`).
 --
 -- A refresh lands whole (one insert of one block), and `FINAL` reads one set of parts,
 -- keeping each row of the latest refresh that landed (the table replaces a row by the one
 -- inserted after it). So each visitor comes from one refresh, whole, even while refreshes
--- land and merge during the query. A row no longer written (a metric dropped from the
--- definitions) is left out by the join with the current definitions. In a cluster each
+-- land and merge during the query. A metric dropped from the definitions since the
+-- visitor's refresh is left out by the join with the current definitions. In a cluster each
 -- shard reads its own part, which holds all of its visitors' rows.
 SELECT
     public_key, experiment_id, phase, visitor_id, variant_id, metric_id, role, position,
@@ -17,8 +18,11 @@ FROM (
     -- LowCardinality column is one).
     SELECT
         CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id,
-        metric_id, variant_id, first_exposure_ms, value, denominator, pre_value
-    FROM {db}.experiment_metric_values FINAL
+        metrics.metric_id AS metric_id, variant_id, first_exposure_ms,
+        metrics.value AS value, metrics.denominator AS denominator,
+        metrics.pre_value AS pre_value
+    FROM {db}.visitor_metric_values FINAL
+    ARRAY JOIN metrics
 ) AS metric_values
 ALL INNER JOIN (
     SELECT
