@@ -368,6 +368,67 @@ async fn erasing_a_session_writes_no_raw_id_into_a_statement() {
     assert!(texts.is_empty(), "raw ids in statements: {texts:#?}");
 }
 
+/// Databases that only look like analysts' copies (named `analyst_…` by anyone who may
+/// create one) stop no erasure. One that is not a copy is left alone and named in the
+/// report. A copy that cannot be erased fails the command, naming it, after every other
+/// copy is erased; the run is safe to repeat once it is dropped.
+#[tokio::test]
+async fn databases_that_look_like_copies_stop_no_erasure() {
+    // A server of its own: the copies are every `analyst_…` database of the server.
+    let dir = tempfile::tempdir().expect("temporary folder");
+    let root = dir.path().join("clickhouse");
+    std::fs::create_dir_all(root.join("users.d")).expect("users.d");
+    let (http, tcp) = (e2e::free_port(), e2e::free_port());
+    let _server = e2e::ScriptedClickHouse::start(&root, http, tcp);
+    let url = format!("http://127.0.0.1:{http}");
+    let rows: Vec<schema::EventRow> = events().into_iter().map(|(_, _, r)| r).collect();
+    let topology = |database: &str| {
+        let config = args(&url, None, database, &["--visitor-id=x"]);
+        Topology::from_args(&config.clickhouse).expect("topology")
+    };
+    let database = unique("test_erase_");
+    loaded(&topology(&database), &database, &rows).await;
+    // A copy, sorted after the two others.
+    loaded(&topology("analyst_zz"), "analyst_zz", &rows).await;
+    let client = topology(&database).shards[0][0].client.clone();
+    for sql in [
+        "CREATE DATABASE analyst_0empty",
+        "CREATE DATABASE analyst_1broken",
+        "CREATE TABLE analyst_1broken.schema_migrations (version UInt32) ENGINE = Log",
+        // No session_id: erasing a session from it fails.
+        "CREATE TABLE analyst_1broken.events (visitor_id String) \
+         ENGINE = MergeTree ORDER BY visitor_id",
+    ] {
+        client.query(sql).execute().await.expect(sql);
+    }
+    let config = args(&url, None, &database, &["--session-id", "s2"]);
+    let subject = Subject::parse(&config).expect("a valid id");
+
+    let error = erase(&config, &subject).await.expect_err("a copy failed");
+    let error = format!("{error:#}");
+    assert!(
+        error.contains("not from: analyst_1broken (") && error.contains("safe to repeat"),
+        "{error}"
+    );
+    for erased in [database.as_str(), "analyst_zz"] {
+        let left = left(&topology(erased), erased, "session_id", "s2").await;
+        assert!(left.is_empty(), "{erased}: {left:?}");
+    }
+
+    client
+        .query("DROP DATABASE analyst_1broken")
+        .execute()
+        .await
+        .expect("dropped");
+    let erased = erase(&config, &subject).await.expect("erased again");
+    assert_eq!(erased.not_copies, ["analyst_0empty"]);
+    let report = erased.report(&subject);
+    assert!(
+        report.contains("not copies (no events table): analyst_0empty"),
+        "{report}"
+    );
+}
+
 #[tokio::test]
 async fn cluster_erasing_a_visitor_leaves_no_row_on_any_replica() {
     cluster().check("--visitor-id", "v1", "visitor_id").await;

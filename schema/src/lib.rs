@@ -1082,12 +1082,13 @@ mod tests {
         let backfill: Vec<&Statement> = each_shard()
             .filter(|s| s.sql.starts_with("INSERT"))
             .collect();
-        assert_eq!(backfill.len(), 4);
-        for (statement, table) in backfill.iter().zip([
-            "experiment_sessions",
-            "experiment_visitors",
-            "experiment_visitors",
-            "visitor_event_counts",
+        assert_eq!(backfill.len(), 5);
+        for (statement, (table, source)) in backfill.iter().zip([
+            ("experiment_sessions", "events"),
+            ("experiment_visitors", "events"),
+            ("experiment_visitors", "events"),
+            ("visitor_event_counts", "events"),
+            ("visitor_metric_values", "experiment_metric_values"),
         ]) {
             assert!(
                 statement
@@ -1096,7 +1097,13 @@ mod tests {
                 "{}",
                 statement.sql
             );
-            assert!(statement.sql.contains("FROM analytics.events_local"));
+            assert!(
+                statement
+                    .sql
+                    .contains(&format!("FROM analytics.{source}_local")),
+                "{}",
+                statement.sql
+            );
         }
         assert!(
             cluster

@@ -219,6 +219,8 @@ pub struct Erased {
     pub rebuilt_visitors: Vec<String>,
     /// The topics' retention (`KAFKA_RETENTION_HOURS`), said in the report.
     pub kafka_retention_hours: Option<u32>,
+    /// Databases named as analysts' copies that are not copies, left alone.
+    pub not_copies: Vec<String>,
 }
 
 impl Erased {
@@ -247,6 +249,12 @@ impl Erased {
             }
             out
         };
+        if !self.not_copies.is_empty() {
+            out.push_str(&format!(
+                "Left alone, named as analysts' copies but not copies (no events table): {}\n",
+                self.not_copies.join(", ")
+            ));
+        }
         // Erasure reaches ClickHouse only: the raw events age out of Kafka (docs/privacy.md).
         if let Some(hours) = self.kafka_retention_hours {
             out.push_str(&format!(
@@ -289,17 +297,48 @@ pub async fn erase(config: &EraseConfig, subject: &Subject) -> anyhow::Result<Er
         cluster: None,
         shards: vec![topology.servers().cloned().collect()],
     };
+    // Anyone allowed to create a database can name one `analyst_…`: one that is not a copy
+    // is left alone, and one that fails stops no other copy's erasure.
+    let mut failed = Vec::new();
     for copy in copies {
-        let found = erase_in(&whole, &copy, subject, deadline).await?;
-        erased.rows.extend(
-            found
-                .rows
-                .into_iter()
-                .map(|(table, n)| (format!("{copy}.{table}"), n)),
-        );
+        if !is_copy(&first.client, &copy).await? {
+            erased.not_copies.push(copy);
+            continue;
+        }
+        match erase_in(&whole, &copy, subject, deadline).await {
+            Ok(found) => erased.rows.extend(
+                found
+                    .rows
+                    .into_iter()
+                    .map(|(table, n)| (format!("{copy}.{table}"), n)),
+            ),
+            Err(error) => failed.push(format!("{copy} ({error:#})")),
+        }
     }
+    anyhow::ensure!(
+        failed.is_empty(),
+        "the {} is erased from {database} and from every other analysts' copy, but not \
+         from: {}. Fix or drop those copies and run the erasure again: it is safe to repeat",
+        subject.noun(),
+        failed.join("; ")
+    );
     erased.kafka_retention_hours = Some(config.kafka_retention_hours);
     Ok(erased)
+}
+
+/// Whether `database` is an analysts' copy: the schema's record of migrations and
+/// `events`, as `schema::migrate_copy` makes them.
+async fn is_copy(client: &clickhouse::Client, database: &str) -> anyhow::Result<bool> {
+    let tables: u64 = client
+        .query(
+            "SELECT count() FROM system.tables WHERE database = ? \
+             AND name IN ('schema_migrations', 'events')",
+        )
+        .bind(database)
+        .fetch_one()
+        .await
+        .with_context(|| format!("cannot list the tables of {database}"))?;
+    Ok(tables == 2)
 }
 
 /// Erases `subject` from `database` laid out as `topology` says.
@@ -610,9 +649,9 @@ mod tests {
                 .collect::<Vec<_>>(),
             [
                 ("events_local", Action::Delete),
-                ("visitor_metric_values_local", Action::Delete),
                 ("experiment_visitors_local", Action::Delete),
                 ("visitor_event_counts_local", Action::Delete),
+                ("visitor_metric_values_local", Action::Delete),
             ]
         );
         let session = tables_of(&cols, &Subject::Session("s".into()), "_local").expect("ok");
@@ -623,9 +662,9 @@ mod tests {
                 .collect::<Vec<_>>(),
             [
                 ("events_local", Action::Delete),
-                ("visitor_metric_values_local", Action::Forget),
                 ("experiment_visitors_local", Action::Rebuild),
                 ("visitor_event_counts_local", Action::Rebuild),
+                ("visitor_metric_values_local", Action::Forget),
             ]
         );
         let mut other = cols.clone();
