@@ -1,0 +1,516 @@
+//! The operators' overlays (Strimzi Kafka, ClickHouse operator): their CRDs, and the services look where they are.
+
+use super::kubernetes::{
+    config_maps, containers, k8s_documents, name_of, validate_custom_resources,
+};
+use super::*;
+
+/// The documents of the files a kustomization of deploy/k8s lists as its `resources`, read
+/// as kustomize reads them (the operators' folder lists files only).
+fn kustomization_files(dir: &str) -> Vec<Value> {
+    let kustomization = documents(&format!("{dir}/kustomization.yaml"));
+    assert_eq!(kustomization[0]["kind"], "Kustomization");
+    kustomization[0]["resources"]
+        .as_sequence()
+        .expect("resources")
+        .iter()
+        .flat_map(|r| documents(&format!("{dir}/{}", str_of(r, "resource"))))
+        .collect()
+}
+
+/// The base's manifests with a component of deploy/k8s turned on: its patches of
+/// ConfigMaps merged key by key into their `data`, as kustomize's strategic merge does.
+fn with_component(mut docs: Vec<Value>, component: &str) -> Vec<Value> {
+    let dir = format!("deploy/k8s/{component}");
+    let kustomization = documents(&format!("{dir}/kustomization.yaml"));
+    assert_eq!(kustomization[0]["kind"], "Component");
+    for patch in kustomization[0]["patches"].as_sequence().expect("patches") {
+        for doc in documents(&format!("{dir}/{}", str_of(&patch["path"], "patch path"))) {
+            assert_eq!(
+                doc["kind"], "ConfigMap",
+                "{component}: only ConfigMaps merged here"
+            );
+            let target = docs
+                .iter_mut()
+                .find(|d| {
+                    d["kind"] == "ConfigMap" && d["metadata"]["name"] == doc["metadata"]["name"]
+                })
+                .unwrap_or_else(|| panic!("{component}: {} patches nothing", name_of(&doc)));
+            let data = target["data"].as_mapping_mut().expect("data");
+            for (key, value) in doc["data"].as_mapping().expect("data") {
+                data.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    docs
+}
+
+/// A copy of a folder, links replaced by what they point at.
+fn copy_folder(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("folder");
+    for entry in std::fs::read_dir(from).expect("folder") {
+        let path = entry.expect("entry").path();
+        let target = to.join(path.file_name().expect("name"));
+        if path.is_dir() {
+            copy_folder(&path, &target);
+        } else {
+            std::fs::copy(&path, &target).expect("copied");
+        }
+    }
+}
+
+/// What `kubectl kustomize` builds of a folder; `None` where kubectl is not installed
+/// (scripts/test does not install it).
+fn kubectl_kustomize(dir: &Path) -> Option<Vec<Value>> {
+    let output = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .ok()?;
+    assert!(
+        output.status.success(),
+        "kubectl kustomize {dir:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).expect("UTF-8");
+    Some(
+        serde_yaml::Deserializer::from_str(&text)
+            .map(|doc| Value::deserialize(doc).expect("YAML"))
+            .filter(|v| !v.is_null())
+            .collect(),
+    )
+}
+
+/// deploy/k8s/operators: Kafka run by Strimzi (KRaft, one node pool of three, the topics)
+/// and ClickHouse by the Altinity operator (2 shards of 2 replicas, its Keeper), each
+/// resource passing its CRD's schema and a broken copy of each kind refused; the base's
+/// component `operators/settings` points the services at the Services those resources
+/// produce, with topic creation off, and the NetworkPolicies let each service reach them.
+#[test]
+fn the_operators_kafka_and_clickhouse_pass_their_crds_and_are_where_the_services_look() {
+    let operators = kustomization_files("deploy/k8s/operators");
+    let base = k8s_documents();
+    let pipeline = with_component(base.clone(), "operators/settings");
+    assert!(read("deploy/k8s/kustomization.yaml").contains("\n#   - operators/settings\n"));
+
+    // kustomize itself, where kubectl is installed, builds the same: the operators' folder,
+    // and the base with the component turned on (in a copy).
+    let dir = tempfile::tempdir().expect("folder");
+    let copy = dir.path().join("k8s");
+    copy_folder(&repo().join("deploy/k8s"), &copy);
+    let kustomization = read("deploy/k8s/kustomization.yaml")
+        .replace("\n# components:\n", "\ncomponents:\n")
+        .replace("\n#   - operators/settings\n", "\n  - operators/settings\n");
+    std::fs::write(copy.join("kustomization.yaml"), kustomization).expect("written");
+    match (
+        kubectl_kustomize(&copy.join("operators")),
+        kubectl_kustomize(&copy),
+    ) {
+        (Some(built_operators), Some(built_pipeline)) => {
+            let by_name = |docs: &[Value]| -> BTreeMap<String, Value> {
+                docs.iter().map(|d| (name_of(d), d.clone())).collect()
+            };
+            assert_eq!(by_name(&built_operators), by_name(&operators));
+            let (built, read) = (by_name(&built_pipeline), by_name(&pipeline));
+            assert_eq!(
+                built.keys().collect::<Vec<_>>(),
+                read.keys().collect::<Vec<_>>()
+            );
+            for (name, doc) in read.iter().filter(|(_, d)| d["kind"] == "ConfigMap") {
+                assert_eq!(built[name]["data"], doc["data"], "{name}");
+            }
+        }
+        _ => eprintln!("no kubectl: the manifests are read from the kustomizations only"),
+    }
+
+    // Every custom resource passes its CRD's schema (e2e/tests/k8s-schemas/crds) ...
+    let kinds: BTreeSet<&str> = operators
+        .iter()
+        .map(|d| str_of(&d["kind"], "kind"))
+        .collect();
+    assert_eq!(
+        kinds,
+        BTreeSet::from([
+            "ClickHouseInstallation",
+            "ClickHouseKeeperInstallation",
+            "Kafka",
+            "KafkaNodePool",
+            "KafkaTopic",
+        ])
+    );
+    let (accepted, report) = validate_custom_resources(&operators);
+    assert!(accepted, "{report}");
+    assert_eq!(
+        report.matches("valid: ").count(),
+        operators.len(),
+        "{report}"
+    );
+    // ... and a broken copy of each kind fails, for the reason given.
+    let of_kind =
+        |kind: &str| -> Vec<&Value> { operators.iter().filter(|d| d["kind"] == kind).collect() };
+    let breakages: [(&str, &str, &str, Value, &str); 6] = [
+        (
+            "Kafka",
+            "/spec/kafka/listeners/0",
+            "tsl",
+            false.into(),
+            "(tsl)",
+        ),
+        ("KafkaNodePool", "/spec", "replica", 3.into(), "(replica)"),
+        (
+            "KafkaNodePool",
+            "/spec/roles",
+            "0",
+            "zookeeper".into(),
+            "allowed values",
+        ),
+        (
+            "KafkaTopic",
+            "/spec",
+            "partitions",
+            "12".into(),
+            "must be integer",
+        ),
+        (
+            "ClickHouseInstallation",
+            "/spec/configuration",
+            "cluster",
+            Value::Null,
+            "(cluster)",
+        ),
+        (
+            "ClickHouseKeeperInstallation",
+            "/spec/configuration/clusters/0/layout",
+            "replicaCount",
+            3.into(),
+            "(replicaCount)",
+        ),
+    ];
+    let mut broken = vec![];
+    for (kind, at, field, value, _) in &breakages {
+        let mut doc = of_kind(kind)[0].clone();
+        let mut node = &mut doc;
+        for step in at.split('/').skip(1) {
+            node = match step.parse::<usize>() {
+                Ok(i) => &mut node[i],
+                Err(_) => &mut node[step],
+            };
+        }
+        match field.parse::<usize>() {
+            Ok(i) => node[i] = value.clone(),
+            Err(_) => node[*field] = value.clone(),
+        }
+        broken.push(doc);
+    }
+    // One line of report per document, in their order.
+    let (accepted, report) = validate_custom_resources(&broken);
+    assert!(!accepted, "{report}");
+    let lines: Vec<&str> = report.lines().collect();
+    assert_eq!(lines.len(), breakages.len(), "{report}");
+    for ((kind, at, field, _, why), line) in breakages.iter().zip(lines) {
+        assert!(
+            line.starts_with("INVALID: ")
+                && line.contains(&format!(" {kind} "))
+                && line.contains(why),
+            "{kind} with {at}/{field}: {line}"
+        );
+    }
+
+    let setting = |map: &str, key: &str| -> String {
+        let doc = pipeline
+            .iter()
+            .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == map)
+            .unwrap_or_else(|| panic!("no ConfigMap {map}"));
+        str_of(&doc["data"][key], key).to_owned()
+    };
+    let number = |map: &str, key: &str| -> u64 {
+        setting(map, key)
+            .parse()
+            .unwrap_or_else(|e| panic!("{key}: {e}"))
+    };
+    let namespace = |d: &Value| str_of(&d["metadata"]["namespace"], "namespace").to_owned();
+    let one = |kind: &str| -> &Value {
+        let all = of_kind(kind);
+        assert_eq!(all.len(), 1, "one {kind}");
+        all[0]
+    };
+
+    // Kafka in KRaft mode: one node pool of the Kafka, three nodes each a controller and a
+    // broker (a quorum of three, a broker for each of the topics' replicas).
+    let kafka = one("Kafka");
+    let kafka_name = str_of(&kafka["metadata"]["name"], "name");
+    let kafka_namespace = namespace(kafka);
+    assert!(kafka["spec"]["zookeeper"].is_null(), "KRaft, no ZooKeeper");
+    let pool = one("KafkaNodePool");
+    assert_eq!(pool["metadata"]["labels"]["strimzi.io/cluster"], kafka_name);
+    assert_eq!(namespace(pool), kafka_namespace);
+    assert_eq!(pool["spec"]["replicas"].as_u64(), Some(3));
+    assert_eq!(
+        pool["spec"]["roles"],
+        serde_yaml::from_str::<Value>("[controller, broker]").expect("YAML")
+    );
+    let replication = number("kafka-settings", "KAFKA_REPLICATION_FACTOR");
+    assert!(replication <= 3, "more replicas than brokers");
+    let config = &kafka["spec"]["kafka"]["config"];
+    assert!(
+        config["min.insync.replicas"]
+            .as_u64()
+            .is_some_and(|min| min < replication),
+        "a broker down stops the writes"
+    );
+    assert_eq!(config["auto.create.topics.enable"], false);
+
+    // The services find it at Strimzi's bootstrap Service, on a plain listener's port, and
+    // leave the topics to the topic operator.
+    let brokers = setting("kafka-settings", "KAFKA_BROKERS");
+    let (host, port) = brokers.rsplit_once(':').expect("host:port");
+    let kafka_port: u64 = port.parse().expect("port");
+    assert_eq!(
+        host,
+        format!("{kafka_name}-kafka-bootstrap.{kafka_namespace}.svc")
+    );
+    assert!(
+        kafka["spec"]["kafka"]["listeners"]
+            .as_sequence()
+            .expect("listeners")
+            .iter()
+            .any(|l| l["port"].as_u64() == Some(kafka_port)
+                && l["type"] == "internal"
+                && l["tls"] == false),
+        "no plain internal listener on {kafka_port}"
+    );
+    assert_eq!(setting("kafka-settings", "KAFKA_CREATE_TOPICS"), "false");
+    let base_setting = base
+        .iter()
+        .find(|d| d["metadata"]["name"] == "kafka-settings")
+        .expect("kafka-settings");
+    assert_eq!(base_setting["data"]["KAFKA_CREATE_TOPICS"], "true");
+
+    // The topics: the services' names (no KAFKA_TOPIC or KAFKA_DLQ_TOPIC set), partitions,
+    // replicas and retention of kafka-settings, managed by the Kafka above.
+    for key in ["KAFKA_TOPIC", "KAFKA_DLQ_TOPIC"] {
+        assert!(
+            pipeline.iter().all(|d| d["data"][key].is_null()),
+            "{key} set: the topics would not be the services' defaults"
+        );
+    }
+    let topics: BTreeMap<&str, &Value> = of_kind("KafkaTopic")
+        .into_iter()
+        .map(|t| (str_of(&t["spec"]["topicName"], "topicName"), t))
+        .collect();
+    assert_eq!(
+        topics.keys().copied().collect::<BTreeSet<_>>(),
+        BTreeSet::from([
+            kafka_kit::client::EVENTS_TOPIC,
+            kafka_kit::client::DEAD_LETTER_TOPIC
+        ])
+    );
+    let partitions = number("kafka-settings", "KAFKA_TOPIC_PARTITIONS");
+    let retention_ms = number("kafka-settings", "KAFKA_RETENTION_HOURS") * 3_600_000;
+    for (name, topic) in &topics {
+        assert_eq!(
+            topic["metadata"]["labels"]["strimzi.io/cluster"], kafka_name,
+            "{name}"
+        );
+        assert_eq!(namespace(topic), kafka_namespace, "{name}");
+        assert_eq!(
+            topic["spec"]["partitions"].as_u64(),
+            Some(partitions),
+            "{name}"
+        );
+        assert_eq!(
+            topic["spec"]["replicas"].as_u64(),
+            Some(replication),
+            "{name}"
+        );
+        assert_eq!(
+            topic["spec"]["config"]["retention.ms"].as_u64(),
+            Some(retention_ms),
+            "{name}"
+        );
+    }
+
+    // ClickHouse: the cluster of CLICKHOUSE_CLUSTER, 2 shards of 2 replicas, its replicas
+    // kept in step by the Keeper installation (Altinity's Service `keeper-<name>`).
+    let chi = one("ClickHouseInstallation");
+    let chi_name = str_of(&chi["metadata"]["name"], "name");
+    let chi_namespace = namespace(chi);
+    let clusters = chi["spec"]["configuration"]["clusters"]
+        .as_sequence()
+        .expect("clusters");
+    assert_eq!(clusters.len(), 1);
+    let cluster = str_of(&clusters[0]["name"], "cluster");
+    assert_eq!(
+        setting("clickhouse-settings", "CLICKHOUSE_CLUSTER"),
+        cluster
+    );
+    let layout = &clusters[0]["layout"];
+    let (shards, replicas) = (
+        layout["shardsCount"].as_u64().expect("shardsCount"),
+        layout["replicasCount"].as_u64().expect("replicasCount"),
+    );
+    assert_eq!((shards, replicas), (2, 2));
+    let keeper = one("ClickHouseKeeperInstallation");
+    assert_eq!(namespace(keeper), chi_namespace);
+    assert_eq!(
+        keeper["spec"]["configuration"]["clusters"][0]["layout"]["replicasCount"].as_u64(),
+        Some(3)
+    );
+    assert_eq!(
+        chi["spec"]["configuration"]["zookeeper"]["nodes"],
+        serde_yaml::from_str::<Value>(&format!(
+            "[{{host: keeper-{}, port: 2181}}]",
+            str_of(&keeper["metadata"]["name"], "name")
+        ))
+        .expect("YAML")
+    );
+
+    // The consumer writes each shard itself: CLICKHOUSE_URL lists the Services the
+    // operator gives each server (`chi-<installation>-<cluster>-<shard>-<replica>`), shard
+    // by shard, as the consumer reads it; the installation's own Service
+    // (`clickhouse-<installation>`, any server) is for reads.
+    let url = setting("clickhouse-settings", "CLICKHOUSE_URL");
+    let args = schema::ClickHouseArgs {
+        clickhouse_url: url.clone(),
+        clickhouse_cluster: Some(cluster.to_owned()),
+        clickhouse_database: setting("clickhouse-settings", "CLICKHOUSE_DATABASE"),
+        clickhouse_user: setting("clickhouse-settings", "CLICKHOUSE_USER"),
+        clickhouse_password: String::new(),
+    };
+    let topology = schema::topology::Topology::from_args(&args).expect("a cluster");
+    let servers: Vec<Vec<String>> = topology
+        .shards
+        .iter()
+        .map(|replicas| replicas.iter().map(|s| s.url.clone()).collect())
+        .collect();
+    let produced: Vec<Vec<String>> = (0..shards)
+        .map(|shard| {
+            (0..replicas)
+                .map(|replica| {
+                    format!(
+                        "http://chi-{chi_name}-{cluster}-{shard}-{replica}.{chi_namespace}.svc:8123"
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    assert_eq!(servers, produced);
+    assert!(
+        read("deploy/k8s/operators/clickhouse-installation.yaml")
+            .contains(&format!("clickhouse-{chi_name}"))
+    );
+    // The consumer's user, its password from a Secret of the installation's namespace.
+    let users = &chi["spec"]["configuration"]["users"];
+    let user = setting("clickhouse-settings", "CLICKHOUSE_USER");
+    assert!(
+        users[format!("{user}/k8s_secret_password").as_str()]
+            .as_str()
+            .is_some_and(|s| s.starts_with(&format!("{chi_namespace}/"))),
+        "{user}: no password from a Secret"
+    );
+
+    // Every key of the changed ConfigMaps is read by each binary that takes them.
+    let maps = config_maps(&pipeline);
+    for doc in pipeline
+        .iter()
+        .filter(|d| d["kind"] == "Deployment" || d["kind"] == "Job")
+    {
+        for c in containers(&doc["spec"]["template"]["spec"]) {
+            let Some(binary) = c["args"][0].as_str() else {
+                continue;
+            };
+            for source in c["envFrom"].as_sequence().into_iter().flatten() {
+                let map = str_of(&source["configMapRef"]["name"], "configMapRef");
+                for key in &maps[map] {
+                    assert!(
+                        settings_of(binary).contains(key),
+                        "{}: {key} is not read by {binary}",
+                        name_of(doc)
+                    );
+                }
+            }
+        }
+    }
+
+    // The NetworkPolicies let every pod that takes a ConfigMap reach what it names (the
+    // tools, run by hand, take both).
+    let reaches = |app: &str, namespace: &str, port: u64| {
+        pipeline
+            .iter()
+            .filter(|d| d["kind"] == "NetworkPolicy")
+            .filter(|p| p["spec"]["podSelector"]["matchLabels"]["app"] == app)
+            .flat_map(|p| {
+                p["spec"]["egress"]
+                    .as_sequence()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .any(|rule| {
+                rule["ports"]
+                    .as_sequence()
+                    .is_some_and(|ports| ports.iter().any(|p| p["port"].as_u64() == Some(port)))
+                    && rule["to"].as_sequence().is_some_and(|peers| {
+                        peers.iter().any(|peer| {
+                            peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+                                == namespace
+                                && peer["podSelector"].is_null()
+                        })
+                    })
+            })
+    };
+    let targets = [
+        ("kafka-settings", kafka_namespace.as_str(), kafka_port),
+        ("clickhouse-settings", chi_namespace.as_str(), 8123),
+    ];
+    let mut apps = vec![(
+        "tools".to_owned(),
+        vec![
+            "kafka-settings".to_owned(),
+            "clickhouse-settings".to_owned(),
+        ],
+    )];
+    for doc in pipeline
+        .iter()
+        .filter(|d| d["kind"] == "Deployment" || d["kind"] == "Job")
+    {
+        let app = str_of(&doc["spec"]["template"]["metadata"]["labels"]["app"], "app");
+        let taken = containers(&doc["spec"]["template"]["spec"])
+            .into_iter()
+            .flat_map(|c| c["envFrom"].as_sequence().cloned().unwrap_or_default())
+            .map(|s| str_of(&s["configMapRef"]["name"], "configMapRef").to_owned())
+            .collect();
+        apps.push((app.to_owned(), taken));
+    }
+    let mut flows = BTreeSet::new();
+    for (app, taken) in &apps {
+        for (map, namespace, port) in targets {
+            if taken.iter().any(|t| t == map) {
+                assert!(
+                    reaches(app, namespace, port),
+                    "{app} may not reach namespace {namespace} on {port}"
+                );
+                flows.insert(format!("{app} -> {namespace}:{port}"));
+            }
+        }
+    }
+    assert_eq!(
+        flows,
+        BTreeSet::from([
+            format!("consumer -> {kafka_namespace}:{kafka_port}"),
+            format!("consumer -> {chi_namespace}:8123"),
+            format!("consumer-migrate -> {chi_namespace}:8123"),
+            format!("ingest -> {kafka_namespace}:{kafka_port}"),
+            format!("tools -> {kafka_namespace}:{kafka_port}"),
+            format!("tools -> {chi_namespace}:8123"),
+        ])
+    );
+    // Kafka and ClickHouse live outside the pipeline's namespace (Pod Security
+    // "restricted", default-deny policies).
+    for doc in &operators {
+        assert!(
+            ["kafka", "clickhouse"].contains(&namespace(doc).as_str()),
+            "{}",
+            name_of(doc)
+        );
+    }
+}
