@@ -1246,15 +1246,47 @@ SELECT
     kind, higher_is_better, cap_value, cap_percentile, cuped_lookback_days,
     first_exposure_ms, value, denominator, pre_value
 FROM (
-    -- Each column cast, for the join's same types (18.x: a function of a
-    -- LowCardinality column is one).
     SELECT
-        CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id,
-        metrics.metric_id AS metric_id, variant_id, first_exposure_ms,
-        metrics.value AS value, metrics.denominator AS denominator,
-        metrics.pre_value AS pre_value
-    FROM analytics.visitor_metric_values FINAL
-    ARRAY JOIN metrics
+        public_key, experiment_id, phase, visitor_id, metric_id, variant_id,
+        first_exposure_ms, value, denominator, pre_value
+    FROM (-- Each visitor's latest stored refresh per experiment and phase (visitor_metric_values
+-- FINAL), its metrics in the arrays `stored_ids`, `stored_values`, `stored_denominators`
+-- and `stored_pre_values`.
+--
+-- Read in 4 streams: 18.x merges a FINAL in one stream, and runs all that
+-- reads it in that one thread. Each stream merges its own share of the visitors, by a
+-- hash of `visitor_id`: a column of the sorting key, so every version of a row is in the
+-- same share, and PREWHERE may filter before the merge.
+SELECT
+    CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id, variant_id,
+    first_exposure_ms, metrics.metric_id AS stored_ids, metrics.value AS stored_values,
+    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values
+FROM analytics.visitor_metric_values FINAL
+PREWHERE cityHash64(visitor_id) % 4 = 0
+UNION ALL
+SELECT
+    CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id, variant_id,
+    first_exposure_ms, metrics.metric_id AS stored_ids, metrics.value AS stored_values,
+    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values
+FROM analytics.visitor_metric_values FINAL
+PREWHERE cityHash64(visitor_id) % 4 = 1
+UNION ALL
+SELECT
+    CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id, variant_id,
+    first_exposure_ms, metrics.metric_id AS stored_ids, metrics.value AS stored_values,
+    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values
+FROM analytics.visitor_metric_values FINAL
+PREWHERE cityHash64(visitor_id) % 4 = 2
+UNION ALL
+SELECT
+    CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id, variant_id,
+    first_exposure_ms, metrics.metric_id AS stored_ids, metrics.value AS stored_values,
+    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values
+FROM analytics.visitor_metric_values FINAL
+PREWHERE cityHash64(visitor_id) % 4 = 3) AS stored
+    ARRAY JOIN
+        stored_ids AS metric_id, stored_values AS value,
+        stored_denominators AS denominator, stored_pre_values AS pre_value
 ) AS metric_values
 ALL INNER JOIN (
     SELECT
@@ -1563,24 +1595,22 @@ SELECT *, 1.959963984540054
             FROM (
                 SELECT *, ifNull(defined_control, 0) AS control_flag, ifNull(arm_defined, 0) AS defined
                 FROM (
-                    -- Each arm's sufficient statistics, on the capped values. A metric
-                    -- capped at a percentile keeps its arms' values in arrays until its
-                    -- cap is known; every other one is summed in one pass.
+                    -- Each arm's sufficient statistics, on the capped values: the sums
+                    -- of parts/metric_arms.sql and those of the values it kept whole, capped.
                     SELECT
                         public_key, experiment_id, phase, metric_id, variant,
                         metric_role, metric_position, metric_kind, higher, lookback,
                         cap_at AS applied_cap, first_ms, arm_n,
-                        if(by_rank, arraySum(ys_capped), raw_sy) AS arm_sy,
-                        if(by_rank, arraySum(arrayMap(v -> v * v, ys_capped)), raw_syy)
-                            AS arm_syy,
-                        raw_sd AS arm_sd, raw_sdd AS arm_sdd,
-                        if(by_rank, arraySum(arrayMap((v, w) -> v * w, ys_capped, ds)),
-                            raw_syd) AS arm_syd,
-                        if(by_rank, arraySum(xs_capped), raw_sx) AS arm_sx,
-                        if(by_rank, arraySum(arrayMap(v -> v * v, xs_capped)), raw_sxx)
-                            AS arm_sxx,
-                        if(by_rank, arraySum(arrayMap((v, w) -> v * w, xs_capped, ys_capped)),
-                            raw_sxy) AS arm_sxy
+                        raw_sy + arraySum(ys_capped) AS arm_sy,
+                        raw_syy + arraySum(arrayMap(v -> v * v, ys_capped)) AS arm_syy,
+                        raw_sd + arraySum(ds) AS arm_sd,
+                        raw_sdd + arraySum(arrayMap(v -> v * v, ds)) AS arm_sdd,
+                        raw_syd + arraySum(arrayMap((v, w) -> v * w, ys_capped, ds))
+                            AS arm_syd,
+                        raw_sx + arraySum(xs_capped) AS arm_sx,
+                        raw_sxx + arraySum(arrayMap(v -> v * v, xs_capped)) AS arm_sxx,
+                        raw_sxy + arraySum(arrayMap((v, w) -> v * w, xs_capped, ys_capped))
+                            AS arm_sxy
                     FROM (
                         SELECT
                             *,
@@ -1590,9 +1620,11 @@ SELECT *, 1.959963984540054
                             SELECT
                                 public_key, experiment_id, phase, metric_id, segment,
                                 variant, metric_role, metric_position, metric_kind, higher,
-                                lookback, first_ms, cap_at, by_rank, arm_n, raw_sy, raw_syy,
-                                raw_sd, raw_sdd, raw_syd, raw_sx, raw_sxx, raw_sxy, ys, ds,
-                                xs, arrayResize([cap_at], length(ys), cap_at) AS caps
+                                lookback, first_ms, cap_at, arm_n, raw_sy, raw_syy, raw_sd,
+                                raw_sdd, raw_syd, raw_sx, raw_sxx, raw_sxy, ys, ds, xs,
+                                -- No cap: none applied.
+                                if(cap_value > 0 OR by_rank, cap_at, inf) AS applied,
+                                arrayResize([applied], length(ys), applied) AS caps
                             FROM (
                                 -- The cap at a percentile: of the metric's visitors' values
                                 -- in the phase (every arm and segment), numpy's linear.
@@ -1627,40 +1659,132 @@ SELECT *, 1.959963984540054
                                     groupArray(arm_ds) AS arms_ds,
                                     groupArray(arm_xs) AS arms_xs
                                 FROM (
-                                    SELECT
-                                        public_key, experiment_id, phase, metric_id,
-                                        '' AS arm_segment,
-                                        variant_id AS arm_variant,
-                                        any(role) AS arm_role, any(position) AS arm_position,
-                                        any(kind) AS arm_kind,
-                                        any(higher_is_better) AS arm_higher,
-                                        any(cuped_lookback_days) AS arm_lookback,
-                                        any(cap_value) AS m_cap_value,
-                                        any(cap_percentile) AS m_cap_percentile,
-                                        min(first_exposure_ms) AS arm_first_ms,
-                                        toFloat64(count()) AS arm_visitors,
-                                        sum(y) AS arm_sy, sum(y * y) AS arm_syy,
-                                        sum(denominator) AS arm_sd,
-                                        sum(denominator * denominator) AS arm_sdd,
-                                        sum(y * denominator) AS arm_syd,
-                                        sum(x) AS arm_sx, sum(x * x) AS arm_sxx,
-                                        sum(x * y) AS arm_sxy,
-                                        groupArrayIf(value, ranked) AS arm_ys,
-                                        groupArrayIf(denominator, ranked) AS arm_ds,
-                                        groupArrayIf(pre_value, ranked) AS arm_xs
-                                    FROM (
-                                        SELECT
-                                            *,
-                                            if(cap_value > 0, least(value, cap_value), value)
-                                                AS y,
-                                            if(cap_value > 0,
-                                                least(pre_value, cap_value), pre_value) AS x,
-                                            cap_value = 0 AND cap_percentile > 0 AS ranked
-                                        FROM analytics.experiment_metric_visitors
-                                    ) AS visitors
-                                    GROUP BY public_key, experiment_id, phase, metric_id,
-                                        arm_segment, arm_variant
-                                ) AS arms_summed
+    -- Each arm's sums per metric: its visitors (`arm_visitors`), and the sums of their
+    -- values, squares and products. The values of a capped metric are kept whole in
+    -- `arm_ys`, `arm_ds` and `arm_xs` instead, until the cap is known.
+    SELECT
+        public_key, experiment_id, phase, metric_id, arm_segment, arm_variant,
+        toString(role) AS arm_role, position AS arm_position, toString(kind) AS arm_kind,
+        higher_is_better AS arm_higher, cuped_lookback_days AS arm_lookback,
+        cap_value AS m_cap_value, cap_percentile AS m_cap_percentile,
+        arm_first_ms, arm_visitors, arm_sy, arm_syy, arm_sd, arm_sdd, arm_syd, arm_sx,
+        arm_sxx, arm_sxy, arm_ys, arm_ds, arm_xs
+    FROM (
+        SELECT
+            public_key, experiment_id, phase, metric_id, arm_segment, arm_variant,
+            min(group_first_ms) AS arm_first_ms,
+            toFloat64(sum(group_visitors)) AS arm_visitors,
+            sum(g_sy) AS arm_sy, sum(g_syy) AS arm_syy, sum(g_sd) AS arm_sd,
+            sum(g_sdd) AS arm_sdd, sum(g_syd) AS arm_syd, sum(g_sx) AS arm_sx,
+            sum(g_sxx) AS arm_sxx, sum(g_sxy) AS arm_sxy,
+            groupArrayArray(arrayMap(t -> t.2, own)) AS arm_ys,
+            groupArrayArray(arrayMap(t -> t.3, own)) AS arm_ds,
+            groupArrayArray(arrayMap(t -> t.4, own)) AS arm_xs
+        FROM (
+            SELECT
+                public_key, experiment_id, phase, metric_id, arm_segment, arm_variant,
+                group_visitors, group_first_ms, g_sy, g_syy, g_sd, g_sdd, g_syd, g_sx, g_sxx,
+                g_sxy,
+                arrayFilter((t, m) -> t.1 = m, group_kept,
+                    arrayResize([metric_id], length(group_kept), metric_id)) AS own
+            FROM (
+                -- The visitors of an arm with the same list of stored metrics, summed
+                -- together: a sum per metric in arrays.
+                SELECT
+                    public_key, experiment_id, phase, arm_segment, variant_id AS arm_variant,
+                    stored_ids, count() AS group_visitors, min(first_exposure_ms) AS group_first_ms,
+                    sumForEach(ys) AS group_sy,
+                    sumForEach(arrayMap(v -> v * v, ys)) AS group_syy,
+                    sumForEach(ds) AS group_sd,
+                    sumForEach(arrayMap(v -> v * v, ds)) AS group_sdd,
+                    sumForEach(arrayMap((v, w) -> v * w, ys, ds)) AS group_syd,
+                    sumForEach(xs) AS group_sx,
+                    sumForEach(arrayMap(v -> v * v, xs)) AS group_sxx,
+                    sumForEach(arrayMap((v, w) -> v * w, xs, ys)) AS group_sxy,
+                    groupArrayArray(arrayFilter((t, k) -> k,
+                        arrayMap((i, v, d, x) -> (i, v, d, x), stored_ids, stored_values,
+                            stored_denominators, stored_pre_values),
+                        kept)) AS group_kept
+                FROM (
+                    -- Which values are kept whole: those of a capped metric. A refresh
+                    -- stores the metrics sorted by id, as the definitions are listed
+                    -- here; a visitor stored under other definitions keeps every value
+                    -- whole, which costs time, not exactness.
+                    SELECT
+                        *,
+                        if(stored_ids = defined_ids, defined_kept,
+                            arrayMap(i -> toUInt8(1), stored_ids)) AS kept,
+                        arrayMap((v, k) -> if(k, 0., v), stored_values, kept) AS ys,
+                        arrayMap((v, k) -> if(k, 0., v), stored_denominators, kept) AS ds,
+                        arrayMap((v, k) -> if(k, 0., v), stored_pre_values, kept) AS xs
+                    FROM (SELECT *, '' AS arm_segment FROM (-- Each visitor's latest stored refresh per experiment and phase (visitor_metric_values
+-- FINAL), its metrics in the arrays `stored_ids`, `stored_values`, `stored_denominators`
+-- and `stored_pre_values`.
+--
+-- Read in 4 streams: 18.x merges a FINAL in one stream, and runs all that
+-- reads it in that one thread. Each stream merges its own share of the visitors, by a
+-- hash of `visitor_id`: a column of the sorting key, so every version of a row is in the
+-- same share, and PREWHERE may filter before the merge.
+SELECT
+    CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id, variant_id,
+    first_exposure_ms, metrics.metric_id AS stored_ids, metrics.value AS stored_values,
+    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values
+FROM analytics.visitor_metric_values FINAL
+PREWHERE cityHash64(visitor_id) % 4 = 0
+UNION ALL
+SELECT
+    CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id, variant_id,
+    first_exposure_ms, metrics.metric_id AS stored_ids, metrics.value AS stored_values,
+    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values
+FROM analytics.visitor_metric_values FINAL
+PREWHERE cityHash64(visitor_id) % 4 = 1
+UNION ALL
+SELECT
+    CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id, variant_id,
+    first_exposure_ms, metrics.metric_id AS stored_ids, metrics.value AS stored_values,
+    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values
+FROM analytics.visitor_metric_values FINAL
+PREWHERE cityHash64(visitor_id) % 4 = 2
+UNION ALL
+SELECT
+    CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id, variant_id,
+    first_exposure_ms, metrics.metric_id AS stored_ids, metrics.value AS stored_values,
+    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values
+FROM analytics.visitor_metric_values FINAL
+PREWHERE cityHash64(visitor_id) % 4 = 3) AS stored) AS visitors
+                    ANY LEFT JOIN (
+                        SELECT
+                            experiment_id, arrayMap(d -> d.1, defined) AS defined_ids,
+                            arrayMap(d -> d.2, defined) AS defined_kept
+                        FROM (
+                            SELECT
+                                experiment_id,
+                                arraySort(groupArray((metric_id,
+                                    toUInt8(cap_value > 0 OR cap_percentile > 0))))
+                                    AS defined
+                            FROM analytics.experiment_metric_definitions
+                            GROUP BY experiment_id
+                        ) AS listed
+                    ) AS definitions USING (experiment_id)
+                ) AS visitors_split
+                GROUP BY public_key, experiment_id, phase, arm_segment, arm_variant,
+                    stored_ids
+            ) AS groups
+            ARRAY JOIN
+                stored_ids AS metric_id, group_sy AS g_sy, group_syy AS g_syy,
+                group_sd AS g_sd, group_sdd AS g_sdd, group_syd AS g_syd,
+                group_sx AS g_sx, group_sxx AS g_sxx, group_sxy AS g_sxy
+        ) AS metrics_of_groups
+        GROUP BY public_key, experiment_id, phase, metric_id, arm_segment, arm_variant
+    ) AS sums
+    -- A metric dropped from the definitions since a visitor's refresh is left out.
+    ALL INNER JOIN (
+        SELECT
+            experiment_id, metric_id, role, position, kind, higher_is_better, cap_value,
+            cap_percentile, cuped_lookback_days
+        FROM analytics.experiment_metric_definitions
+    ) AS definitions USING (experiment_id, metric_id)
+) AS arms_summed
                                 GROUP BY public_key, experiment_id, phase, metric_id
                             ) AS per_metric
                             ARRAY JOIN

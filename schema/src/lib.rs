@@ -205,7 +205,8 @@ pub fn metric_values_refresh(
         .sql("visitor_filter", filter);
     // A row per visitor, experiment and phase, its metrics in arrays (the select's row
     // of metric '' records a visitor with none). The metrics go through one array of
-    // tuples, so that the four arrays keep one order.
+    // tuples, so that the four arrays keep one order: by metric id, the order in which
+    // `experiment_metric_results` lists the definitions (parts/metric_arms.sql).
     params.render(&format!(
         "INSERT INTO {{db}}.visitor_metric_values (public_key, experiment_id, phase, \
          visitor_id, variant_id, first_exposure_ms, metrics.metric_id, metrics.value, \
@@ -217,8 +218,8 @@ pub fn metric_values_refresh(
          SELECT public_key, experiment_id, phase, visitor_id, any(variant_id) AS variant_id, \
          any(first_exposure_ms) AS first_exposure_ms, any(events_seen) AS events_seen, \
          any(current_settings_hash) AS settings_hash, \
-         groupArrayIf((metric_id, value, denominator, pre_value), metric_id != '') \
-         AS metrics FROM ({}) AS refreshed \
+         arraySort(groupArrayIf((metric_id, value, denominator, pre_value), \
+         metric_id != '')) AS metrics FROM ({}) AS refreshed \
          GROUP BY public_key, experiment_id, phase, visitor_id) AS visitors",
         views::WITH_SETTINGS_HASH
     ))

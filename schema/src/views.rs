@@ -170,6 +170,30 @@ const SRM_CHI_SQUARE: &str = sql!("views/parts/srm_chi_square.sql");
 const METRIC_ARRAYS: &str = sql!("views/parts/metric_arrays.sql");
 const METRIC_VALUE: &str = sql!("views/parts/metric_value.sql");
 const ARM_STATISTICS: &str = sql!("views/parts/arm_statistics.sql");
+const STORED_VISITORS: &str = sql!("views/parts/stored_visitors.sql");
+const METRIC_ARMS: &str = sql!("views/parts/metric_arms.sql");
+
+/// How many streams read `visitor_metric_values FINAL` ([`STORED_VISITORS`]). On 2 cores,
+/// 10 M stored values: one stream 11 s for `experiment_metric_results`, four 8 s (with the
+/// arms summed per visitor row, see docs/benchmarks.md).
+const FINAL_STREAMS: u32 = 4;
+
+/// The streams of [`STORED_VISITORS`], each a share of the visitors.
+fn final_streams_union() -> String {
+    (0..FINAL_STREAMS)
+        .map(|k| {
+            format!(
+                "SELECT
+    CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id, variant_id,
+    first_exposure_ms, metrics.metric_id AS stored_ids, metrics.value AS stored_values,
+    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values
+FROM {{db}}.visitor_metric_values FINAL
+PREWHERE cityHash64(visitor_id) % {FINAL_STREAMS} = {k}"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\nUNION ALL\n")
+}
 
 /// The current hash of what stored metric values depend on besides the events, for each
 /// experiment and phase that has any (read from the exposures, a fifth of the stored rows).
@@ -228,6 +252,9 @@ pub(crate) fn shared(p: Params<'_>) -> Params<'_> {
         .sql("refreshed_as_of", REFRESHED_AS_OF)
         .sql("srm_chi_square", SRM_CHI_SQUARE)
         .sql("metric_arrays", METRIC_ARRAYS)
+        .text("final_streams", FINAL_STREAMS.to_string())
+        .sql("final_streams_union", final_streams_union())
+        .sql("stored_visitors", STORED_VISITORS)
         .with(vec![
             ("value_of_n", value("n", "n_agg")),
             ("value_of_d", value("d", "d_agg")),
@@ -297,39 +324,29 @@ pub(crate) fn metric_results_locals(segment: Option<&str>) -> Vec<(&'static str,
             text(&t_quantile_975("cuped_dof", "cuped_t_quantile", step)),
         ));
     }
-    match segment {
-        None => locals.extend([
-            ("segment", text("")),
-            ("arm_segment", text("''")),
-            ("segments_collected", text("")),
-            ("segments_split", text("")),
-            (
-                "metric_visitors",
-                Value::Sql("{db}.experiment_metric_visitors".into()),
-            ),
-        ]),
-        Some(segment) => locals.extend([
-            ("segment", text(", segment")),
-            ("arm_segment", text("segment")),
-            (
-                "segments_collected",
-                text(", groupArray(segment) AS segments"),
-            ),
-            ("segments_split", text(", segments AS segment")),
-            (
-                "metric_visitors",
-                Value::Sql(format!(
-                    "(SELECT * FROM {{db}}.experiment_metric_visitors \
-                     ALL INNER JOIN (SELECT toString(public_key) AS public_key, \
-                     toString(experiment_id) AS experiment_id, phase, visitor_id, \
-                     argMin(toString({segment}), event_time) AS segment FROM {{db}}.events \
-                     WHERE event_name = 'impression' AND variant_id != '' \
-                     GROUP BY public_key, experiment_id, phase, visitor_id) AS segments \
-                     USING (public_key, experiment_id, phase, visitor_id))"
-                )),
-            ),
-        ]),
-    }
+    // Each stored visitor row with its segment (`arm_segment`).
+    let visitor_rows = match segment {
+        None => {
+            locals.push(("segment", text("")));
+            "(SELECT *, '' AS arm_segment FROM ({stored_visitors}) AS stored)".to_owned()
+        }
+        Some(segment) => {
+            locals.push(("segment", text(", segment")));
+            format!(
+                "(SELECT * FROM ({{stored_visitors}}) AS stored \
+                 ALL INNER JOIN (SELECT toString(public_key) AS public_key, \
+                 toString(experiment_id) AS experiment_id, phase, visitor_id, \
+                 argMin(toString({segment}), event_time) AS arm_segment FROM {{db}}.events \
+                 WHERE event_name = 'impression' AND variant_id != '' \
+                 GROUP BY public_key, experiment_id, phase, visitor_id) AS segments \
+                 USING (public_key, experiment_id, phase, visitor_id))"
+            )
+        }
+    };
+    locals.extend([
+        ("metric_arms", Value::Sql(METRIC_ARMS.into())),
+        ("visitor_rows", Value::Sql(visitor_rows)),
+    ]);
     locals
 }
 

@@ -68,6 +68,7 @@ impl Event {
 }
 
 /// A metric as the snapshot defines it, flattened as `experiment_metrics` has it.
+#[derive(Clone)]
 struct Metric {
     id: &'static str,
     role: &'static str,

@@ -205,6 +205,42 @@ async fn results_are_those_of_each_visitors_latest_refresh() {
     assert_same("changed, against stored anew", &changed, &anew().await);
 }
 
+/// Values stored under another list of metrics (a metric added since, not yet swept) give
+/// the statistics of the metrics still defined as they were: the view sums them another
+/// way (every value kept whole), with the same caps, and the new metric has no row.
+#[tokio::test]
+async fn values_stored_under_another_list_of_metrics_give_the_same_statistics() {
+    let db = Database::new().await;
+    let mut metrics = metrics();
+    db.define(&metrics, "v1", START - DAY).await;
+    db.store(&events(7, 60)).await;
+    let unsorted = "SELECT countIf(metrics.metric_id != arraySort(metrics.metric_id)) \
+                    FROM visitor_metric_values";
+    assert_eq!(
+        db.count(unsorted).await,
+        0,
+        "a refresh stores the metrics by id, as the view lists the definitions"
+    );
+    let stored = db.results().await;
+    assert!(
+        stored.iter().any(|r| r.p_value.is_some()),
+        "the statistics are computed"
+    );
+    let added = Metric {
+        id: "added",
+        ..metrics[2].clone()
+    };
+    metrics.push(added);
+    db.insert_definitions(&metrics, "v2", START).await;
+    assert!(
+        db.count("SELECT count() FROM experiment_metric_stale")
+            .await
+            > 100,
+        "the visitors' lists of metrics are older than the definitions"
+    );
+    assert_same("under another list", &db.results().await, &stored);
+}
+
 /// A refresh id of `ago` before now: a refresh's id is its start, in microseconds (the
 /// consumer's `Refresh::next_id`).
 fn refresh_id_of(ago: Duration) -> u64 {

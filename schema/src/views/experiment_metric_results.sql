@@ -154,24 +154,22 @@ SELECT *, {t_quantile_0}, {cuped_t_quantile_0} FROM (
             FROM (
                 SELECT *, ifNull(defined_control, 0) AS control_flag, ifNull(arm_defined, 0) AS defined
                 FROM (
-                    -- Each arm's sufficient statistics, on the capped values. A metric
-                    -- capped at a percentile keeps its arms' values in arrays until its
-                    -- cap is known; every other one is summed in one pass.
+                    -- Each arm's sufficient statistics, on the capped values: the sums
+                    -- of parts/metric_arms.sql and those of the values it kept whole, capped.
                     SELECT
                         public_key, experiment_id, phase{segment}, metric_id, variant,
                         metric_role, metric_position, metric_kind, higher, lookback,
                         cap_at AS applied_cap, first_ms, arm_n,
-                        if(by_rank, arraySum(ys_capped), raw_sy) AS arm_sy,
-                        if(by_rank, arraySum(arrayMap(v -> v * v, ys_capped)), raw_syy)
-                            AS arm_syy,
-                        raw_sd AS arm_sd, raw_sdd AS arm_sdd,
-                        if(by_rank, arraySum(arrayMap((v, w) -> v * w, ys_capped, ds)),
-                            raw_syd) AS arm_syd,
-                        if(by_rank, arraySum(xs_capped), raw_sx) AS arm_sx,
-                        if(by_rank, arraySum(arrayMap(v -> v * v, xs_capped)), raw_sxx)
-                            AS arm_sxx,
-                        if(by_rank, arraySum(arrayMap((v, w) -> v * w, xs_capped, ys_capped)),
-                            raw_sxy) AS arm_sxy
+                        raw_sy + arraySum(ys_capped) AS arm_sy,
+                        raw_syy + arraySum(arrayMap(v -> v * v, ys_capped)) AS arm_syy,
+                        raw_sd + arraySum(ds) AS arm_sd,
+                        raw_sdd + arraySum(arrayMap(v -> v * v, ds)) AS arm_sdd,
+                        raw_syd + arraySum(arrayMap((v, w) -> v * w, ys_capped, ds))
+                            AS arm_syd,
+                        raw_sx + arraySum(xs_capped) AS arm_sx,
+                        raw_sxx + arraySum(arrayMap(v -> v * v, xs_capped)) AS arm_sxx,
+                        raw_sxy + arraySum(arrayMap((v, w) -> v * w, xs_capped, ys_capped))
+                            AS arm_sxy
                     FROM (
                         SELECT
                             *,
@@ -181,9 +179,11 @@ SELECT *, {t_quantile_0}, {cuped_t_quantile_0} FROM (
                             SELECT
                                 public_key, experiment_id, phase, metric_id, segment,
                                 variant, metric_role, metric_position, metric_kind, higher,
-                                lookback, first_ms, cap_at, by_rank, arm_n, raw_sy, raw_syy,
-                                raw_sd, raw_sdd, raw_syd, raw_sx, raw_sxx, raw_sxy, ys, ds,
-                                xs, arrayResize([cap_at], length(ys), cap_at) AS caps
+                                lookback, first_ms, cap_at, arm_n, raw_sy, raw_syy, raw_sd,
+                                raw_sdd, raw_syd, raw_sx, raw_sxx, raw_sxy, ys, ds, xs,
+                                -- No cap: none applied.
+                                if(cap_value > 0 OR by_rank, cap_at, inf) AS applied,
+                                arrayResize([applied], length(ys), applied) AS caps
                             FROM (
                                 -- The cap at a percentile: of the metric's visitors' values
                                 -- in the phase (every arm and segment), numpy's linear.
@@ -217,41 +217,7 @@ SELECT *, {t_quantile_0}, {cuped_t_quantile_0} FROM (
                                     groupArray(arm_ys) AS arms_ys,
                                     groupArray(arm_ds) AS arms_ds,
                                     groupArray(arm_xs) AS arms_xs
-                                FROM (
-                                    SELECT
-                                        public_key, experiment_id, phase, metric_id,
-                                        {arm_segment} AS arm_segment,
-                                        variant_id AS arm_variant,
-                                        any(role) AS arm_role, any(position) AS arm_position,
-                                        any(kind) AS arm_kind,
-                                        any(higher_is_better) AS arm_higher,
-                                        any(cuped_lookback_days) AS arm_lookback,
-                                        any(cap_value) AS m_cap_value,
-                                        any(cap_percentile) AS m_cap_percentile,
-                                        min(first_exposure_ms) AS arm_first_ms,
-                                        toFloat64(count()) AS arm_visitors,
-                                        sum(y) AS arm_sy, sum(y * y) AS arm_syy,
-                                        sum(denominator) AS arm_sd,
-                                        sum(denominator * denominator) AS arm_sdd,
-                                        sum(y * denominator) AS arm_syd,
-                                        sum(x) AS arm_sx, sum(x * x) AS arm_sxx,
-                                        sum(x * y) AS arm_sxy,
-                                        groupArrayIf(value, ranked) AS arm_ys,
-                                        groupArrayIf(denominator, ranked) AS arm_ds,
-                                        groupArrayIf(pre_value, ranked) AS arm_xs
-                                    FROM (
-                                        SELECT
-                                            *,
-                                            if(cap_value > 0, least(value, cap_value), value)
-                                                AS y,
-                                            if(cap_value > 0,
-                                                least(pre_value, cap_value), pre_value) AS x,
-                                            cap_value = 0 AND cap_percentile > 0 AS ranked
-                                        FROM {metric_visitors}
-                                    ) AS visitors
-                                    GROUP BY public_key, experiment_id, phase, metric_id,
-                                        arm_segment, arm_variant
-                                ) AS arms_summed
+                                FROM {metric_arms} AS arms_summed
                                 GROUP BY public_key, experiment_id, phase, metric_id
                             ) AS per_metric
                             ARRAY JOIN

@@ -14,15 +14,13 @@ SELECT
     kind, higher_is_better, cap_value, cap_percentile, cuped_lookback_days,
     first_exposure_ms, value, denominator, pre_value
 FROM (
-    -- Each column cast, for the join's same types (18.x: a function of a
-    -- LowCardinality column is one).
     SELECT
-        CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id,
-        metrics.metric_id AS metric_id, variant_id, first_exposure_ms,
-        metrics.value AS value, metrics.denominator AS denominator,
-        metrics.pre_value AS pre_value
-    FROM {db}.visitor_metric_values FINAL
-    ARRAY JOIN metrics
+        public_key, experiment_id, phase, visitor_id, metric_id, variant_id,
+        first_exposure_ms, value, denominator, pre_value
+    FROM ({stored_visitors}) AS stored
+    ARRAY JOIN
+        stored_ids AS metric_id, stored_values AS value,
+        stored_denominators AS denominator, stored_pre_values AS pre_value
 ) AS metric_values
 ALL INNER JOIN (
     SELECT
