@@ -91,6 +91,7 @@ impl Application {
             let schedule = Schedule {
                 every: Duration::from_millis(config.metrics_refresh_ms),
                 sweep_every: Duration::from_secs(config.metrics_sweep_secs),
+                visitors_per_statement: config.metrics_visitors_per_statement,
             };
             (
                 topology.clone(),

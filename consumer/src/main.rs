@@ -21,7 +21,8 @@ async fn main() -> anyhow::Result<()> {
     if config.refresh_metrics_only {
         let topology = consumer::Application::migrate(&config).await?;
         let database = &config.clickhouse.clickhouse_database;
-        let visitors = consumer::refresh::sweep_once(topology, database).await?;
+        let per_statement = config.metrics_visitors_per_statement;
+        let visitors = consumer::refresh::sweep_once(topology, database, per_statement).await?;
         tracing::info!(visitors, "Metric values stored.");
         return Ok(());
     }

@@ -23,8 +23,11 @@ use tokio::sync::{Notify, watch};
 
 use crate::shutdown::stopped;
 
-/// Visitors per statement, which bounds a statement's time and memory.
-const VISITORS_PER_STATEMENT: usize = 20_000;
+/// Visitors per statement by default (`--metrics-visitors-per-statement`), which bounds a
+/// statement's time and memory: on 2 cores, 10 M events of 2 M visitors, about 9 s and
+/// 850 MB each. A statement reads the whole `events` table, so fewer, larger ones sweep
+/// faster: 20 000 a statement took 404 s, 100 000 took 206 s (docs/benchmarks.md).
+pub const VISITORS_PER_STATEMENT: usize = 100_000;
 /// Stale visitors a sweep lists at a time.
 const STALE_PER_LIST: u64 = 200_000;
 /// Visitors waiting beyond this are left to the next sweep rather than kept in memory.
@@ -66,11 +69,12 @@ impl Waiting {
     }
 }
 
-/// When the refresh and the sweep run.
+/// When the refresh and the sweep run, and how many visitors a statement takes.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Schedule {
     pub every: Duration,
     pub sweep_every: Duration,
+    pub visitors_per_statement: usize,
 }
 
 /// Refreshes the waiting visitors every `schedule.every`, and sweeps at start, when
@@ -85,7 +89,7 @@ pub(crate) async fn run(
     schedule: Schedule,
     mut stop: watch::Receiver<bool>,
 ) {
-    let refresh = Refresh::new(topology, database);
+    let refresh = Refresh::new(topology, database, schedule.visitors_per_statement);
     let mut sweep_due = tokio::time::Instant::now();
     let mut marked: Option<tokio::time::Instant> = None;
     loop {
@@ -126,10 +130,14 @@ pub(crate) async fn run(
 }
 
 /// One sweep ([`run`]'s, at start): stores the metric values of every visitor of
-/// `database` whose values are missing or stale, marks its start, and returns how many
-/// visitors there were.
-pub async fn sweep_once(topology: Topology, database: &str) -> anyhow::Result<u64> {
-    let refresh = Refresh::new(topology, database.to_owned());
+/// `database` whose values are missing or stale, `visitors_per_statement` a statement,
+/// marks its start, and returns how many visitors there were.
+pub async fn sweep_once(
+    topology: Topology,
+    database: &str,
+    visitors_per_statement: usize,
+) -> anyhow::Result<u64> {
+    let refresh = Refresh::new(topology, database.to_owned(), visitors_per_statement);
     let started = SystemTime::now() - Duration::from_secs(1);
     let (_never, mut stop) = watch::channel(false);
     let swept = refresh.sweep(&mut stop).await?;
@@ -140,6 +148,7 @@ pub async fn sweep_once(topology: Topology, database: &str) -> anyhow::Result<u6
 struct Refresh {
     topology: Topology,
     database: String,
+    visitors_per_statement: usize,
     /// The last refresh id given.
     ids: AtomicU64,
     /// This process's name in `metric_refresh_marks`.
@@ -147,10 +156,11 @@ struct Refresh {
 }
 
 impl Refresh {
-    fn new(topology: Topology, database: String) -> Self {
+    fn new(topology: Topology, database: String, visitors_per_statement: usize) -> Self {
         Self {
             topology,
             database,
+            visitors_per_statement,
             ids: AtomicU64::new(0),
             name: uuid::Uuid::new_v4().simple().to_string(),
         }
@@ -200,11 +210,11 @@ impl Refresh {
         Ok((ServerCaps::of(&client).await?, client))
     }
 
-    /// Stores the values of `visitors`, a statement per [`VISITORS_PER_STATEMENT`].
+    /// Stores the values of `visitors`, `visitors_per_statement` a statement.
     async fn of(&self, visitors: &[(String, String)]) -> anyhow::Result<()> {
         let (caps, client) = self.caps_and_client().await?;
         let cluster = self.topology.cluster.as_deref();
-        for chunk in visitors.chunks(VISITORS_PER_STATEMENT) {
+        for chunk in visitors.chunks(self.visitors_per_statement) {
             let id = || self.next_id();
             let refresh =
                 schema::refresh_metric_values(&client, caps, cluster, &self.database, chunk, id);
@@ -282,6 +292,7 @@ mod tests {
                 shards: Vec::new(),
             },
             String::new(),
+            VISITORS_PER_STATEMENT,
         );
         refresh.ids.store(u64::MAX / 2, Ordering::Relaxed);
         let a = refresh.next_id();

@@ -371,9 +371,13 @@ async fn metric_results_answer_on_the_cluster() {
     }
     // The consumer's sweep stores both visitors' values, each on their shard, and every
     // server reads them, with the same results, as of the sweep.
-    let swept = consumer::refresh::sweep_once(cluster.topology(&database), &database)
-        .await
-        .expect("swept");
+    let swept = consumer::refresh::sweep_once(
+        cluster.topology(&database),
+        &database,
+        consumer::refresh::VISITORS_PER_STATEMENT,
+    )
+    .await
+    .expect("swept");
     assert_eq!(swept, 2);
     for n in 1..=4 {
         let client = cluster.client(n, &database);

@@ -171,15 +171,16 @@ async fn the_refresh_only_run_stores_the_stale_visitors_and_exits() {
 fn refresh_only(database: &str) -> std::process::Output {
     std::process::Command::new(e2e::workspace_binary("consumer"))
         .arg("--refresh-metrics-only")
+        .env("METRICS_VISITORS_PER_STATEMENT", "20000")
         .env("CLICKHOUSE_URL", e2e::clickhouse_url())
         .env("CLICKHOUSE_DATABASE", database)
         .output()
         .expect("the consumer runs")
 }
 
-/// A sweep stores more visitors than one statement takes, each statement a full list:
-/// the list is part of the statement, and a full one must pass the server's limits on a
-/// statement's size (18.x refused 20 000 visitors: "AST is too big").
+/// A sweep stores more visitors than one statement takes (20 000 here), each statement a
+/// full list, which must pass the server's limits on a statement's size (18.x refused a
+/// list of 20 000 visitors written in the statement: "AST is too big").
 #[tokio::test]
 async fn a_sweep_stores_more_visitors_than_one_statement_takes() {
     let database = e2e::unique("refresh_");

@@ -129,9 +129,13 @@ async fn refresh_metric_values(url: &str, (user, password): (&str, &str)) {
         .with_password(password)
         .with_validation(false);
     let topology = schema::topology::Topology::single(client);
-    consumer::refresh::sweep_once(topology, "analytics")
-        .await
-        .expect("metric values stored");
+    consumer::refresh::sweep_once(
+        topology,
+        "analytics",
+        consumer::refresh::VISITORS_PER_STATEMENT,
+    )
+    .await
+    .expect("metric values stored");
 }
 
 /// When definitions of `version` (`vN`) were loaded, as the consumer records it: each

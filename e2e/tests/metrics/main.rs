@@ -337,9 +337,13 @@ impl Database {
     /// Stores every missing or stale visitor's metric values: the consumer's sweep.
     async fn sweep(&self) {
         let topology = schema::topology::Topology::single(self.client.clone());
-        consumer::refresh::sweep_once(topology, &self.name)
-            .await
-            .expect("sweep");
+        consumer::refresh::sweep_once(
+            topology,
+            &self.name,
+            consumer::refresh::VISITORS_PER_STATEMENT,
+        )
+        .await
+        .expect("sweep");
     }
 
     async fn count(&self, query: &str) -> u64 {
