@@ -174,8 +174,9 @@ const STORED_VISITORS: &str = sql!("views/parts/stored_visitors.sql");
 const METRIC_ARMS: &str = sql!("views/parts/metric_arms.sql");
 
 /// How many streams read `visitor_metric_values FINAL` ([`STORED_VISITORS`]). On 2 cores,
-/// 10 M stored values: one stream 11 s for `experiment_metric_results`, four 8 s (with the
-/// arms summed per visitor row, see docs/benchmarks.md).
+/// 2 M visitors of five metrics, the view as it was took 10.4-11.6 s in one stream and
+/// 7.7-8.0 s in four; two were a tenth faster than four there, four are kept for larger
+/// servers (docs/benchmarks.md).
 const FINAL_STREAMS: u32 = 4;
 
 /// The streams of [`STORED_VISITORS`], each a share of the visitors.
