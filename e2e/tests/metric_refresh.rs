@@ -167,11 +167,15 @@ async fn the_refresh_only_run_stores_the_stale_visitors_and_exits() {
     e2e::drop_database(&database).await;
 }
 
+/// Visitors a statement of these tests' sweeps: fewer than the default, so that a sweep of
+/// a few tens of thousands spans statements.
+const PER_STATEMENT: &str = "20000";
+
 /// `consumer --refresh-metrics-only` on `database`.
 fn refresh_only(database: &str) -> std::process::Output {
     std::process::Command::new(e2e::workspace_binary("consumer"))
         .arg("--refresh-metrics-only")
-        .env("METRICS_VISITORS_PER_STATEMENT", "20000")
+        .env("METRICS_VISITORS_PER_STATEMENT", PER_STATEMENT)
         .env("CLICKHOUSE_URL", e2e::clickhouse_url())
         .env("CLICKHOUSE_DATABASE", database)
         .output()
@@ -358,6 +362,7 @@ async fn a_sweep_killed_midway_leaves_whole_visitors_and_the_next_one_finishes()
     let stored = "SELECT uniqExact(visitor_id) FROM visitor_metric_values";
     let mut sweep = std::process::Command::new(e2e::workspace_binary("consumer"))
         .arg("--refresh-metrics-only")
+        .env("METRICS_VISITORS_PER_STATEMENT", PER_STATEMENT)
         .env("CLICKHOUSE_URL", e2e::clickhouse_url())
         .env("CLICKHOUSE_DATABASE", &database)
         .stdout(std::process::Stdio::null())
