@@ -1251,7 +1251,8 @@ FROM (
         first_exposure_ms, value, denominator, pre_value
     FROM (-- Each visitor's latest stored refresh per experiment and phase (visitor_metric_values
 -- FINAL), its metrics in the arrays `stored_ids`, `stored_values`, `stored_denominators`
--- and `stored_pre_values`.
+-- and `stored_pre_values`. `public_key` is cast to `String`, for the joins' same types
+-- (18.x: a function of a LowCardinality column is one).
 --
 -- Read in 4 streams: 18.x merges a FINAL in one stream, and runs all that
 -- reads it in that one thread. Each stream merges its own share of the visitors, by a
@@ -1719,7 +1720,8 @@ SELECT *, 1.959963984540054
                         arrayMap((v, k) -> if(k, 0., v), stored_pre_values, kept) AS xs
                     FROM (SELECT *, '' AS arm_segment FROM (-- Each visitor's latest stored refresh per experiment and phase (visitor_metric_values
 -- FINAL), its metrics in the arrays `stored_ids`, `stored_values`, `stored_denominators`
--- and `stored_pre_values`.
+-- and `stored_pre_values`. `public_key` is cast to `String`, for the joins' same types
+-- (18.x: a function of a LowCardinality column is one).
 --
 -- Read in 4 streams: 18.x merges a FINAL in one stream, and runs all that
 -- reads it in that one thread. Each stream merges its own share of the visitors, by a
