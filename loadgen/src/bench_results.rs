@@ -108,6 +108,9 @@ async fn run(repo: &Path, settings: &Settings, clickhouse: &ClickHouse) -> anyho
         anyhow::Ok(row(name, &seconds(started.elapsed())))
     };
     let sweep_row = sweep("consumer sweep: every visitor's metric values stored (once)").await?;
+    // The queries are timed on a quiet server: a merge of the swept parts still running
+    // would take a core from whichever query it overlaps.
+    let settled = merges_settled(clickhouse).await?;
 
     let rows = sql("SELECT count() FROM experiment_visitors".to_owned()).await?;
     let version = sql("SELECT version()".to_owned()).await?;
@@ -119,6 +122,7 @@ async fn run(repo: &Path, settings: &Settings, clickhouse: &ClickHouse) -> anyho
         rows.trim()
     );
     println!("ClickHouse {}, nproc {cores}", version.trim());
+    println!("{settled}");
     println!();
     println!("| query | time (warm, 3 runs) |");
     println!("|---|---|");
@@ -174,6 +178,33 @@ async fn run(repo: &Path, settings: &Settings, clickhouse: &ClickHouse) -> anyho
     print!("{}", sql(SUMMARY.to_owned()).await?);
     Ok(())
 }
+
+/// Waits until no merge of the run's database is running (at most [`MERGES_LONGEST`]),
+/// and says how long it waited.
+async fn merges_settled(clickhouse: &ClickHouse) -> anyhow::Result<String> {
+    let started = Instant::now();
+    let query = format!("SELECT count() FROM system.merges WHERE database = '{DATABASE}'");
+    loop {
+        let running = clickhouse.statement("", &query).await?;
+        if running.trim() == "0" {
+            return Ok(format!(
+                "merges settled {} s after the sweep",
+                seconds(started.elapsed())
+            ));
+        }
+        if started.elapsed() > MERGES_LONGEST {
+            return Ok(format!(
+                "{} merges still running {} s after the sweep",
+                running.trim(),
+                seconds(started.elapsed())
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// How long the run waits for the merges after the sweep.
+const MERGES_LONGEST: Duration = Duration::from_secs(300);
 
 /// A row of the table.
 fn row(name: &str, seconds: &str) -> String {

@@ -1678,47 +1678,40 @@ SELECT *, 1.959963984540054
             sum(g_sy) AS arm_sy, sum(g_syy) AS arm_syy, sum(g_sd) AS arm_sd,
             sum(g_sdd) AS arm_sdd, sum(g_syd) AS arm_syd, sum(g_sx) AS arm_sx,
             sum(g_sxx) AS arm_sxx, sum(g_sxy) AS arm_sxy,
-            groupArrayArray(arrayMap(t -> t.2, own)) AS arm_ys,
-            groupArrayArray(arrayMap(t -> t.3, own)) AS arm_ds,
-            groupArrayArray(arrayMap(t -> t.4, own)) AS arm_xs
+            groupArrayArray(g_ys) AS arm_ys,
+            groupArrayArray(g_ds) AS arm_ds,
+            groupArrayArray(g_xs) AS arm_xs
         FROM (
+            -- The visitors of an arm with the same list of stored metrics, summed
+            -- together: a sum per metric in arrays.
             SELECT
-                public_key, experiment_id, phase, metric_id, arm_segment, arm_variant,
-                group_visitors, group_first_ms, g_sy, g_syy, g_sd, g_sdd, g_syd, g_sx, g_sxx,
-                g_sxy,
-                arrayFilter((t, m) -> t.1 = m, group_kept,
-                    arrayResize([metric_id], length(group_kept), metric_id)) AS own
+                public_key, experiment_id, phase, arm_segment, variant_id AS arm_variant,
+                stored_ids, count() AS group_visitors, min(first_exposure_ms) AS group_first_ms,
+                sumForEach(ys) AS group_sy,
+                sumForEach(arrayMap(v -> v * v, ys)) AS group_syy,
+                sumForEach(ds) AS group_sd,
+                sumForEach(arrayMap(v -> v * v, ds)) AS group_sdd,
+                sumForEach(arrayMap((v, w) -> v * w, ys, ds)) AS group_syd,
+                sumForEach(xs) AS group_sx,
+                sumForEach(arrayMap(v -> v * v, xs)) AS group_sxx,
+                sumForEach(arrayMap((v, w) -> v * w, xs, ys)) AS group_sxy,
+                -- Per metric, the values kept whole.
+                groupArrayIfForEach(stored_values, kept) AS group_ys,
+                groupArrayIfForEach(stored_denominators, kept) AS group_ds,
+                groupArrayIfForEach(stored_pre_values, kept) AS group_xs
             FROM (
-                -- The visitors of an arm with the same list of stored metrics, summed
-                -- together: a sum per metric in arrays.
+                -- Which values are kept whole: those of a capped metric. A refresh
+                -- stores the metrics sorted by id, as the definitions are listed
+                -- here; a visitor stored under other definitions keeps every value
+                -- whole, which costs time, not exactness.
                 SELECT
-                    public_key, experiment_id, phase, arm_segment, variant_id AS arm_variant,
-                    stored_ids, count() AS group_visitors, min(first_exposure_ms) AS group_first_ms,
-                    sumForEach(ys) AS group_sy,
-                    sumForEach(arrayMap(v -> v * v, ys)) AS group_syy,
-                    sumForEach(ds) AS group_sd,
-                    sumForEach(arrayMap(v -> v * v, ds)) AS group_sdd,
-                    sumForEach(arrayMap((v, w) -> v * w, ys, ds)) AS group_syd,
-                    sumForEach(xs) AS group_sx,
-                    sumForEach(arrayMap(v -> v * v, xs)) AS group_sxx,
-                    sumForEach(arrayMap((v, w) -> v * w, xs, ys)) AS group_sxy,
-                    groupArrayArray(arrayFilter((t, k) -> k,
-                        arrayMap((i, v, d, x) -> (i, v, d, x), stored_ids, stored_values,
-                            stored_denominators, stored_pre_values),
-                        kept)) AS group_kept
-                FROM (
-                    -- Which values are kept whole: those of a capped metric. A refresh
-                    -- stores the metrics sorted by id, as the definitions are listed
-                    -- here; a visitor stored under other definitions keeps every value
-                    -- whole, which costs time, not exactness.
-                    SELECT
-                        *,
-                        if(stored_ids = defined_ids, defined_kept,
-                            arrayMap(i -> toUInt8(1), stored_ids)) AS kept,
-                        arrayMap((v, k) -> if(k, 0., v), stored_values, kept) AS ys,
-                        arrayMap((v, k) -> if(k, 0., v), stored_denominators, kept) AS ds,
-                        arrayMap((v, k) -> if(k, 0., v), stored_pre_values, kept) AS xs
-                    FROM (SELECT *, '' AS arm_segment FROM (-- Each visitor's latest stored refresh per experiment and phase (visitor_metric_values
+                    *,
+                    if(stored_ids = defined_ids, defined_kept,
+                        arrayMap(i -> toUInt8(1), stored_ids)) AS kept,
+                    arrayMap((v, k) -> if(k, 0., v), stored_values, kept) AS ys,
+                    arrayMap((v, k) -> if(k, 0., v), stored_denominators, kept) AS ds,
+                    arrayMap((v, k) -> if(k, 0., v), stored_pre_values, kept) AS xs
+                FROM (SELECT *, '' AS arm_segment FROM (-- Each visitor's latest stored refresh per experiment and phase (visitor_metric_values
 -- FINAL), its metrics in the arrays `stored_ids`, `stored_values`, `stored_denominators`
 -- and `stored_pre_values`. `public_key` is cast to `String`, for the joins' same types
 -- (18.x: a function of a LowCardinality column is one).
@@ -1754,29 +1747,29 @@ SELECT
     metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values
 FROM analytics.visitor_metric_values FINAL
 PREWHERE cityHash64(visitor_id) % 4 = 3) AS stored) AS visitors
-                    ANY LEFT JOIN (
+                ANY LEFT JOIN (
+                    SELECT
+                        experiment_id, arrayMap(d -> d.1, defined) AS defined_ids,
+                        arrayMap(d -> d.2, defined) AS defined_kept
+                    FROM (
                         SELECT
-                            experiment_id, arrayMap(d -> d.1, defined) AS defined_ids,
-                            arrayMap(d -> d.2, defined) AS defined_kept
-                        FROM (
-                            SELECT
-                                experiment_id,
-                                arraySort(groupArray((metric_id,
-                                    toUInt8(cap_value > 0 OR cap_percentile > 0))))
-                                    AS defined
-                            FROM analytics.experiment_metric_definitions
-                            GROUP BY experiment_id
-                        ) AS listed
-                    ) AS definitions USING (experiment_id)
-                ) AS visitors_split
-                GROUP BY public_key, experiment_id, phase, arm_segment, arm_variant,
-                    stored_ids
-            ) AS groups
-            ARRAY JOIN
-                stored_ids AS metric_id, group_sy AS g_sy, group_syy AS g_syy,
-                group_sd AS g_sd, group_sdd AS g_sdd, group_syd AS g_syd,
-                group_sx AS g_sx, group_sxx AS g_sxx, group_sxy AS g_sxy
-        ) AS metrics_of_groups
+                            experiment_id,
+                            arraySort(groupArray((metric_id,
+                                toUInt8(cap_value > 0 OR cap_percentile > 0))))
+                                AS defined
+                        FROM analytics.experiment_metric_definitions
+                        GROUP BY experiment_id
+                    ) AS listed
+                ) AS definitions USING (experiment_id)
+            ) AS visitors_split
+            GROUP BY public_key, experiment_id, phase, arm_segment, arm_variant,
+                stored_ids
+        ) AS groups
+        ARRAY JOIN
+            stored_ids AS metric_id, group_sy AS g_sy, group_syy AS g_syy,
+            group_sd AS g_sd, group_sdd AS g_sdd, group_syd AS g_syd,
+            group_sx AS g_sx, group_sxx AS g_sxx, group_sxy AS g_sxy,
+            group_ys AS g_ys, group_ds AS g_ds, group_xs AS g_xs
         GROUP BY public_key, experiment_id, phase, metric_id, arm_segment, arm_variant
     ) AS sums
     -- A metric dropped from the definitions since a visitor's refresh is left out.
