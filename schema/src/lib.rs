@@ -23,10 +23,10 @@ macro_rules! sql {
 }
 
 pub mod backoff;
-mod migration_lock;
 mod migrations;
 pub mod profile;
 pub mod row;
+pub mod table_lock;
 mod template;
 pub mod topology;
 mod views;
@@ -740,8 +740,14 @@ async fn migrate_layout(
                 }),
         )
     };
-    let lock =
-        migration_lock::MigrationLock::take(topology, layout, caps, database, nothing_left).await?;
+    let lock = table_lock::TableLock::take_unless(
+        topology,
+        caps,
+        database,
+        table_lock::MIGRATIONS,
+        nothing_left,
+    )
+    .await?;
     let Some(lock) = lock else {
         return Ok(());
     };

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clickhouse::Client;
 use schema::ServerCaps;
+use schema::table_lock::{self, TableLock};
 use schema::topology::{LOCAL_SUFFIX, Server, Topology};
 use sha2::{Digest, Sha256};
 
@@ -447,9 +448,9 @@ fn legacy_feeds(
             } else {
                 (*source).to_owned()
             };
-            let cols = columns(table);
+            let select = own_keys_only(&columns(table), &keys);
             format!(
-                "CREATE MATERIALIZED VIEW {} TO {copy}.{table} AS SELECT {cols} \
+                "CREATE MATERIALIZED VIEW {} TO {copy}.{table} AS SELECT {select} \
                  FROM {database}.{from} WHERE {}",
                 feed_name(user, table),
                 filter.replace("{keys}", &keys)
@@ -469,6 +470,23 @@ fn legacy_feeds(
     sql
 }
 
+/// 18.x: the select list of a feed or a backfill for the columns `cols`: a definition's
+/// `public_keys` keeps only the analyst's `keys`, so that a copy does not tell which other
+/// sites serve a shared experiment. (The feeds' filters read the same alias: keeping a
+/// granted key keeps the row.)
+fn own_keys_only(cols: &str, keys: &str) -> String {
+    cols.split(", ")
+        .map(|column| {
+            if column == "public_keys" {
+                format!("arrayFilter(k -> has([{keys}], k), public_keys) AS public_keys")
+            } else {
+                column.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// 18.x: what fills the copy with the rows stored before its feeds, once (a cluster
 /// replicates the copy to every server). The copy's own materialized view builds its
 /// `experiment_visitors` from the events inserted. A row inserted between the feeds and
@@ -486,8 +504,9 @@ fn legacy_backfill(
         .map(|(table, _, filter)| {
             let filter = filter.replace("{keys}", &keys);
             let cols = columns(table);
+            let select = own_keys_only(&cols, &keys);
             format!(
-                "INSERT INTO {copy}.{table} ({cols}) SELECT {cols} FROM {database}.{table} \
+                "INSERT INTO {copy}.{table} ({cols}) SELECT {select} FROM {database}.{table} \
                  WHERE {filter}"
             )
         })
@@ -787,6 +806,25 @@ pub async fn run(config: &AccessConfig) -> anyhow::Result<String> {
         run_all(server, &grants_table()).await?;
         tables.push(readable);
     }
+    // Never beside an erasure, which could miss the copy a grant makes (or empties).
+    let lock = TableLock::take(&topology, caps, database, table_lock::ACCESS).await?;
+    let done = change(config, &topology, caps, database, &tables, deadline).await;
+    lock.release().await;
+    Ok(done?.join("\n") + "\n")
+}
+
+/// The grant or revocation of `config`, the lock of the analysts' access held: a line per
+/// server.
+async fn change(
+    config: &AccessConfig,
+    topology: &Topology,
+    caps: ServerCaps,
+    database: &str,
+    tables: &[Vec<String>],
+    deadline: Instant,
+) -> anyhow::Result<Vec<String>> {
+    let servers: Vec<&Server> = topology.servers().collect();
+    let legacy = !caps.has_sql_access();
     let mut done = Vec::new();
     match &config.command {
         AccessCommand::Grant {
@@ -799,9 +837,9 @@ pub async fn run(config: &AccessConfig) -> anyhow::Result<String> {
                 record(server, user, keys, false).await?;
             }
             if legacy {
-                legacy_grant(&topology, caps, database, user, keys).await?;
+                legacy_grant(topology, caps, database, user, keys).await?;
             }
-            for ((index, server), tables) in servers.iter().enumerate().zip(&tables) {
+            for ((index, server), tables) in servers.iter().enumerate().zip(tables) {
                 let table = if legacy {
                     write_atomically(
                         &user_file(&config.users_dirs[index], user),
@@ -818,7 +856,7 @@ pub async fn run(config: &AccessConfig) -> anyhow::Result<String> {
             }
         }
         AccessCommand::Revoke { user } => {
-            for ((index, server), tables) in servers.iter().enumerate().zip(&tables) {
+            for ((index, server), tables) in servers.iter().enumerate().zip(tables) {
                 record(server, user, &[], true).await?;
                 if legacy {
                     let file = user_file(&config.users_dirs[index], user);
@@ -836,7 +874,7 @@ pub async fn run(config: &AccessConfig) -> anyhow::Result<String> {
             }
             if legacy {
                 // The data first: a connection that outlives the user finds nothing.
-                legacy_drop(&topology, user).await?;
+                legacy_drop(topology, user).await?;
                 for server in &servers {
                     wait_gone(server, user, deadline).await?;
                 }
@@ -847,7 +885,7 @@ pub async fn run(config: &AccessConfig) -> anyhow::Result<String> {
         }
         AccessCommand::List => unreachable!("answered above"),
     }
-    Ok(done.join("\n") + "\n")
+    Ok(done)
 }
 
 /// Every analyst with access, and their keys.

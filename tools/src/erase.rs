@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clickhouse::Client;
 use schema::ServerCaps;
+use schema::table_lock::{self, TableLock};
 use schema::topology::{Server, Topology, first_answering, sip_hash64};
 
 /// Erases one visitor's or one session's rows from the analysts' database.
@@ -284,7 +285,23 @@ pub async fn erase(config: &EraseConfig, subject: &Subject) -> anyhow::Result<Er
         "database name {database:?} must be letters, digits and _ only"
     );
     let deadline = Instant::now() + Duration::from_secs(config.wait_secs);
-    let mut erased = erase_in(&topology, database, subject, deadline).await?;
+    // After a grant's backfill, or before the copy it makes: never beside it.
+    let caps = ServerCaps::of(&first_answering(topology.servers()).await?.client).await?;
+    let lock = TableLock::take(&topology, caps, database, table_lock::ACCESS).await?;
+    let erased = erase_everywhere(config, &topology, subject, deadline).await;
+    lock.release().await;
+    erased
+}
+
+/// [`erase`], the lock of the analysts' access held.
+async fn erase_everywhere(
+    config: &EraseConfig,
+    topology: &Topology,
+    subject: &Subject,
+    deadline: Instant,
+) -> anyhow::Result<Erased> {
+    let database = &config.clickhouse.clickhouse_database;
+    let mut erased = erase_in(topology, database, subject, deadline).await?;
     let first = first_answering(topology.servers()).await?;
     let copies: Vec<String> = first
         .client

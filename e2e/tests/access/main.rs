@@ -15,6 +15,8 @@ use clap::Parser;
 use tools::access::{AccessConfig, check, run};
 
 mod names;
+mod races;
+mod shared;
 
 /// A query over HTTP as `user`: the body, or the server's error text.
 async fn query(url: &str, user: &str, password: &str, sql: &str) -> Result<String, String> {
