@@ -637,6 +637,11 @@ pub fn event_columns(caps: ServerCaps) -> Vec<(&'static str, String)> {
         .collect()
 }
 
+/// Every view's name, in the order of creation.
+pub fn view_names() -> Vec<&'static str> {
+    views::VIEWS.iter().map(|v| v.name).collect()
+}
+
 /// Every migration's version, in order.
 pub fn migration_versions() -> Vec<u32> {
     MIGRATIONS.iter().map(|m| m.version).collect()
