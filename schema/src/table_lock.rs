@@ -53,7 +53,9 @@ impl TableLock {
         name: &'static str,
     ) -> anyhow::Result<Self> {
         let taken = Self::take_unless(topology, caps, database, name, || async { Ok(false) });
-        Ok(taken.await?.expect("nothing_left never says so"))
+        taken
+            .await?
+            .with_context(|| format!("the lock {name} was not taken"))
     }
 
     /// [`TableLock::take`], but `None` when `nothing_left` says, before the lock is taken,
