@@ -58,6 +58,21 @@ impl TableLock {
             .with_context(|| format!("the lock {name} was not taken"))
     }
 
+    /// Runs `work` holding the lock `name` of `database`, and releases it however `work`
+    /// ends. (`work` is a future: it starts only once the lock is taken.)
+    pub async fn holding<T>(
+        topology: &Topology,
+        caps: ServerCaps,
+        database: &str,
+        name: &'static str,
+        work: impl Future<Output = anyhow::Result<T>>,
+    ) -> anyhow::Result<T> {
+        let lock = Self::take(topology, caps, database, name).await?;
+        let done = work.await;
+        lock.release().await;
+        done
+    }
+
     /// [`TableLock::take`], but `None` when `nothing_left` says, before the lock is taken,
     /// that there is nothing left to do (what a consumer finds after waiting for another
     /// that migrated).

@@ -806,25 +806,6 @@ pub async fn run(config: &AccessConfig) -> anyhow::Result<String> {
         run_all(server, &grants_table()).await?;
         tables.push(readable);
     }
-    // Never beside an erasure, which could miss the copy a grant makes (or empties).
-    let lock = TableLock::take(&topology, caps, database, table_lock::ACCESS).await?;
-    let done = change(config, &topology, caps, database, &tables, deadline).await;
-    lock.release().await;
-    Ok(done?.join("\n") + "\n")
-}
-
-/// The grant or revocation of `config`, the lock of the analysts' access held: a line per
-/// server.
-async fn change(
-    config: &AccessConfig,
-    topology: &Topology,
-    caps: ServerCaps,
-    database: &str,
-    tables: &[Vec<String>],
-    deadline: Instant,
-) -> anyhow::Result<Vec<String>> {
-    let servers: Vec<&Server> = topology.servers().collect();
-    let legacy = !caps.has_sql_access();
     let mut done = Vec::new();
     match &config.command {
         AccessCommand::Grant {
@@ -837,9 +818,12 @@ async fn change(
                 record(server, user, keys, false).await?;
             }
             if legacy {
-                legacy_grant(topology, caps, database, user, keys).await?;
+                // Never beside an erasure, which could miss the copy or the rows its
+                // backfill read before the erasure deleted them.
+                let work = legacy_grant(&topology, caps, database, user, keys);
+                TableLock::holding(&topology, caps, database, table_lock::ACCESS, work).await?;
             }
-            for ((index, server), tables) in servers.iter().enumerate().zip(tables) {
+            for ((index, server), tables) in servers.iter().enumerate().zip(&tables) {
                 let table = if legacy {
                     write_atomically(
                         &user_file(&config.users_dirs[index], user),
@@ -856,7 +840,7 @@ async fn change(
             }
         }
         AccessCommand::Revoke { user } => {
-            for ((index, server), tables) in servers.iter().enumerate().zip(tables) {
+            for ((index, server), tables) in servers.iter().enumerate().zip(&tables) {
                 record(server, user, &[], true).await?;
                 if legacy {
                     let file = user_file(&config.users_dirs[index], user);
@@ -874,7 +858,8 @@ async fn change(
             }
             if legacy {
                 // The data first: a connection that outlives the user finds nothing.
-                legacy_drop(topology, user).await?;
+                let work = legacy_drop(&topology, user);
+                TableLock::holding(&topology, caps, database, table_lock::ACCESS, work).await?;
                 for server in &servers {
                     wait_gone(server, user, deadline).await?;
                 }
@@ -885,7 +870,7 @@ async fn change(
         }
         AccessCommand::List => unreachable!("answered above"),
     }
-    Ok(done)
+    Ok(done.join("\n") + "\n")
 }
 
 /// Every analyst with access, and their keys.

@@ -287,10 +287,8 @@ pub async fn erase(config: &EraseConfig, subject: &Subject) -> anyhow::Result<Er
     let deadline = Instant::now() + Duration::from_secs(config.wait_secs);
     // After a grant's backfill, or before the copy it makes: never beside it.
     let caps = ServerCaps::of(&first_answering(topology.servers()).await?.client).await?;
-    let lock = TableLock::take(&topology, caps, database, table_lock::ACCESS).await?;
-    let erased = erase_everywhere(config, &topology, subject, deadline).await;
-    lock.release().await;
-    erased
+    let work = erase_everywhere(config, &topology, subject, deadline);
+    TableLock::holding(&topology, caps, database, table_lock::ACCESS, work).await
 }
 
 /// [`erase`], the lock of the analysts' access held.
