@@ -87,6 +87,16 @@ pub enum AccessCommand {
         /// A public key whose rows they see (pk_...); repeat it for several sites.
         #[arg(long = "key", required = true)]
         keys: Vec<String>,
+        /// Where the analyst may connect from: the analytics gate's source address (the
+        /// default is `analytics-gate`'s own), an IP or a CIDR block; repeat it for
+        /// several. Anything wider lets the analyst past the gate's bounds.
+        #[arg(
+            long = "network",
+            env = "ANALYSTS_NETWORK",
+            value_delimiter = ',',
+            default_value = crate::gate::SOURCE_ADDRESS
+        )]
+        networks: Vec<String>,
         #[command(flatten)]
         caps: Caps,
     },
@@ -176,7 +186,13 @@ pub struct Refused {
 }
 
 /// Names the analysts cannot take: the operators' and the services' users.
-const RESERVED: &[&str] = &["default", "consumer", "access_reader", "readonly"];
+const RESERVED: &[&str] = &[
+    "default",
+    "consumer",
+    "access_reader",
+    "readonly",
+    "operator",
+];
 
 /// The database of the grants and (18.x) of the filtering views.
 const ACCESS_DB: &str = "analytics_access";
@@ -247,6 +263,33 @@ pub fn check_key(key: &str) -> Result<(), Refused> {
     }
 }
 
+/// A valid network: an IP address, or one with a prefix length (`10.0.0.0/8`).
+pub fn check_network(network: &str) -> Result<(), Refused> {
+    let (address, prefix) = match network.split_once('/') {
+        Some((address, prefix)) => (address, Some(prefix)),
+        None => (network, None),
+    };
+    let width = match address.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(_)) => 32,
+        Ok(std::net::IpAddr::V6(_)) => 128,
+        Err(_) => 0,
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.bytes().all(|b| b.is_ascii_digit())
+            && p.parse().is_ok_and(|p: u32| p <= width)
+    });
+    if width > 0 && prefix_ok {
+        Ok(())
+    } else {
+        Err(Refused {
+            what: "network",
+            value: network.to_owned(),
+            reason: "a network is an IP address, or one followed by /prefix-length",
+        })
+    }
+}
+
 /// Checks the command line before anything is sent.
 pub fn check(command: &AccessCommand) -> Result<(), Refused> {
     match command {
@@ -254,11 +297,13 @@ pub fn check(command: &AccessCommand) -> Result<(), Refused> {
             user,
             password,
             keys,
+            networks,
             caps,
         } => {
             check_user(user)?;
             check_password(password)?;
             caps.check()?;
+            networks.iter().try_for_each(|n| check_network(n))?;
             keys.iter().try_for_each(|key| check_key(key))
         }
         AccessCommand::Revoke { user } => check_user(user),
@@ -315,9 +360,15 @@ pub fn sql_grant(
     user: &str,
     password: &str,
     keys: &[String],
+    networks: &[String],
     caps: &Caps,
 ) -> Vec<String> {
     let hash = sha256_hex(password);
+    let hosts = networks
+        .iter()
+        .map(|n| format!("IP '{n}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
     // A client that has gone takes its query with it.
     let mut settings = caps.settings();
     settings.push((
@@ -336,9 +387,12 @@ pub fn sql_grant(
         format!("CREATE ROLE IF NOT EXISTS {ANALYST_ROLE}"),
         format!(
             "CREATE USER IF NOT EXISTS {user} IDENTIFIED WITH sha256_hash BY '{hash}' \
-             SETTINGS readonly = 1"
+             HOST {hosts} SETTINGS readonly = 1"
         ),
-        format!("ALTER USER {user} IDENTIFIED WITH sha256_hash BY '{hash}' SETTINGS {settings}"),
+        format!(
+            "ALTER USER {user} IDENTIFIED WITH sha256_hash BY '{hash}' HOST {hosts} \
+             SETTINGS {settings}"
+        ),
         format!(
             "CREATE QUOTA OR REPLACE {user} FOR INTERVAL 1 hour MAX queries = {}, \
              execution_time = {} TO {user}",
@@ -515,7 +569,8 @@ fn legacy_backfill(
 
 /// 18.x: the analyst's users.d file: the user, who may read their copy only, their
 /// profile (read-only, capped) and their hourly quota, all named after them.
-fn legacy_user_file(user: &str, password: &str, caps: &Caps) -> String {
+fn legacy_user_file(user: &str, password: &str, networks: &[String], caps: &Caps) -> String {
+    let networks: String = networks.iter().map(|n| format!("<ip>{n}</ip>")).collect();
     let settings: String = caps
         .settings()
         .iter()
@@ -529,7 +584,7 @@ fn legacy_user_file(user: &str, password: &str, caps: &Caps) -> String {
          <read_rows>0</read_rows><execution_time>{}</execution_time>\
          </interval></analyst_{user}></quotas>\n\
          <users><{user}>\n  <password_sha256_hex>{}</password_sha256_hex>\n  \
-         <networks><ip>::/0</ip></networks>\n  \
+         <networks>{networks}</networks>\n  \
          <profile>analyst_{user}</profile><quota>analyst_{user}</quota>\n  \
          <allow_databases><database>{}</database></allow_databases>\n\
          </{user}></users></yandex>\n",
@@ -702,7 +757,13 @@ async fn lets_in(server: &Server, user: &str, password: &str, table: &str) -> Re
         .map_err(|e| e.to_string())
 }
 
-/// Waits until `user` is let in (`wanted`) or no longer is.
+/// What 18.x answers a user who logs in from an address outside their `networks`: the
+/// server has read their file, but this command is not where they connect from (the
+/// analytics gate is).
+const NOT_FROM_HERE: &str = "is not allowed to connect from address";
+
+/// Waits until `user` is let in (`wanted`), or known but not from this address, or no
+/// longer is.
 async fn wait_for(
     server: &Server,
     user: &str,
@@ -713,7 +774,8 @@ async fn wait_for(
 ) -> anyhow::Result<()> {
     loop {
         let answer = lets_in(server, user, password, table).await;
-        if answer.is_ok() == wanted {
+        let known = answer.as_ref().is_err_and(|e| e.contains(NOT_FROM_HERE));
+        if (answer.is_ok() || known) == wanted {
             return Ok(());
         }
         anyhow::ensure!(
@@ -812,6 +874,7 @@ pub async fn run(config: &AccessConfig) -> anyhow::Result<String> {
             user,
             password,
             keys,
+            networks,
             caps: limits,
         } => {
             for server in &servers {
@@ -827,11 +890,11 @@ pub async fn run(config: &AccessConfig) -> anyhow::Result<String> {
                 let table = if legacy {
                     write_atomically(
                         &user_file(&config.users_dirs[index], user),
-                        &legacy_user_file(user, password, limits),
+                        &legacy_user_file(user, password, networks, limits),
                     )?;
                     format!("{}.events", copy_of(user))
                 } else {
-                    let sql = sql_grant(database, tables, user, password, keys, limits);
+                    let sql = sql_grant(database, tables, user, password, keys, networks, limits);
                     run_all(server, &sql).await?;
                     format!("{database}.events")
                 };
@@ -913,6 +976,7 @@ pub fn modern_statements(database: &str, tables: &[String]) -> Vec<String> {
         "alice",
         "a password of 12",
         &keys,
+        &["10.0.0.0/8".to_owned(), "127.0.0.2".to_owned()],
         &default_caps(),
     ));
     sql.extend(sql_revoke(database, tables, "alice"));
@@ -948,6 +1012,20 @@ mod tests {
             assert!(check_key(bad).is_err(), "{bad:?}");
         }
         assert_eq!(check_key("pk_demo-1.x_Y"), Ok(()));
+        for bad in [
+            "",
+            "localhost",
+            "10.0.0.0/33",
+            "::/129",
+            "1.2.3.4/",
+            "1.2.3.4/+8",
+            "'",
+        ] {
+            assert!(check_network(bad).is_err(), "{bad:?}");
+        }
+        for good in ["127.0.0.2", "10.0.0.0/8", "::/0", "fd00::1/128"] {
+            assert_eq!(check_network(good), Ok(()));
+        }
     }
 
     #[test]
@@ -991,11 +1069,12 @@ mod tests {
             "alice",
             "a password of 12",
             &[],
+            &[],
             &default_caps(),
         );
         assert!(sql.iter().all(|s| !s.contains("a password of 12")));
         assert!(sql.iter().any(|s| s.contains(&hash)));
-        let file = legacy_user_file("alice", "a password of 12", &default_caps());
+        let file = legacy_user_file("alice", "a password of 12", &[], &default_caps());
         assert!(!file.contains("a password of 12") && file.contains(&hash));
     }
 }

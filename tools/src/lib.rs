@@ -3,11 +3,13 @@
 //! ([`results`]) and writes them as a page ([`report`]), `dlq-replay` publishes dead
 //! letters again after their cause was fixed ([`replay`]), `analytics-erase` erases a
 //! visitor's or a session's rows ([`erase`]), `analytics-access` gives analysts read-only
-//! users that see their sites' rows only ([`access`]). Each takes the same settings, under the same
+//! users that see their sites' rows only ([`access`]), and `analytics-gate` is the analysts' way in
+//! to the server ([`gate`]). Each takes the same settings, under the same
 //! names, as the service whose data it reads.
 
 pub mod access;
 pub mod erase;
+pub mod gate;
 pub mod metrics;
 pub mod plan;
 mod replay;
