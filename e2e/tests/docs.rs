@@ -498,6 +498,7 @@ fn binaries() -> Vec<(&'static str, clap::Command)> {
             tools::plan::PlanConfig::command(),
         ),
         ("analytics-access", tools::access::AccessConfig::command()),
+        ("analytics-gate", tools::gate::GateConfig::command()),
         ("analytics-erase", tools::erase::EraseConfig::command()),
     ]
 }

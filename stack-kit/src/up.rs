@@ -17,6 +17,8 @@ pub const FRONT_PORT: u16 = 8080;
 pub const INGEST_PORT: u16 = 8081;
 pub const CONFIG_API_PORT: u16 = 8082;
 pub const CONSUMER_PORT: u16 = 8083;
+/// The analysts' way in to ClickHouse (`analytics-gate`, docs/access.md).
+pub const GATE_PORT: u16 = 8084;
 pub const BROKER_PORT: u16 = 9092;
 pub const CLICKHOUSE_HTTP_PORT: u16 = 8123;
 pub const CLICKHOUSE_TCP_PORT: u16 = 9000;
@@ -152,6 +154,13 @@ pub fn up(settings: &Settings) -> anyhow::Result<()> {
     ];
     let mut consumer = kafka.to_vec();
     consumer.push(("CONSUMER_LISTEN", format!("127.0.0.1:{CONSUMER_PORT}")));
+    // The analysts read the first server (in a cluster each holds their whole copy).
+    let first_server = clickhouse_url[0]
+        .1
+        .split(',')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
     consumer.extend(clickhouse_url);
     consumer.extend([
         ("CLICKHOUSE_DATABASE", "analytics".to_owned()),
@@ -174,6 +183,16 @@ pub fn up(settings: &Settings) -> anyhow::Result<()> {
         ],
     )?;
 
+    start_service(
+        repo,
+        "analytics-gate",
+        GATE_PORT,
+        &[
+            ("GATE_LISTEN", format!("127.0.0.1:{GATE_PORT}")),
+            ("CLICKHOUSE_URL", first_server),
+        ],
+    )?;
+
     // The front: the contract's single base URL.
     crate::front::start(
         repo,
@@ -188,7 +207,7 @@ pub fn up(settings: &Settings) -> anyhow::Result<()> {
 pub fn down(repo: &Path) -> anyhow::Result<()> {
     let run = run_dir(repo);
     crate::front::stop(&run.join("nginx"))?;
-    for name in ["ingest", "config-api", "consumer"] {
+    for name in ["ingest", "config-api", "consumer", "analytics-gate"] {
         process::stop(&pidfile(&run, name), name)?;
     }
     tansu::stop(&run.join("tansu"), "tansu")?;

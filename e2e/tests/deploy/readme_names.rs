@@ -3,13 +3,14 @@
 use super::*;
 
 /// The binaries whose `--help` the docs may quote, by name.
-const BINARIES: [&str; 7] = [
+const BINARIES: [&str; 8] = [
     "ingest",
     "consumer",
     "config-api",
     "dlq-replay",
     "experiment-results",
     "analytics-access",
+    "analytics-gate",
     "analytics-erase",
 ];
 
@@ -22,6 +23,7 @@ fn command_of(binary: &str) -> clap::Command {
         "dlq-replay" => tools::ReplayConfig::command(),
         "experiment-results" => tools::plan::PlanConfig::command(),
         "analytics-access" => tools::access::AccessConfig::command(),
+        "analytics-gate" => tools::gate::GateConfig::command(),
         "analytics-erase" => tools::erase::EraseConfig::command(),
         other => panic!("unknown binary {other}"),
     }
@@ -134,7 +136,9 @@ fn stale_names(doc: &str) -> Vec<String> {
     let mut variables = BTreeSet::new();
     for binary in BINARIES {
         variables.extend(settings_of(match binary {
-            "experiment-results" | "analytics-access" | "analytics-erase" => "tools",
+            "experiment-results" | "analytics-access" | "analytics-gate" | "analytics-erase" => {
+                "tools"
+            }
             other => other,
         }));
     }
