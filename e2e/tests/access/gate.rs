@@ -218,6 +218,9 @@ async fn no_analyst_query_shape_takes_the_server_from_the_consumer_or_the_operat
         } => unreachable!("the analysts never stop"),
     };
     assert!(heavy_failed.is_empty(), "{heavy_failed:?}");
+    // The server waits for running queries when it stops: end the analysts' now.
+    let kill = "KILL QUERY WHERE user IN ('alice', 'bob') SYNC";
+    query(&url, "default", "", kill).await.expect("killed");
     println!("insert latency, consumer alone: {}", figures(&quiet));
     println!(
         "  beside the gate's 220-query flood: {}",
