@@ -1,7 +1,7 @@
 //! The whole router (CORS, the analytics route, the fallbacks) with a memory sink in place
 //! of Kafka: every answer of `POST /api/v1/analytics` but those that need a real broker,
 //! and what reaches the sink, with no server. The Kafka sink is tested end to end
-//! (`e2e/tests/ingest.rs`, `ingest_durability.rs`, `slow_dependencies.rs`).
+//! (`e2e/tests/services/ingest.rs`, `ingest_durability.rs`, `slow_dependencies.rs`).
 
 use std::io::Write;
 use std::sync::Arc;

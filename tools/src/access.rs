@@ -94,7 +94,7 @@ pub enum AccessCommand {
             long = "network",
             env = "ANALYSTS_NETWORK",
             value_delimiter = ',',
-            default_value = crate::gate::SOURCE_ADDRESS
+            default_value = GATE_SOURCE_ADDRESS
         )]
         networks: Vec<String>,
         #[command(flatten)]
@@ -193,6 +193,11 @@ const RESERVED: &[&str] = &[
     "readonly",
     "operator",
 ];
+
+/// The address `analytics-gate` connects from unless told otherwise, and so where grants
+/// let analysts in from: on loopback, and not the `127.0.0.1` that the operators'
+/// passwordless `default` accepts.
+pub const GATE_SOURCE_ADDRESS: &str = "127.0.0.2";
 
 /// The database of the grants and (18.x) of the filtering views.
 const ACCESS_DB: &str = "analytics_access";

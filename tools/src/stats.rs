@@ -1,5 +1,5 @@
 //! The statistics of `experiment-results`, pure functions of counts and summaries (no I/O),
-//! so that `e2e/tests/statistics.rs` can hold each one against an independent
+//! so that `e2e/tests/results/statistics.rs` can hold each one against an independent
 //! implementation (scipy, statsmodels). Every function answers a finite, non-degenerate
 //! value or a [`Reason`] why there is none: no zero-width, infinite or NaN interval, and no
 //! p-value outside (0, 1], ever leaves this module.

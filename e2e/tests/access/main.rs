@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use tools::access::{AccessConfig, check, run};
 
+mod erase;
+mod erase_kafka;
 mod gate;
 mod names;
 mod races;

@@ -98,10 +98,12 @@ fn deploy_check(tool: &str) -> std::process::Command {
 
 mod compose;
 mod dockerfile;
+mod docs;
 mod kubernetes;
 mod monitoring;
 mod nginx;
 mod openapi;
 mod operators;
+mod readme;
 mod readme_names;
 mod scripts;

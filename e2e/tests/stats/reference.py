@@ -1,5 +1,5 @@
-"""The independent reference of the results' statistics, for e2e/tests/statistics.rs and
-e2e/tests/results_simulation.rs: scipy, statsmodels and GrowthBook's own gbstats, as
+"""The independent reference of the results' statistics, for e2e/tests/results/statistics.rs and
+e2e/tests/results/simulation.rs: scipy, statsmodels and GrowthBook's own gbstats, as
 published on PyPI (pinned in requirements.txt beside this file; scripts/lib.sh's
 ensure_stats_python installs them). Nothing here is shared with the Rust code.
 

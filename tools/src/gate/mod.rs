@@ -45,9 +45,7 @@ use tokio::time::Instant;
 
 pub use screen::{Refusal, screen};
 
-/// The address the gate connects from unless told otherwise: on loopback, and not the
-/// `127.0.0.1` that the operators' passwordless `default` accepts.
-pub const SOURCE_ADDRESS: &str = "127.0.0.2";
+pub use crate::access::GATE_SOURCE_ADDRESS as SOURCE_ADDRESS;
 
 /// The gate's settings.
 #[derive(clap::Parser, Clone, Debug)]

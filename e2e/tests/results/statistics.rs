@@ -4,7 +4,7 @@
 //! 100/10,000, 10^5 visitors per arm) and on seeded random counts; and where the reference
 //! answers no finite, non-degenerate value, `tools::stats` answers none either.
 
-mod stats;
+use crate::stats;
 
 use serde_json::{Value, json};
 use stats::{Rng, assert_close, reference};

@@ -5,8 +5,7 @@
 //! changed definition applied to stored events, the lookback.
 
 mod simulation;
-#[path = "../stats/mod.rs"]
-mod stats;
+use crate::stats;
 mod stored;
 
 use std::fmt::Write;

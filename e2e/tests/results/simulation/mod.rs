@@ -14,8 +14,7 @@
 
 mod edge_cases;
 mod hourly;
-#[path = "../stats/mod.rs"]
-mod stats;
+use crate::stats;
 
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -2,7 +2,7 @@
 //! file leads to a file that exists (and to a heading of it, for `#anchor`s), and the
 //! settings tables of docs/configuration.md are the binaries' own clap definitions.
 //!
-//! `UPDATE_DOCS=1 cargo nextest run --release -p e2e --test docs` rewrites the generated
+//! `UPDATE_DOCS=1 cargo nextest run --release -p e2e --test deploy` rewrites the generated
 //! section of docs/configuration.md from clap.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -479,7 +479,7 @@ fn markdown_files_in(root: &Path) -> Vec<PathBuf> {
 
 const PAGE: &str = "docs/configuration.md";
 const BEGIN: &str =
-    "<!-- generated: UPDATE_DOCS=1 cargo nextest run --release -p e2e --test docs -->";
+    "<!-- generated: UPDATE_DOCS=1 cargo nextest run --release -p e2e --test deploy -->";
 const END: &str = "<!-- end generated -->";
 
 /// Each binary's command, by the name it is run with.
@@ -668,7 +668,7 @@ fn the_configuration_reference_is_the_binaries_settings() {
     panic!(
         "{PAGE}'s generated settings are stale (first difference at line {} of the section:\n\
          page:      {:?}\nbinaries:  {:?}).\n\
-         Refresh it: UPDATE_DOCS=1 cargo nextest run --release -p e2e --test docs",
+         Refresh it: UPDATE_DOCS=1 cargo nextest run --release -p e2e --test deploy",
         first + 1,
         current.lines().nth(first).unwrap_or("(end)"),
         fresh.lines().nth(first).unwrap_or("(end)"),

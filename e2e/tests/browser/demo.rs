@@ -4,7 +4,7 @@
 //! numbers in a table and a chart; and `experiment_results_over_time` equals a count made
 //! here, hour by hour, from events of known times written straight into ClickHouse.
 
-mod stats;
+use crate::stats;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

@@ -5,7 +5,7 @@
 //! effect, read with the view's rule at the planned looks: the share that ends significant
 //! is the power within its binomial band), and its refusals of bad input.
 
-mod stats;
+use crate::stats;
 
 use std::process::{Command, Output, Stdio};
 

@@ -471,7 +471,7 @@ fn rendered_statements(file: &str, database: &str) -> Vec<(String, bool)> {
 async fn a_database_migrated_by_the_numbered_views_upgrades_in_place() {
     let database = unique("test_");
     let server = e2e::clickhouse("default");
-    let old = include_str!("fixtures/schema-2026-11-28-18-single.sql");
+    let old = include_str!("../fixtures/schema-2026-11-28-18-single.sql");
     for (sql, low_cardinality) in rendered_statements(old, &database) {
         let mut query = server.query(&sql);
         if low_cardinality {
