@@ -282,6 +282,25 @@ async fn the_gate_refuses_what_leaves_the_copy_and_charges_every_query() {
     assert!(started.elapsed() < Duration::from_secs(10));
     spent(gate, "alice", password).await;
 
+    // Someone who sends bob's name with a wrong password, or a name nobody has: the gate
+    // reads the server's answer as a refused login, which it does not charge.
+    for (user, pass) in [("bob", "not bob's password"), ("nobody", password)] {
+        let answer = reqwest::Client::new()
+            .post(format!("http://{gate}/"))
+            .basic_auth(user, Some(pass))
+            .body("SELECT 1")
+            .send()
+            .await
+            .expect("answered");
+        let status = answer.status();
+        let body = answer.bytes().await.expect("a body");
+        assert!(
+            tools::gate::login_refused(status, &body),
+            "{user}: {status} {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+
     // Clients that give up before the gate's cap: their queries are stopped, and charged
     // all the same (two of 1.2 s spend the 2 s).
     for _ in 0..2 {
@@ -295,7 +314,8 @@ async fn the_gate_refuses_what_leaves_the_copy_and_charges_every_query() {
         assert!(abandoned.is_err(), "the client gave up");
     }
     let running = "SELECT count() FROM system.processes WHERE user IN ('alice', 'bob')";
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Well within the server's own 30 s cap: the gate's KILL QUERY ended them.
+    let deadline = Instant::now() + Duration::from_secs(10);
     while query(&url, "default", "", running).await != Ok("0".to_owned()) {
         assert!(
             Instant::now() < deadline,

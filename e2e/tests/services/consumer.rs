@@ -376,6 +376,10 @@ async fn the_next_batch_is_read_while_one_is_stored_even_when_a_look_is_due() {
             "--kafka-session-timeout-ms=6000",
             "--insert-timeout-ms=1000",
             "--batch-max-rows=10",
+            // Each batch closes at its 10th row, never at a wait: on a loaded machine the
+            // first ten could arrive in pieces, and a batch of 5 storing beside one of 3
+            // waiting would stop the reads at 8.
+            "--batch-max-wait-ms=60000",
         ],
     );
     let (consumer, stats) = e2e::start_consumer_counted(config).await;

@@ -14,7 +14,9 @@
 //!   after its client has gone: the place is the server's work, not the connection.
 //! - **Every query's time is charged** to its analyst's hour
 //!   (`--execution-secs-per-hour`), however it ended: answered, failed, timed out or
-//!   abandoned. Only answers that refuse the user's login (HTTP 401 or 403) are free.
+//!   abandoned. Only answers that refuse the user's login are free, and a name is kept
+//!   only while it has queries running or time charged: names that never log in leave
+//!   nothing behind.
 //! - **A query runs at most `--max-query-secs`**: then the gate answers 504 and stops it
 //!   on the server (`KILL QUERY`, as the analyst), and it still holds its place until
 //!   the server ends it.
@@ -197,8 +199,14 @@ fn hour_now() -> (u64, u32) {
 }
 
 impl Gate {
-    /// Takes a place for `user`'s query, or says why not.
+    /// Takes a place for `user`'s query, or says why not. The count of all analysts comes
+    /// first, so that a refused name leaves nothing behind.
     fn admit(self: &Arc<Self>, user: &str) -> Result<Place, GateError> {
+        let all = self
+            .all
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| GateError::Busy)?;
         let (hour, left) = hour_now();
         let mut analysts = self.analysts.lock().unwrap_or_else(|e| e.into_inner());
         let used = analysts.entry(user.to_owned()).or_default();
@@ -206,17 +214,19 @@ impl Gate {
             used.hour = hour;
             used.charged = Duration::ZERO;
         }
-        if used.charged.as_secs() >= self.config.execution_secs_per_hour {
-            return Err(GateError::QuotaSpent(left));
+        let refused = if used.charged.as_secs() >= self.config.execution_secs_per_hour {
+            Some(GateError::QuotaSpent(left))
+        } else if used.running >= self.config.max_concurrent_per_analyst {
+            Some(GateError::Busy)
+        } else {
+            None
+        };
+        if let Some(refused) = refused {
+            if used.running == 0 && used.charged.is_zero() {
+                analysts.remove(user);
+            }
+            return Err(refused);
         }
-        if used.running >= self.config.max_concurrent_per_analyst {
-            return Err(GateError::Busy);
-        }
-        let all = self
-            .all
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| GateError::Busy)?;
         used.running += 1;
         Ok(Place {
             gate: self.clone(),
@@ -226,6 +236,24 @@ impl Gate {
             _all: all,
         })
     }
+}
+
+/// Whether an answer refuses the login (wrong user, password or address): such a query
+/// costs the server nothing and is not charged, so that nobody spends another's hour by
+/// sending their name. `first` is the start of the answer's body.
+pub fn login_refused(status: StatusCode, first: &[u8]) -> bool {
+    if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+        return true;
+    }
+    // "Code: 193, e.displayText() = …" (18.x), "Code: 516. DB::Exception: …" (modern).
+    let code: String = first
+        .strip_prefix(b"Code: ")
+        .unwrap_or_default()
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .map(|&b| char::from(b))
+        .collect();
+    !status.is_success() && matches!(code.as_str(), "192" | "193" | "194" | "195" | "516")
 }
 
 /// The analyst's user and password, from wherever the client put them (once).
@@ -405,7 +433,7 @@ async fn run(
         .basic_auth(&query.user, Some(&query.password))
         .body(query.text.clone());
     let head_tx = Mutex::new(Some(head_tx));
-    let status = Mutex::new(None);
+    let free = std::sync::atomic::AtomicBool::new(false);
     let give_head = |head: Head| {
         if let Some(tx) = head_tx.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = tx.send(head);
@@ -420,7 +448,10 @@ async fn run(
                 return;
             }
         };
-        *status.lock().unwrap_or_else(|e| e.into_inner()) = Some(response.status());
+        let status = response.status();
+        if login_refused(status, b"") {
+            free.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let kept = response
             .headers()
             .iter()
@@ -429,11 +460,15 @@ async fn run(
             })
             .map(|(name, value)| (name.clone(), value.clone()))
             .collect();
-        give_head(Ok((response.status(), kept)));
+        give_head(Ok((status, kept)));
         let mut response = response;
+        let mut first = true;
         loop {
             match response.chunk().await {
                 Ok(Some(chunk)) => {
+                    if std::mem::take(&mut first) && login_refused(status, &chunk) {
+                        free.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
                     // A client that has gone takes nothing; the answer is read to its end.
                     let _ = body_tx.send(Ok(chunk)).await;
                 }
@@ -463,15 +498,11 @@ async fn run(
             tracing::warn!(query_id = %id, "The server did not end a stopped query.");
         }
     }
-    let status = *status.lock().unwrap_or_else(|e| e.into_inner());
-    place.charge = !matches!(
-        status,
-        Some(StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN)
-    );
+    place.charge = !free.load(std::sync::atomic::Ordering::Relaxed);
     tracing::info!(
         user = %query.user,
         query_id = %id,
-        status = status.map(|s| s.as_u16()),
+        charged = place.charge,
         ending,
         millis = place.started.elapsed().as_millis() as u64,
         "Query."
@@ -576,6 +607,38 @@ mod tests {
 
     fn code(result: Result<Query, GateError>) -> &'static str {
         result.err().map_or("ok", |e| e.status_and_code().1)
+    }
+
+    #[test]
+    fn only_a_refused_login_is_free() {
+        let error = StatusCode::INTERNAL_SERVER_ERROR;
+        for (status, body, free) in [
+            (StatusCode::FORBIDDEN, &b""[..], true),
+            (
+                error,
+                b"Code: 193, e.displayText() = DB::Exception: Wrong password",
+                true,
+            ),
+            (
+                error,
+                b"Code: 195, e.displayText() = DB::Exception: User alice is not allowed",
+                true,
+            ),
+            (
+                error,
+                b"Code: 516. DB::Exception: alice: Authentication failed",
+                true,
+            ),
+            (
+                error,
+                b"Code: 159, e.displayText() = DB::Exception: Timeout exceeded",
+                false,
+            ),
+            (error, b"Code: 1934", false),
+            (StatusCode::OK, b"Code: 193", false),
+        ] {
+            assert_eq!(login_refused(status, body), free, "{status} {body:?}");
+        }
     }
 
     #[test]
