@@ -245,7 +245,15 @@ async fn the_gate_refuses_what_leaves_the_copy_and_charges_every_query() {
     }
     // carol queries the server directly: what the server itself lets through.
     grant(&url, &users, "carol", password, &["pk_a"], &caps).await;
-    let gate = gate(&url, &["--max-query-secs=2", "--execution-secs-per-hour=2"]).await;
+    let gate = gate(
+        &url,
+        &[
+            "--max-query-secs=2",
+            "--execution-secs-per-hour=2",
+            "--body-read-secs=1",
+        ],
+    )
+    .await;
 
     let probe = "SELECT `hasColumn\\x49nTable`('analytics', 'events', 'visitor_id')";
     assert_eq!(
@@ -281,6 +289,26 @@ async fn the_gate_refuses_what_leaves_the_copy_and_charges_every_query() {
     assert_eq!(status, 504, "{body}");
     assert!(started.elapsed() < Duration::from_secs(10));
     spent(gate, "alice", password).await;
+
+    // A body that never comes is answered 408 at the gate's 1 s.
+    let mut slow = tokio::net::TcpStream::connect(gate)
+        .await
+        .expect("connects");
+    let head = "POST / HTTP/1.1\r\nHost: gate\r\nContent-Length: 100\r\n\r\nSELECT";
+    tokio::io::AsyncWriteExt::write_all(&mut slow, head.as_bytes())
+        .await
+        .expect("sent");
+    let mut answer = vec![0; 512];
+    let read = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read(&mut slow, &mut answer),
+    )
+    .await
+    .expect("answered within 5 s")
+    .expect("read");
+    let answer = String::from_utf8_lossy(&answer[..read]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"body_too_slow\""), "{answer}");
 
     // Someone who sends bob's name with a wrong password, or a name nobody has: the gate
     // reads the server's answer as a refused login, which it does not charge.

@@ -79,6 +79,10 @@ pub struct GateConfig {
     /// Seconds of queries per analyst and clock hour, every query charged.
     #[arg(long, env = "GATE_EXECUTION_SECS_PER_HOUR", default_value_t = 1800)]
     pub execution_secs_per_hour: u64,
+    /// Longest wait for a request's body, in seconds: a client that sends it slower is
+    /// answered 408 (it holds no place meanwhile, only its connection).
+    #[arg(long, env = "GATE_BODY_READ_SECS", default_value_t = 10)]
+    pub body_read_secs: u64,
     /// Largest query text (URL parameter and body together), in bytes.
     #[arg(long, env = "GATE_MAX_QUERY_BYTES", default_value_t = 256 * 1024)]
     pub max_query_bytes: usize,
@@ -103,6 +107,8 @@ pub enum GateError {
     BodyRefused,
     #[error("The query is longer than {0} bytes.")]
     QueryTooLarge(usize),
+    #[error("The request's body did not arrive within {0} s.")]
+    BodyTooSlow(u64),
     #[error("The query is empty.")]
     EmptyQuery,
     #[error("The query uses {}, which is refused: {}.", .0.name, .0.why)]
@@ -127,6 +133,7 @@ impl GateError {
             Self::DatabaseRefused(_) => (StatusCode::FORBIDDEN, "database_refused"),
             Self::BodyRefused => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "body_refused"),
             Self::QueryTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "query_too_large"),
+            Self::BodyTooSlow(_) => (StatusCode::REQUEST_TIMEOUT, "body_too_slow"),
             Self::EmptyQuery => (StatusCode::BAD_REQUEST, "empty_query"),
             Self::NameRefused(_) => (StatusCode::FORBIDDEN, "name_refused"),
             Self::Busy => (StatusCode::TOO_MANY_REQUESTS, "too_many_queries"),
@@ -384,9 +391,11 @@ async fn query(
     body: Body,
 ) -> Response {
     let limit = gate.config.max_query_bytes + 1;
-    let body = match axum::body::to_bytes(body, limit).await {
-        Ok(body) => body,
-        Err(_) => return GateError::QueryTooLarge(gate.config.max_query_bytes).into_response(),
+    let wait = Duration::from_secs(gate.config.body_read_secs);
+    let body = match tokio::time::timeout(wait, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(_)) => return GateError::QueryTooLarge(gate.config.max_query_bytes).into_response(),
+        Err(_) => return GateError::BodyTooSlow(gate.config.body_read_secs).into_response(),
     };
     let query = match read_query(&gate.config, raw.as_deref(), &headers, &body) {
         Ok(query) => query,
