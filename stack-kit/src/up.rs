@@ -154,13 +154,8 @@ pub fn up(settings: &Settings) -> anyhow::Result<()> {
     ];
     let mut consumer = kafka.to_vec();
     consumer.push(("CONSUMER_LISTEN", format!("127.0.0.1:{CONSUMER_PORT}")));
-    // The analysts read the first server (in a cluster each holds their whole copy).
-    let first_server = clickhouse_url[0]
-        .1
-        .split(',')
-        .next()
-        .unwrap_or_default()
-        .to_owned();
+    // The gate reads the first server of the list (in a cluster each holds every copy).
+    let gate_clickhouse = clickhouse_url[0].1.clone();
     consumer.extend(clickhouse_url);
     consumer.extend([
         ("CLICKHOUSE_DATABASE", "analytics".to_owned()),
@@ -189,7 +184,7 @@ pub fn up(settings: &Settings) -> anyhow::Result<()> {
         GATE_PORT,
         &[
             ("GATE_LISTEN", format!("127.0.0.1:{GATE_PORT}")),
-            ("CLICKHOUSE_URL", first_server),
+            ("CLICKHOUSE_URL", gate_clickhouse),
         ],
     )?;
 

@@ -164,6 +164,13 @@ struct Use {
     charged: Duration,
 }
 
+impl Use {
+    /// Nothing to remember: the name can be forgotten.
+    fn idle(&self) -> bool {
+        self.running == 0 && self.charged.is_zero()
+    }
+}
+
 struct Gate {
     config: GateConfig,
     url: String,
@@ -190,7 +197,7 @@ impl Drop for Place {
             if self.charge {
                 used.charged += spent;
             }
-            if used.running == 0 && used.charged.is_zero() {
+            if used.idle() {
                 analysts.remove(&self.user);
             }
         }
@@ -229,7 +236,7 @@ impl Gate {
             None
         };
         if let Some(refused) = refused {
-            if used.running == 0 && used.charged.is_zero() {
+            if used.idle() {
                 analysts.remove(user);
             }
             return Err(refused);
