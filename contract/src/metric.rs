@@ -670,3 +670,7 @@ pub(crate) fn parse_refs(
     }
     refs
 }
+
+#[cfg(test)]
+#[path = "metric_tests.rs"]
+mod tests;

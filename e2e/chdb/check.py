@@ -14,7 +14,7 @@ Two things of a cluster cannot run in chdb, which has no server threads:
 Prints one line per statement; exits 1 on the first refusal. In the single-server layout,
 it then writes three events, two variants and two metrics and reads the results views, one line
 each (`view NAME: N rows`), so that a view modern ClickHouse creates but cannot answer
-fails too.
+fails too, and each view's columns (`columns NAME: [[name, type], ...]`).
 """
 
 import json
@@ -99,6 +99,9 @@ def read_views(db, refresh) -> int:
             rows = str(db.query(f"SELECT * FROM analytics.{view}", "TSV")).strip().splitlines()
             print(f"view {view}: {len(rows)} rows")
             print("\n".join(rows))
+            described = str(db.query(f"DESCRIBE TABLE analytics.{view}", "TSVRaw")).splitlines()
+            columns = [line.split("\t")[:2] for line in described if line]
+            print(f"columns {view}: {json.dumps(columns)}")
     except Exception as error:  # chdb raises its own RuntimeError subclasses
         print(f"REFUSED reading the views: {error}", flush=True)
         return 1

@@ -29,10 +29,12 @@ pub mod row;
 pub mod table_lock;
 mod template;
 pub mod topology;
+pub mod view_rows;
 mod views;
 
 pub use row::EventRow;
 pub use topology::ClickHouseArgs;
+pub use view_rows::{MetricResultsRow, ResultsOverTimeRow, ResultsRow};
 
 use migrations::{
     BOOTSTRAP, FIRST_CONVERSION_11, MIGRATIONS, SESSIONS_SELECT, Step, VISITORS_SELECT,

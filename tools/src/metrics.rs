@@ -9,6 +9,7 @@ use std::fmt::Write;
 
 use anyhow::Context;
 use clickhouse::{Client, Row};
+use schema::MetricResultsRow;
 use serde::{Deserialize, Serialize};
 
 use crate::stats::{self, Correction};
@@ -48,43 +49,6 @@ impl Segment {
             .map(|v| v.get_name().to_owned())
             .unwrap_or_default()
     }
-}
-
-/// The columns read, from the view or its per-segment form.
-const COLUMNS: &str = "public_key, phase, segment, metric_id, role, kind, higher_is_better, \
-    variant_id, is_control, visitors, value, diff, ci_low, ci_high, p_value, \
-    always_valid_p_value, always_valid_ci_low, always_valid_ci_high, chance_to_beat_control, \
-    always_valid_harm_p_value, cuped_diff, cuped_ci_low, cuped_ci_high, cuped_p_value, \
-    cuped_variance_reduction, no_test_reason";
-
-#[derive(Clone, Debug, Deserialize, Row)]
-struct MetricRow {
-    public_key: String,
-    phase: u32,
-    segment: String,
-    metric_id: String,
-    role: String,
-    kind: String,
-    higher_is_better: u8,
-    variant_id: String,
-    is_control: u8,
-    visitors: u64,
-    value: f64,
-    diff: Option<f64>,
-    ci_low: Option<f64>,
-    ci_high: Option<f64>,
-    p_value: Option<f64>,
-    always_valid_p_value: Option<f64>,
-    always_valid_ci_low: Option<f64>,
-    always_valid_ci_high: Option<f64>,
-    chance_to_beat_control: Option<f64>,
-    always_valid_harm_p_value: Option<f64>,
-    cuped_diff: Option<f64>,
-    cuped_ci_low: Option<f64>,
-    cuped_ci_high: Option<f64>,
-    cuped_p_value: Option<f64>,
-    cuped_variance_reduction: Option<f64>,
-    no_test_reason: String,
 }
 
 #[derive(Clone, Debug, Deserialize, Row)]
@@ -247,9 +211,10 @@ pub async fn read(
             schema::metric_results_by(caps, database, segment.sql())
         ),
     };
-    let rows: Vec<MetricRow> = client
+    // The view's row, then the segment.
+    let rows: Vec<(MetricResultsRow, String)> = client
         .query(&format!(
-            "SELECT {COLUMNS} FROM {source} WHERE experiment_id = ? ORDER BY public_key, \
+            "SELECT ?fields, segment FROM {source} WHERE experiment_id = ? ORDER BY public_key, \
              phase, position, metric_id, segment, variant_id = '__multiple__', \
              is_control DESC, variant_id"
         ))
@@ -269,7 +234,7 @@ pub async fn read(
         .context("cannot read experiment_metric_definitions")?;
 
     let mut out: Vec<((String, u32), Metrics)> = Vec::new();
-    for row in &rows {
+    for (row, segment) in &rows {
         let key = (row.public_key.clone(), row.phase);
         if out.last().is_none_or(|(k, _)| *k != key) {
             out.push((
@@ -281,7 +246,7 @@ pub async fn read(
             ));
         }
         let metrics = &mut out.last_mut().expect("pushed").1.metrics;
-        let segment = by.map(|_| row.segment.clone());
+        let segment = by.map(|_| segment.clone());
         let same = |m: &MetricReport| m.metric_id == row.metric_id && m.segment == segment;
         if !metrics.last().is_some_and(same) {
             metrics.push(MetricReport {

@@ -9,24 +9,10 @@
 use std::fmt::Write;
 
 use anyhow::Context;
-use clickhouse::{Client, Row};
-use serde::Deserialize;
+use clickhouse::Client;
+use schema::ResultsOverTimeRow;
 
 use crate::results::{Report, Shown, VariantReport, utc};
-
-/// A row of `experiment_results_over_time`.
-#[derive(Clone, Debug, Deserialize, Row)]
-pub struct PointRow {
-    pub public_key: String,
-    pub phase: u32,
-    /// Start of the hour, seconds since the Unix epoch (UTC).
-    pub hour: u32,
-    pub variant_id: String,
-    pub exposed: u64,
-    pub diff: Option<f64>,
-    pub always_valid_ci_low: Option<f64>,
-    pub always_valid_ci_high: Option<f64>,
-}
 
 /// One experiment under one public key in one phase: the command's figures and the
 /// hours of the view.
@@ -34,7 +20,7 @@ pub struct PointRow {
 pub struct Section<'a> {
     pub report: &'a Report,
     /// Ordered by hour.
-    pub points: Vec<PointRow>,
+    pub points: Vec<ResultsOverTimeRow>,
 }
 
 /// Reads the hours of the experiment of `reports` and writes their page to `path`.
@@ -44,11 +30,9 @@ pub async fn write(
     reports: &[Report],
     path: &std::path::Path,
 ) -> anyhow::Result<()> {
-    let points: Vec<PointRow> = client
+    let points: Vec<ResultsOverTimeRow> = client
         .query(
-            "SELECT public_key, phase, toUInt32(hour) AS hour, variant_id, exposed, diff, \
-             always_valid_ci_low, always_valid_ci_high FROM experiment_results_over_time \
-             WHERE experiment_id = ? ORDER BY public_key, phase, hour, variant_id",
+            "SELECT ?fields FROM experiment_results_over_time WHERE experiment_id = ? ORDER BY public_key, phase, hour, variant_id",
         )
         .bind(experiment)
         .fetch_all()
@@ -563,7 +547,7 @@ mod tests {
 
     #[test]
     fn the_page_is_self_contained_and_says_the_time_range_and_the_sample_ratio() {
-        let point = |hour: u32, variant: &str| PointRow {
+        let point = |hour: u32, variant: &str| ResultsOverTimeRow {
             public_key: "pk".into(),
             phase: 1,
             hour,
@@ -572,6 +556,7 @@ mod tests {
             diff: Some(0.04),
             always_valid_ci_low: Some(0.01),
             always_valid_ci_high: Some(0.07),
+            ..ResultsOverTimeRow::default()
         };
         let report = Report {
             public_key: "pk".into(),

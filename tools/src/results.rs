@@ -7,6 +7,7 @@
 
 use anyhow::Context;
 use clickhouse::{Client, Row};
+use schema::ResultsRow;
 use serde::{Deserialize, Serialize};
 
 use crate::stats::{self, Arm, Correction, Estimate, Interval, Lift, Minimums, Sample, Welch};
@@ -60,26 +61,6 @@ pub struct ResultsConfig {
 pub struct Settings {
     pub minimums: Minimums,
     pub correction: Correction,
-}
-
-/// A row of `experiment_results`.
-#[derive(Clone, Debug, Deserialize, Row)]
-struct ResultRow {
-    public_key: String,
-    phase: u32,
-    variant_id: String,
-    is_control: u8,
-    exposed: u64,
-    converted: u64,
-    conversion_rate: f64,
-    srm_p_value: Option<f64>,
-    always_valid_p_value: Option<f64>,
-    always_valid_ci_low: Option<f64>,
-    always_valid_ci_high: Option<f64>,
-    /// Why the view gives no statistic ('' where it gives them).
-    no_test_reason: String,
-    /// The time up to which the events counted were stored (seconds, UTC).
-    as_of: u32,
 }
 
 /// Time on page of one variant's exposed visitors that reported it (each one's longest).
@@ -226,12 +207,9 @@ pub async fn report(
     public_key: Option<&str>,
     settings: Settings,
 ) -> anyhow::Result<Vec<Report>> {
-    let rows: Vec<ResultRow> = client
+    let rows: Vec<ResultsRow> = client
         .query(
-            "SELECT public_key, phase, variant_id, is_control, exposed, converted, \
-             conversion_rate, srm_p_value, always_valid_p_value, always_valid_ci_low, \
-             always_valid_ci_high, no_test_reason, as_of FROM experiment_results \
-             WHERE experiment_id = ? \
+            "SELECT ?fields FROM experiment_results WHERE experiment_id = ? \
              ORDER BY public_key, phase, variant_id = '__multiple__', is_control DESC, \
              variant_id",
         )
@@ -305,13 +283,13 @@ fn adjust(report: &mut Report, correction: Correction) {
 }
 
 fn variant_report(
-    row: &ResultRow,
-    control: Option<&ResultRow>,
+    row: &ResultsRow,
+    control: Option<&ResultsRow>,
     time: Option<&TimeRow>,
     control_time: Option<&TimeRow>,
     minimums: Minimums,
 ) -> VariantReport {
-    let arm = |r: &ResultRow| Arm::new(r.exposed, r.converted);
+    let arm = |r: &ResultsRow| Arm::new(r.exposed, r.converted);
     let compared = row.is_control == 0 && row.variant_id != "__multiple__";
     // No test of its own either, of any kind: any client can send such a variant id.
     let undefined = row.no_test_reason == schema::UNDEFINED_ARM;
@@ -355,7 +333,7 @@ fn variant_report(
     }
 }
 
-fn comparison(row: &ResultRow, variant: Arm, control: Arm, minimums: Minimums) -> Comparison {
+fn comparison(row: &ResultsRow, variant: Arm, control: Arm, minimums: Minimums) -> Comparison {
     if let Err(reason) = stats::enough_data(variant, control, minimums) {
         return Comparison::missing(reason);
     }
@@ -650,7 +628,7 @@ mod tests {
 
     #[test]
     fn an_arm_the_phase_does_not_define_is_not_compared() {
-        let row = |variant_id: &str, is_control, converted, no_test_reason: &str| ResultRow {
+        let row = |variant_id: &str, is_control, converted, no_test_reason: &str| ResultsRow {
             public_key: "pk_a".into(),
             phase: 1,
             variant_id: variant_id.into(),
@@ -661,9 +639,8 @@ mod tests {
             srm_p_value: None,
             always_valid_p_value: None,
             always_valid_ci_low: None,
-            always_valid_ci_high: None,
             no_test_reason: no_test_reason.into(),
-            as_of: 0,
+            ..ResultsRow::default()
         };
         let control = row("a", 1, 100, "");
         let minimums = crate::stats::Minimums {
@@ -679,7 +656,7 @@ mod tests {
             variance: 100.0,
         };
         let control_time = time("a", 30.0);
-        let compare = |arm: &ResultRow| {
+        let compare = |arm: &ResultsRow| {
             let report = variant_report(
                 arm,
                 Some(&control),

@@ -10,9 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use clickhouse::Row;
 use e2e::ConsumerNames;
-use serde::Deserialize;
+use schema::{ResultsOverTimeRow, ResultsRow};
 
 const KEY: &str = "pk_demo_coffee";
 const PLANTED: &str = "exp_home_headline";
@@ -20,18 +19,6 @@ const NULL: &str = "exp_checkout_button";
 
 fn demo_snapshot() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/experiments.json")
-}
-
-#[derive(Debug, Deserialize, Row)]
-struct ResultRow {
-    experiment_id: String,
-    variant_id: String,
-    is_control: u8,
-    exposed: u64,
-    converted: u64,
-    srm_p_value: Option<f64>,
-    always_valid_ci_low: Option<f64>,
-    always_valid_ci_high: Option<f64>,
 }
 
 /// Runs a command to its end within `limit`, killed after it.
@@ -85,11 +72,9 @@ async fn the_demo_finds_its_planted_effect_and_no_other_and_its_report_shows_it_
     );
 
     let ch = e2e::clickhouse(&names.database);
-    let rows: Vec<ResultRow> = ch
+    let rows: Vec<ResultsRow> = ch
         .query(
-            "SELECT experiment_id, variant_id, is_control, exposed, converted, srm_p_value, \
-             always_valid_ci_low, always_valid_ci_high FROM experiment_results \
-             WHERE public_key = ? ORDER BY experiment_id, variant_id",
+            "SELECT ?fields FROM experiment_results WHERE public_key = ? ORDER BY experiment_id, variant_id",
         )
         .bind(KEY)
         .fetch_all()
@@ -297,24 +282,6 @@ impl Rng {
     }
 }
 
-#[derive(Debug, Deserialize, Row)]
-struct OverTimeRow {
-    phase: u32,
-    day: u16,
-    hour: u32,
-    variant_id: String,
-    exposed: u64,
-    converted: u64,
-    mature_visitors: u64,
-    diff: Option<f64>,
-    ci_low: Option<f64>,
-    ci_high: Option<f64>,
-    p_value: Option<f64>,
-    srm_p_value: Option<f64>,
-    always_valid_ci_low: Option<f64>,
-    always_valid_ci_high: Option<f64>,
-}
-
 /// One counted visitor of a phase, by the rules of docs/results.md, from the events.
 struct Counted {
     variant: String,
@@ -470,12 +437,9 @@ async fn results_over_time_equal_a_count_made_hour_by_hour_from_the_events() {
         .collect();
     insert(&database, "experiment_variants", definitions).await;
 
-    let got: Vec<OverTimeRow> = ch
+    let got: Vec<ResultsOverTimeRow> = ch
         .query(
-            "SELECT phase, toUInt16(day) AS day, toUInt32(hour) AS hour, variant_id, exposed, \
-             converted, mature_visitors, diff, ci_low, ci_high, p_value, srm_p_value, always_valid_ci_low, \
-             always_valid_ci_high FROM experiment_results_over_time \
-             WHERE public_key = 'pk_t' AND experiment_id = 'exp_t' \
+            "SELECT ?fields FROM experiment_results_over_time WHERE public_key = 'pk_t' AND experiment_id = 'exp_t' \
              ORDER BY phase, hour, variant_id",
         )
         .fetch_all()

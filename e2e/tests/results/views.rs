@@ -6,10 +6,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use clickhouse::Row;
 use e2e::{ConsumerNames, SnapshotFile};
 use rdkafka::Message;
-use serde::Deserialize;
+use schema::ResultsRow;
 use serde_json::{Value, json};
 use statrs::distribution::{ChiSquared, ContinuousCDF, Normal, StudentsT};
 
@@ -141,27 +140,10 @@ fn later_session(batch: &mut Value, from: usize) -> Value {
     json!({ "sentAt": batch["sentAt"], "events": moved })
 }
 
-#[derive(Debug, Deserialize, Row)]
-struct ResultRow {
-    experiment_id: String,
-    variant_id: String,
-    is_control: u8,
-    exposed: u64,
-    converted: u64,
-    conversion_rate: f64,
-    diff: Option<f64>,
-    ci_low: Option<f64>,
-    ci_high: Option<f64>,
-    p_value: Option<f64>,
-    srm_p_value: Option<f64>,
-}
-
-async fn results(client: &clickhouse::Client, phase: u32) -> Vec<ResultRow> {
+async fn results(client: &clickhouse::Client, phase: u32) -> Vec<ResultsRow> {
     client
         .query(
-            "SELECT experiment_id, variant_id, is_control, exposed, converted, conversion_rate, \
-             diff, ci_low, ci_high, p_value, srm_p_value FROM experiment_results \
-             WHERE public_key = ? AND phase = ? ORDER BY experiment_id, variant_id",
+            "SELECT ?fields FROM experiment_results WHERE public_key = ? AND phase = ? ORDER BY experiment_id, variant_id",
         )
         .bind(KEY)
         .bind(phase)
@@ -182,10 +164,10 @@ fn close(what: &str, got: Option<f64>, want: Option<f64>) {
 
 /// The statistics of one row, computed here from the counts.
 fn check_row(
-    row: &ResultRow,
+    row: &ResultsRow,
     control: (u64, u64),
     weights: &BTreeMap<&str, f64>,
-    all: &[&ResultRow],
+    all: &[&ResultsRow],
 ) {
     let what = |field: &str| format!("{} {} {field}", row.experiment_id, row.variant_id);
     let rate = |(n, c): (u64, u64)| c as f64 / n as f64;
@@ -433,9 +415,9 @@ async fn results_count_visitors_once_per_phase_and_match_independent_statistics(
             _ => BTreeMap::from([("var_x", 50.0), ("var_y", 25.0), ("var_z", 25.0)]),
         }
     };
-    let check_all = |rows: &[ResultRow], ab: (f64, f64)| {
+    let check_all = |rows: &[ResultsRow], ab: (f64, f64)| {
         for row in rows {
-            let all: Vec<&ResultRow> = rows
+            let all: Vec<&ResultsRow> = rows
                 .iter()
                 .filter(|r| r.experiment_id == row.experiment_id)
                 .collect();
@@ -532,7 +514,7 @@ async fn results_count_visitors_once_per_phase_and_match_independent_statistics(
     })
     .await;
     let second = results(&ch, 2).await;
-    let ab: Vec<&ResultRow> = second
+    let ab: Vec<&ResultsRow> = second
         .iter()
         .filter(|r| r.experiment_id == "exp_ab")
         .collect();
@@ -598,7 +580,7 @@ fn mean_and_variance(xs: &[f64]) -> (f64, f64) {
 }
 
 /// The command's report: lift and Welch's test computed here, guards below the minimums.
-async fn check_command(ch: &clickhouse::Client, plan: &Plan, rows: &[ResultRow]) {
+async fn check_command(ch: &clickhouse::Client, plan: &Plan, rows: &[ResultsRow]) {
     let settings = tools::results::Settings {
         minimums: tools::stats::Minimums {
             visitors: 50,

@@ -80,6 +80,35 @@ fn once(sql: &str, parse_only: bool) -> serde_json::Value {
     serde_json::json!({ "runs": "once", "sql": sql, "settings": [], "parse_only": parse_only })
 }
 
+/// The columns `check.py` described for `view`: `columns VIEW: [[name, type], ...]`.
+fn described(out: &str, view: &str) -> Vec<(String, String)> {
+    let prefix = format!("columns {view}: ");
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no columns of {view}:\n{out}"));
+    let columns: Vec<(String, String)> = serde_json::from_str(line).expect("JSON pairs");
+    plain(&columns)
+}
+
+/// Columns with `LowCardinality(T)` read as `T`: a row reads both alike, and the servers
+/// keep the 18.x schema's dictionary columns where 26.x computes plain ones.
+fn plain<N: AsRef<str>, T: AsRef<str>>(columns: &[(N, T)]) -> Vec<(String, String)> {
+    columns
+        .iter()
+        .map(|(name, ty)| {
+            let ty = ty.as_ref();
+            let ty = ty
+                .strip_prefix("LowCardinality(")
+                .and_then(|t| t.strip_suffix(')'))
+                .unwrap_or(ty);
+            (name.as_ref().to_owned(), ty.to_owned())
+        })
+        .collect()
+}
+
+/// Every statement runs, every results view answers, and each has the columns of its
+/// row type (`schema::view_rows`; on 18.16: `schema.rs`).
 #[test]
 fn every_schema_statement_runs_on_modern_clickhouse() {
     let (version, caps) = chdb_caps();
@@ -103,6 +132,9 @@ fn every_schema_statement_runs_on_modern_clickhouse() {
                 "view experiment_metric_results: 4 rows",
             ] {
                 assert!(out.contains(expected), "{expected}:\n{out}");
+            }
+            for (view, columns) in schema::view_rows::VIEWS {
+                assert_eq!(described(&out, view), plain(columns), "{view}:\n{out}");
             }
         }
     }

@@ -148,6 +148,29 @@ async fn the_events_table_has_the_rows_columns_and_no_other() {
     e2e::drop_database(&database).await;
 }
 
+/// Each results view has the columns of its row type (`schema::view_rows`), in its order
+/// and of its types, so that the readers' `SELECT ?fields` takes every column.
+/// (The same on a modern server: `modern_clickhouse.rs`.)
+#[tokio::test]
+async fn each_results_view_has_the_columns_of_its_row_type() {
+    let (database, client) = migrated().await;
+    for (view, columns) in schema::view_rows::VIEWS {
+        let got: Vec<(String, String)> = client
+            .query("SELECT name, type FROM system.columns WHERE database = ? AND table = ?")
+            .bind(&database)
+            .bind(view)
+            .fetch_all()
+            .await
+            .expect("columns");
+        let want: Vec<(String, String)> = columns
+            .iter()
+            .map(|(name, ty)| (name.to_string(), ty.to_string()))
+            .collect();
+        assert_eq!(got, want, "{view}");
+    }
+    e2e::drop_database(&database).await;
+}
+
 #[tokio::test]
 async fn an_upgrade_keeps_the_rows_and_counts_them_in_the_results() {
     let database = unique("test_");

@@ -12,6 +12,7 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use clickhouse::Row;
+use schema::{MetricResultsRow, ResultsRow};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use stats::{Rng, assert_close};
@@ -353,7 +354,7 @@ impl Database {
             .unwrap_or_else(|e| panic!("{query}: {e}"))
     }
 
-    async fn results(&self) -> Vec<Result> {
+    async fn results(&self) -> Vec<MetricResultsRow> {
         self.client
             .query(
                 "SELECT ?fields FROM experiment_metric_results WHERE experiment_id = ? \
@@ -364,38 +365,6 @@ impl Database {
             .await
             .expect("experiment_metric_results")
     }
-}
-
-#[derive(Debug, Deserialize, Row)]
-struct Result {
-    metric_id: String,
-    role: String,
-    kind: String,
-    variant_id: String,
-    is_control: u8,
-    visitors: u64,
-    value: f64,
-    diff: Option<f64>,
-    ci_low: Option<f64>,
-    ci_high: Option<f64>,
-    p_value: Option<f64>,
-    always_valid_p_value: Option<f64>,
-    always_valid_ci_low: Option<f64>,
-    always_valid_ci_high: Option<f64>,
-    chance_to_beat_control: Option<f64>,
-    always_valid_harm_p_value: Option<f64>,
-    cuped_theta: Option<f64>,
-    cuped_diff: Option<f64>,
-    cuped_ci_low: Option<f64>,
-    cuped_ci_high: Option<f64>,
-    cuped_p_value: Option<f64>,
-    cuped_always_valid_p_value: Option<f64>,
-    cuped_always_valid_ci_low: Option<f64>,
-    cuped_always_valid_ci_high: Option<f64>,
-    cuped_variance_reduction: Option<f64>,
-    cap: f64,
-    treatments: u64,
-    no_test_reason: String,
 }
 
 fn request(metrics: &[Metric], events: &[Event]) -> Value {
@@ -809,8 +778,8 @@ async fn an_arm_the_phase_does_not_define_gets_its_row_but_no_test() {
     const UNDEFINED: &str = "the phase does not define this variant";
 
     let results = db.results().await;
-    let tested = |r: &Result| r.p_value.is_some() || r.always_valid_p_value.is_some();
-    let fake: Vec<&Result> = results.iter().filter(|r| r.variant_id == "X").collect();
+    let tested = |r: &MetricResultsRow| r.p_value.is_some() || r.always_valid_p_value.is_some();
+    let fake: Vec<&MetricResultsRow> = results.iter().filter(|r| r.variant_id == "X").collect();
     assert_eq!(
         fake.len(),
         metrics().len(),
@@ -830,15 +799,7 @@ async fn an_arm_the_phase_does_not_define_gets_its_row_but_no_test() {
         "{results:#?}"
     );
 
-    #[derive(Debug, Deserialize, Row)]
-    struct Arm {
-        variant_id: String,
-        exposed: u64,
-        p_value: Option<f64>,
-        always_valid_p_value: Option<f64>,
-        no_test_reason: String,
-    }
-    let arms: Vec<Arm> = db
+    let arms: Vec<ResultsRow> = db
         .client
         .query("SELECT ?fields FROM experiment_results WHERE experiment_id = ?")
         .bind(EXPERIMENT)

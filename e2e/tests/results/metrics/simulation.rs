@@ -289,15 +289,6 @@ struct Seen {
     fixed_last: f64,
 }
 
-#[derive(Debug, Deserialize, Row)]
-struct Look {
-    experiment_id: String,
-    metric_id: String,
-    p_value: Option<f64>,
-    always_valid_p_value: Option<f64>,
-    cuped_always_valid_p_value: Option<f64>,
-}
-
 /// 100 A/A experiments of 1,500 visitors on a 10/90 ramp, arriving in 6 parts with a look
 /// at the view after each. For each kind, the always-valid p (plain and CUPED) goes below
 /// 0.05 at some look in no more experiments than the top of the 99.9% band of 5%, and the
@@ -322,13 +313,9 @@ async fn a_a_tests_of_every_kind_hold_their_error_rate_under_looks_on_a_ramp() {
     let mut seen: BTreeMap<(String, String), Seen> = BTreeMap::new();
     for look in 0..LOOKS {
         simulation.arrive(&db, look, LOOKS).await;
-        let rows: Vec<Look> = db
+        let rows: Vec<MetricResultsRow> = db
             .client
-            .query(
-                "SELECT experiment_id, metric_id, p_value, always_valid_p_value, \
-                 cuped_always_valid_p_value FROM experiment_metric_results \
-                 WHERE is_control = 0",
-            )
+            .query("SELECT ?fields FROM experiment_metric_results WHERE is_control = 0")
             .fetch_all()
             .await
             .expect("a look");

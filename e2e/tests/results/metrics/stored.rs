@@ -61,7 +61,7 @@ async fn a_changed_metric_applies_to_the_stored_events() {
 }
 
 /// Two results of the same visitors' values: equal but for the order of float sums.
-fn assert_same(what: &str, got: &[Result], want: &[Result]) {
+fn assert_same(what: &str, got: &[MetricResultsRow], want: &[MetricResultsRow]) {
     assert_eq!(got.len(), want.len(), "{what}: rows");
     for (g, w) in got.iter().zip(want) {
         let row = format!("{what}: {} {}", g.metric_id, g.variant_id);
@@ -152,7 +152,7 @@ async fn results_are_those_of_each_visitors_latest_refresh() {
     };
     alter_odd().await;
     let altered = db.results().await;
-    let b = |r: &[Result]| {
+    let b = |r: &[MetricResultsRow]| {
         r.iter()
             .find(|r| r.variant_id == "B")
             .map(|r| r.value)
@@ -196,7 +196,7 @@ async fn results_are_those_of_each_visitors_latest_refresh() {
     db.sweep().await;
     assert_eq!(db.count(stale).await, 0);
     let changed = db.results().await;
-    let cuped = |r: &[Result]| r.iter().map(|r| r.cuped_theta).collect::<Vec<_>>();
+    let cuped = |r: &[MetricResultsRow]| r.iter().map(|r| r.cuped_theta).collect::<Vec<_>>();
     assert_ne!(
         cuped(&changed),
         cuped(&refreshed),

@@ -170,7 +170,7 @@ async fn edge_case_rows_equal_the_reference() {
 async fn check_command(
     client: &clickhouse::Client,
     id: &str,
-    rows: &[ResultRow],
+    rows: &[ResultsRow],
     times: &BTreeMap<(&str, &str), Vec<f64>>,
 ) {
     use tools::results::Shown;
@@ -289,11 +289,11 @@ async fn check_command(
     eprintln!("{table}");
 }
 
-fn check_edge_rows(cases: &[(&'static str, Case)], rows: &[ResultRow], tuning: f64) {
+fn check_edge_rows(cases: &[(&'static str, Case)], rows: &[ResultsRow], tuning: f64) {
     // Each treatment row against its control, and each experiment's sample ratio.
     let mut pairs = Vec::new();
     let mut srm = Vec::new();
-    let mut compared: Vec<&ResultRow> = Vec::new();
+    let mut compared: Vec<&ResultsRow> = Vec::new();
     for (id, arms) in cases {
         let (_, _, _, n0, x0) = arms.iter().find(|a| a.2).expect("a control");
         // The treatments with a weight share the always-valid error rate.

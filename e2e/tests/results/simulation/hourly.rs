@@ -2,6 +2,7 @@
 //! conversion windows, and the power planned.
 
 use super::*;
+use schema::ResultsOverTimeRow;
 
 /// An arm of an hourly simulation: its weight, its conversion rate, and the longest delay
 /// of its conversions after exposure (uniform up to it), in hours.
@@ -23,16 +24,6 @@ struct Hourly {
     arms: Vec<Arm>,
     window_hours: f64,
     start_ms: i64,
-}
-
-#[derive(Debug, Deserialize, Row)]
-struct HourRow {
-    experiment_id: String,
-    hour: u32,
-    is_control: u8,
-    p_value: Option<f64>,
-    always_valid_p_value: Option<f64>,
-    srm_p_value: Option<f64>,
 }
 
 /// What each experiment of an hourly simulation showed: the smallest always-valid p of any
@@ -106,12 +97,10 @@ async fn hourly(db: &mut Database, sim: &Hourly, rng: &mut Rng) -> Seen {
         }
     }
     db.events(&events).await;
-    let rows: Vec<HourRow> = db
+    let rows: Vec<ResultsOverTimeRow> = db
         .client
         .query(&format!(
-            "SELECT experiment_id, toUInt32(hour) AS hour, is_control, p_value, \
-             always_valid_p_value, srm_p_value FROM experiment_results_over_time \
-             WHERE public_key = '{KEY}' AND startsWith(experiment_id, 'exp_{}_') \
+            "SELECT ?fields FROM experiment_results_over_time WHERE public_key = '{KEY}' AND startsWith(experiment_id, 'exp_{}_') \
              ORDER BY experiment_id, hour",
             sim.name
         ))
@@ -120,7 +109,7 @@ async fn hourly(db: &mut Database, sim: &Hourly, rng: &mut Rng) -> Seen {
         .expect("experiment_results_over_time");
     let mut seen = Seen::default();
     for id in &ids {
-        let of: Vec<&HourRow> = rows.iter().filter(|r| &r.experiment_id == id).collect();
+        let of: Vec<&ResultsOverTimeRow> = rows.iter().filter(|r| &r.experiment_id == id).collect();
         let last = of.iter().map(|r| r.hour).max().expect("rows");
         let smallest = |values: &mut dyn Iterator<Item = Option<f64>>| {
             values.flatten().fold(1.0_f64, f64::min)
@@ -255,23 +244,10 @@ async fn converting_sooner_is_no_effect_on_the_mature_windowed_result() {
     };
     let seen = hourly(&mut db, &sim, &mut rng).await;
     let live = Seen::below(&seen.always, 0.05);
-    #[derive(Debug, Deserialize, Row)]
-    struct Mature {
-        exposed: u64,
-        converted: u64,
-        p_value: Option<f64>,
-        always_valid_p_value: Option<f64>,
-        mature_visitors: u64,
-        mature_converted: u64,
-        mature_p_value: Option<f64>,
-        mature_always_valid_p_value: Option<f64>,
-    }
-    let rows: Vec<Mature> = db
+    let rows: Vec<ResultsRow> = db
         .client
         .query(&format!(
-            "SELECT exposed, converted, p_value, always_valid_p_value, mature_visitors, \
-             mature_converted, mature_p_value, mature_always_valid_p_value FROM experiment_results \
-             WHERE public_key = '{KEY}' AND startsWith(experiment_id, 'exp_sooner_') \
+            "SELECT ?fields FROM experiment_results WHERE public_key = '{KEY}' AND startsWith(experiment_id, 'exp_sooner_') \
              AND is_control = 0"
         ))
         .fetch_all()

@@ -20,9 +20,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::Instant;
 
-use clickhouse::Row;
 use e2e::PrivateClickHouse;
-use serde::Deserialize;
+use schema::ResultsRow;
 use serde_json::{Value, json};
 use statrs::distribution::{Binomial, ChiSquared, ContinuousCDF, DiscreteCDF, Normal};
 use stats::{Rng, assert_close, bucket, reference};
@@ -135,13 +134,10 @@ impl Database {
         .await;
     }
 
-    async fn results(&self, filter: &str) -> Vec<ResultRow> {
+    async fn results(&self, filter: &str) -> Vec<ResultsRow> {
         self.client
             .query(&format!(
-                "SELECT experiment_id, phase, variant_id, is_control, exposed, converted, \
-                 conversion_rate, diff, ci_low, ci_high, p_value, srm_p_value, \
-                 always_valid_p_value, always_valid_ci_low, always_valid_ci_high, \
-                 no_test_reason FROM experiment_results WHERE public_key = '{KEY}' {filter} \
+                "SELECT ?fields FROM experiment_results WHERE public_key = '{KEY}' {filter} \
                  ORDER BY experiment_id, phase, variant_id"
             ))
             .fetch_all()
@@ -165,26 +161,6 @@ struct Visitor<'a> {
     phase: u32,
     sessions: u64,
     converts: bool,
-}
-
-#[derive(Clone, Debug, Deserialize, Row)]
-struct ResultRow {
-    experiment_id: String,
-    phase: u32,
-    variant_id: String,
-    is_control: u8,
-    exposed: u64,
-    converted: u64,
-    conversion_rate: f64,
-    diff: Option<f64>,
-    ci_low: Option<f64>,
-    ci_high: Option<f64>,
-    p_value: Option<f64>,
-    srm_p_value: Option<f64>,
-    always_valid_p_value: Option<f64>,
-    always_valid_ci_low: Option<f64>,
-    always_valid_ci_high: Option<f64>,
-    no_test_reason: String,
 }
 
 struct Event {
@@ -242,7 +218,7 @@ struct Looked {
     min_fixed: Vec<f64>,
     min_always: Vec<f64>,
     /// The treatment rows at the last look.
-    last: Vec<ResultRow>,
+    last: Vec<ResultsRow>,
     sessions_total: u64,
 }
 

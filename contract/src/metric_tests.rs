@@ -1,10 +1,10 @@
-//! Metric definitions as the snapshot loads them: the documented example with its
+//! Tests of metric definitions as the snapshot loads them: the documented example with its
 //! defaults, the default goal, and every refusal with its sentence.
 
 use serde_json::{Value, json};
 
-use contract::metric::*;
-use contract::snapshot::{Snapshot, SnapshotError};
+use crate::metric::*;
+use crate::snapshot::{Snapshot, SnapshotError};
 
 /// A snapshot of one experiment `exp_x` listing `listed`, with `metrics` defined.
 fn load(metrics: Value, listed: Value) -> Result<Snapshot, SnapshotError> {
