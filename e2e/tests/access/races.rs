@@ -1,8 +1,9 @@
 //! An erasure beside a grant: whichever starts first, the visitor is left nowhere. The
-//! grant's backfill copies a million rows, so that it takes a while, and the erasure starts
-//! before the grant and at points of the backfill.
+//! grant's backfill copies a quarter of a million rows, so that it takes seconds, and the
+//! erasure starts before the grant and at points of the backfill (each checked to begin
+//! before the grant ends).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 
@@ -34,7 +35,7 @@ async fn an_erasure_beside_a_grants_backfill_leaves_the_visitor_nowhere() {
              concat('s', toString(number)), {visitors} FROM numbers({rows})"
         )
     };
-    let bulk = insert("concat('pk_a_bulk', toString(number))", 1_000_000);
+    let bulk = insert("concat('pk_a_bulk', toString(number))", 250_000);
     query(&url, "default", "", &bulk).await.expect("bulk rows");
     // The erasure at once (before the grant takes the lock), and into the grant's backfill:
     // from the moment its feeds exist, which it makes just before it copies the rows.
@@ -61,14 +62,26 @@ async fn an_erasure_beside_a_grants_backfill_leaves_the_visitor_nowhere() {
                 }
                 tokio::time::sleep(Duration::from_millis(ms)).await;
             }
-            tools::erase::erase(&erase, &subject).await.expect("erased")
+            let started = Instant::now();
+            tools::erase::erase(&erase, &subject).await.expect("erased");
+            started
         };
-        let granting = grant(&url, &users, user, password, &["pk_a"], &[]);
-        tokio::time::timeout(Duration::from_secs(300), async {
+        let granting = async {
+            grant(&url, &users, user, password, &["pk_a"], &[]).await;
+            Instant::now()
+        };
+        let (granted, erasing) = tokio::time::timeout(Duration::from_secs(300), async {
             tokio::join!(granting, erasure)
         })
         .await
         .expect("the grant and the erasure end within 300 s");
+        if into_backfill_ms.is_some() {
+            assert!(
+                erasing < granted,
+                "the erasure {into_backfill_ms:?} ms into the backfill began after the grant \
+                 ended: nothing raced"
+            );
+        }
         let copy = format!("analyst_{user}");
         for (database, table) in [
             ("analytics", "events"),

@@ -139,6 +139,10 @@ async fn run(args: &ChaosRunArgs, settings: &Settings) -> anyhow::Result<bool> {
             "CLICKHOUSE_INSERT_TIMEOUT_MS".to_owned(),
             settings.insert_ms.to_string(),
         ),
+        (
+            "KAFKA_SESSION_TIMEOUT_MS".to_owned(),
+            settings.session_ms.to_string(),
+        ),
     ];
     let pipeline = Pipeline::new(repo, out.join("up.log"), env);
     pipeline.up().await?;
@@ -296,7 +300,8 @@ impl Summary<'_> {
         format!(
             "# scripts/chaos {} ({})\n\n\
              - run: `{}`, commit {}{}\n\
-             - settings: CHAOS_PAUSE={} s, INGEST_DELIVERY_TIMEOUT_MS={}, CLICKHOUSE_INSERT_TIMEOUT_MS={}\n\
+             - settings: CHAOS_PAUSE={} s, INGEST_DELIVERY_TIMEOUT_MS={}, CLICKHOUSE_INSERT_TIMEOUT_MS={}, \
+             KAFKA_SESSION_TIMEOUT_MS={}\n\
              - machine: {} cores; load average {} at the start, {} at the end\n\
              - wall clock: {} s, starting the pipeline and settling included\n\n\
              ## Events\n\n```text\n{}```\n\n{}",
@@ -308,6 +313,7 @@ impl Summary<'_> {
             s.pause,
             s.delivery_ms,
             s.insert_ms,
+            s.session_ms,
             self.cores,
             self.load_average.0,
             self.load_average.1,
@@ -329,6 +335,7 @@ mod tests {
             pause: 5,
             delivery_ms: 2000,
             insert_ms: 2000,
+            session_ms: 15000,
             topology: Topology::Cluster,
         };
         let text = Summary {
@@ -347,7 +354,8 @@ mod tests {
             text,
             "# scripts/chaos 90 (cluster)\n\n\
              - run: `20261126T151626Z-cluster`, commit 39b70da with local changes\n\
-             - settings: CHAOS_PAUSE=5 s, INGEST_DELIVERY_TIMEOUT_MS=2000, CLICKHOUSE_INSERT_TIMEOUT_MS=2000\n\
+             - settings: CHAOS_PAUSE=5 s, INGEST_DELIVERY_TIMEOUT_MS=2000, CLICKHOUSE_INSERT_TIMEOUT_MS=2000, \
+             KAFKA_SESSION_TIMEOUT_MS=15000\n\
              - machine: 2 cores; load average 1.00 2.00 3.00 at the start, 4.00 5.00 6.00 at the end\n\
              - wall clock: 157 s, starting the pipeline and settling included\n\n\
              ## Events\n\n```text\nevents acknowledged: 1\n```\n\n## Faults\n"

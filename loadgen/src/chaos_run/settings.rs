@@ -46,6 +46,9 @@ pub struct Settings {
     pub delivery_ms: u64,
     /// `CLICKHOUSE_INSERT_TIMEOUT_MS` handed to the services.
     pub insert_ms: u64,
+    /// `KAFKA_SESSION_TIMEOUT_MS` handed to the consumer: how soon a killed consumer's
+    /// partitions are given to its successor.
+    pub session_ms: u64,
     pub topology: Topology,
 }
 
@@ -95,12 +98,16 @@ impl Settings {
                 "CHAOS_PAUSE must be a whole number of seconds, not '{text}'"
             ));
         };
-        let mut timeouts = [0; 2];
-        for (name, slot) in ["INGEST_DELIVERY_TIMEOUT_MS", "CLICKHOUSE_INSERT_TIMEOUT_MS"]
-            .into_iter()
-            .zip(&mut timeouts)
+        let mut timeouts = [0; 3];
+        for ((name, default), slot) in [
+            ("INGEST_DELIVERY_TIMEOUT_MS", "2000"),
+            ("CLICKHOUSE_INSERT_TIMEOUT_MS", "2000"),
+            ("KAFKA_SESSION_TIMEOUT_MS", "15000"),
+        ]
+        .into_iter()
+        .zip(&mut timeouts)
         {
-            let text = var(name, "2000");
+            let text = var(name, default);
             let Some(ms) = count(&text) else {
                 return refuse(format!(
                     "{name} must be a whole number of milliseconds, not '{text}'"
@@ -108,7 +115,7 @@ impl Settings {
             };
             *slot = ms;
         }
-        let [delivery_ms, insert_ms] = timeouts;
+        let [delivery_ms, insert_ms, session_ms] = timeouts;
         // A request answers 503 once librdkafka times its events out, which it checks about
         // once a second after the delivery timeout: a pause shorter than that + 2 s may
         // draw none.
@@ -116,6 +123,13 @@ impl Settings {
             return refuse(format!(
                 "CHAOS_PAUSE={pause} s does not outlast the delivery timeout ({delivery_ms} ms) \
                  + 2 s and the insert timeout ({insert_ms} ms) + 1 s"
+            ));
+        }
+        // A paused broker or ClickHouse must not cost the consumer its group membership.
+        if session_ms < pause * 1000 + 5000 {
+            return refuse(format!(
+                "KAFKA_SESSION_TIMEOUT_MS={session_ms} does not outlast CHAOS_PAUSE={pause} s \
+                 by 5 s"
             ));
         }
         let topology = match var("CLICKHOUSE_TOPOLOGY", "single").as_str() {
@@ -132,6 +146,7 @@ impl Settings {
             pause,
             delivery_ms,
             insert_ms,
+            session_ms,
             topology,
         })
     }
@@ -266,6 +281,7 @@ mod tests {
                 pause: 5,
                 delivery_ms: 2000,
                 insert_ms: 2000,
+                session_ms: 15000,
                 topology: Topology::Single
             }
         );
@@ -319,6 +335,11 @@ mod tests {
         // The insert timeout alone can be the one a pause does not outlast.
         assert!(parse(&["60"], &[("CLICKHOUSE_INSERT_TIMEOUT_MS", "4001")]).is_err());
         assert!(parse(&["60"], &[("CLICKHOUSE_INSERT_TIMEOUT_MS", "4000")]).is_ok());
+        assert_eq!(
+            refusal(&["60"], &[("KAFKA_SESSION_TIMEOUT_MS", "9999")]),
+            "KAFKA_SESSION_TIMEOUT_MS=9999 does not outlast CHAOS_PAUSE=5 s by 5 s"
+        );
+        assert!(parse(&["60"], &[("KAFKA_SESSION_TIMEOUT_MS", "10000")]).is_ok());
         assert_eq!(
             refusal(&["60"], &[("CLICKHOUSE_TOPOLOGY", "sharded")]),
             "CLICKHOUSE_TOPOLOGY must be single or cluster, not 'sharded'"
