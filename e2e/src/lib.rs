@@ -22,6 +22,7 @@ mod private_clickhouse;
 mod process;
 mod raw;
 mod services;
+mod steps;
 mod wait;
 
 // `self::`: the room, not the `clickhouse` crate of the same name.
@@ -48,4 +49,5 @@ pub use services::{
     start_config_api_with, start_consumer, start_consumer_counted, start_ingest,
     start_ingest_unready,
 };
+pub use steps::Steps;
 pub use wait::{eventually, until_ready};
