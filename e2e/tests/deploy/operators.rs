@@ -81,20 +81,80 @@ fn kubectl_kustomize(dir: &Path) -> Option<Vec<Value>> {
     )
 }
 
-/// deploy/k8s/operators: Kafka run by Strimzi (KRaft, one node pool of three, the topics)
-/// and ClickHouse by the Altinity operator (2 shards of 2 replicas, its Keeper), each
-/// resource passing its CRD's schema and a broken copy of each kind refused; the base's
-/// component `operators/settings` points the services at the Services those resources
-/// produce, with topic creation off, and the NetworkPolicies let each service reach them.
-#[test]
-fn the_operators_kafka_and_clickhouse_pass_their_crds_and_are_where_the_services_look() {
-    let operators = kustomization_files("deploy/k8s/operators");
-    let base = k8s_documents();
-    let pipeline = with_component(base.clone(), "operators/settings");
-    assert!(read("deploy/k8s/kustomization.yaml").contains("\n#   - operators/settings\n"));
+/// What the tests below read: deploy/k8s/operators (Kafka run by Strimzi, ClickHouse by
+/// the Altinity operator) and the base with its component `operators/settings`, which
+/// points the services at the Services those resources produce, with topic creation off.
+struct Manifests {
+    /// The base, as deployed without the component.
+    base: Vec<Value>,
+    /// deploy/k8s/operators.
+    operators: Vec<Value>,
+    /// The base with the component `operators/settings` turned on.
+    pipeline: Vec<Value>,
+}
 
-    // kustomize itself, where kubectl is installed, builds the same: the operators' folder,
-    // and the base with the component turned on (in a copy).
+impl Manifests {
+    fn read() -> Self {
+        let base = k8s_documents();
+        let pipeline = with_component(base.clone(), "operators/settings");
+        Self {
+            base,
+            operators: kustomization_files("deploy/k8s/operators"),
+            pipeline,
+        }
+    }
+
+    fn of_kind(&self, kind: &str) -> Vec<&Value> {
+        self.operators
+            .iter()
+            .filter(|d| d["kind"] == kind)
+            .collect()
+    }
+
+    fn one(&self, kind: &str) -> &Value {
+        let all = self.of_kind(kind);
+        assert_eq!(all.len(), 1, "one {kind}");
+        all[0]
+    }
+
+    /// `key` of the component's ConfigMap `map`.
+    fn setting(&self, map: &str, key: &str) -> String {
+        let doc = self
+            .pipeline
+            .iter()
+            .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == map)
+            .unwrap_or_else(|| panic!("no ConfigMap {map}"));
+        str_of(&doc["data"][key], key).to_owned()
+    }
+
+    fn number(&self, map: &str, key: &str) -> u64 {
+        self.setting(map, key)
+            .parse()
+            .unwrap_or_else(|e| panic!("{key}: {e}"))
+    }
+
+    /// The port of KAFKA_BROKERS.
+    fn kafka_port(&self) -> u64 {
+        let brokers = self.setting("kafka-settings", "KAFKA_BROKERS");
+        let (_, port) = brokers.rsplit_once(':').expect("host:port");
+        port.parse().expect("port")
+    }
+}
+
+fn namespace(d: &Value) -> String {
+    str_of(&d["metadata"]["namespace"], "namespace").to_owned()
+}
+
+/// kustomize itself, where kubectl is installed, builds the same: the operators' folder,
+/// and the base with the component turned on (in a copy).
+#[test]
+fn kubectl_kustomize_builds_the_operators_and_the_component_as_read() {
+    let Manifests {
+        operators,
+        pipeline,
+        ..
+    } = Manifests::read();
+    assert!(read("deploy/k8s/kustomization.yaml").contains("\n#   - operators/settings\n"));
     let dir = tempfile::tempdir().expect("folder");
     let copy = dir.path().join("k8s");
     copy_folder(&repo().join("deploy/k8s"), &copy);
@@ -122,8 +182,14 @@ fn the_operators_kafka_and_clickhouse_pass_their_crds_and_are_where_the_services
         }
         _ => eprintln!("no kubectl: the manifests are read from the kustomizations only"),
     }
+}
 
-    // Every custom resource passes its CRD's schema (e2e/tests/k8s-schemas/crds) ...
+/// Every custom resource passes its CRD's schema (e2e/tests/k8s-schemas/crds), and a
+/// broken copy of each kind fails, for the reason given.
+#[test]
+fn each_custom_resource_passes_its_crd_and_a_broken_copy_fails() {
+    let manifests = Manifests::read();
+    let operators = &manifests.operators;
     let kinds: BTreeSet<&str> = operators
         .iter()
         .map(|d| str_of(&d["kind"], "kind"))
@@ -138,16 +204,14 @@ fn the_operators_kafka_and_clickhouse_pass_their_crds_and_are_where_the_services
             "KafkaTopic",
         ])
     );
-    let (accepted, report) = validate_custom_resources(&operators);
+    let (accepted, report) = validate_custom_resources(operators);
     assert!(accepted, "{report}");
     assert_eq!(
         report.matches("valid: ").count(),
         operators.len(),
         "{report}"
     );
-    // ... and a broken copy of each kind fails, for the reason given.
-    let of_kind =
-        |kind: &str| -> Vec<&Value> { operators.iter().filter(|d| d["kind"] == kind).collect() };
+    // A broken copy of each kind.
     let breakages: [(&str, &str, &str, Value, &str); 6] = [
         (
             "Kafka",
@@ -188,7 +252,7 @@ fn the_operators_kafka_and_clickhouse_pass_their_crds_and_are_where_the_services
     ];
     let mut broken = vec![];
     for (kind, at, field, value, _) in &breakages {
-        let mut doc = of_kind(kind)[0].clone();
+        let mut doc = manifests.of_kind(kind)[0].clone();
         let mut node = &mut doc;
         for step in at.split('/').skip(1) {
             node = match step.parse::<usize>() {
@@ -215,33 +279,21 @@ fn the_operators_kafka_and_clickhouse_pass_their_crds_and_are_where_the_services
             "{kind} with {at}/{field}: {line}"
         );
     }
+}
 
-    let setting = |map: &str, key: &str| -> String {
-        let doc = pipeline
-            .iter()
-            .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == map)
-            .unwrap_or_else(|| panic!("no ConfigMap {map}"));
-        str_of(&doc["data"][key], key).to_owned()
-    };
-    let number = |map: &str, key: &str| -> u64 {
-        setting(map, key)
-            .parse()
-            .unwrap_or_else(|e| panic!("{key}: {e}"))
-    };
-    let namespace = |d: &Value| str_of(&d["metadata"]["namespace"], "namespace").to_owned();
-    let one = |kind: &str| -> &Value {
-        let all = of_kind(kind);
-        assert_eq!(all.len(), 1, "one {kind}");
-        all[0]
-    };
-
-    // Kafka in KRaft mode: one node pool of the Kafka, three nodes each a controller and a
-    // broker (a quorum of three, a broker for each of the topics' replicas).
-    let kafka = one("Kafka");
+/// Kafka in KRaft mode: one node pool of the Kafka, three nodes each a controller and a
+/// broker (a quorum of three, a broker for each of the topics' replicas). The services
+/// find it at Strimzi's bootstrap Service, on a plain listener's port, and leave the topics
+/// to the topic operator: the services' names, with the partitions, replicas and retention
+/// of kafka-settings.
+#[test]
+fn kafka_runs_in_kraft_with_the_services_topics_where_they_look() {
+    let m = Manifests::read();
+    let kafka = m.one("Kafka");
     let kafka_name = str_of(&kafka["metadata"]["name"], "name");
     let kafka_namespace = namespace(kafka);
     assert!(kafka["spec"]["zookeeper"].is_null(), "KRaft, no ZooKeeper");
-    let pool = one("KafkaNodePool");
+    let pool = m.one("KafkaNodePool");
     assert_eq!(pool["metadata"]["labels"]["strimzi.io/cluster"], kafka_name);
     assert_eq!(namespace(pool), kafka_namespace);
     assert_eq!(pool["spec"]["replicas"].as_u64(), Some(3));
@@ -249,7 +301,7 @@ fn the_operators_kafka_and_clickhouse_pass_their_crds_and_are_where_the_services
         pool["spec"]["roles"],
         serde_yaml::from_str::<Value>("[controller, broker]").expect("YAML")
     );
-    let replication = number("kafka-settings", "KAFKA_REPLICATION_FACTOR");
+    let replication = m.number("kafka-settings", "KAFKA_REPLICATION_FACTOR");
     assert!(replication <= 3, "more replicas than brokers");
     let config = &kafka["spec"]["kafka"]["config"];
     assert!(
@@ -262,7 +314,7 @@ fn the_operators_kafka_and_clickhouse_pass_their_crds_and_are_where_the_services
 
     // The services find it at Strimzi's bootstrap Service, on a plain listener's port, and
     // leave the topics to the topic operator.
-    let brokers = setting("kafka-settings", "KAFKA_BROKERS");
+    let brokers = m.setting("kafka-settings", "KAFKA_BROKERS");
     let (host, port) = brokers.rsplit_once(':').expect("host:port");
     let kafka_port: u64 = port.parse().expect("port");
     assert_eq!(
@@ -279,8 +331,9 @@ fn the_operators_kafka_and_clickhouse_pass_their_crds_and_are_where_the_services
                 && l["tls"] == false),
         "no plain internal listener on {kafka_port}"
     );
-    assert_eq!(setting("kafka-settings", "KAFKA_CREATE_TOPICS"), "false");
-    let base_setting = base
+    assert_eq!(m.setting("kafka-settings", "KAFKA_CREATE_TOPICS"), "false");
+    let base_setting = m
+        .base
         .iter()
         .find(|d| d["metadata"]["name"] == "kafka-settings")
         .expect("kafka-settings");
@@ -290,11 +343,12 @@ fn the_operators_kafka_and_clickhouse_pass_their_crds_and_are_where_the_services
     // replicas and retention of kafka-settings, managed by the Kafka above.
     for key in ["KAFKA_TOPIC", "KAFKA_DLQ_TOPIC"] {
         assert!(
-            pipeline.iter().all(|d| d["data"][key].is_null()),
+            m.pipeline.iter().all(|d| d["data"][key].is_null()),
             "{key} set: the topics would not be the services' defaults"
         );
     }
-    let topics: BTreeMap<&str, &Value> = of_kind("KafkaTopic")
+    let topics: BTreeMap<&str, &Value> = m
+        .of_kind("KafkaTopic")
         .into_iter()
         .map(|t| (str_of(&t["spec"]["topicName"], "topicName"), t))
         .collect();
@@ -305,8 +359,8 @@ fn the_operators_kafka_and_clickhouse_pass_their_crds_and_are_where_the_services
             kafka_kit::client::DEAD_LETTER_TOPIC
         ])
     );
-    let partitions = number("kafka-settings", "KAFKA_TOPIC_PARTITIONS");
-    let retention_ms = number("kafka-settings", "KAFKA_RETENTION_HOURS") * 3_600_000;
+    let partitions = m.number("kafka-settings", "KAFKA_TOPIC_PARTITIONS");
+    let retention_ms = m.number("kafka-settings", "KAFKA_RETENTION_HOURS") * 3_600_000;
     for (name, topic) in &topics {
         assert_eq!(
             topic["metadata"]["labels"]["strimzi.io/cluster"], kafka_name,
@@ -329,10 +383,15 @@ fn the_operators_kafka_and_clickhouse_pass_their_crds_and_are_where_the_services
             "{name}"
         );
     }
+}
 
-    // ClickHouse: the cluster of CLICKHOUSE_CLUSTER, 2 shards of 2 replicas, its replicas
-    // kept in step by the Keeper installation (Altinity's Service `keeper-<name>`).
-    let chi = one("ClickHouseInstallation");
+/// ClickHouse: the cluster of CLICKHOUSE_CLUSTER, 2 shards of 2 replicas, its replicas
+/// kept in step by the Keeper installation (Altinity's Service `keeper-<name>`), where the
+/// consumer writes each shard, as its user.
+#[test]
+fn clickhouse_is_two_shards_of_two_replicas_where_the_consumer_writes() {
+    let m = Manifests::read();
+    let chi = m.one("ClickHouseInstallation");
     let chi_name = str_of(&chi["metadata"]["name"], "name");
     let chi_namespace = namespace(chi);
     let clusters = chi["spec"]["configuration"]["clusters"]
@@ -341,7 +400,7 @@ fn the_operators_kafka_and_clickhouse_pass_their_crds_and_are_where_the_services
     assert_eq!(clusters.len(), 1);
     let cluster = str_of(&clusters[0]["name"], "cluster");
     assert_eq!(
-        setting("clickhouse-settings", "CLICKHOUSE_CLUSTER"),
+        m.setting("clickhouse-settings", "CLICKHOUSE_CLUSTER"),
         cluster
     );
     let layout = &clusters[0]["layout"];
@@ -350,7 +409,7 @@ fn the_operators_kafka_and_clickhouse_pass_their_crds_and_are_where_the_services
         layout["replicasCount"].as_u64().expect("replicasCount"),
     );
     assert_eq!((shards, replicas), (2, 2));
-    let keeper = one("ClickHouseKeeperInstallation");
+    let keeper = m.one("ClickHouseKeeperInstallation");
     assert_eq!(namespace(keeper), chi_namespace);
     assert_eq!(
         keeper["spec"]["configuration"]["clusters"][0]["layout"]["replicasCount"].as_u64(),
@@ -369,12 +428,12 @@ fn the_operators_kafka_and_clickhouse_pass_their_crds_and_are_where_the_services
     // operator gives each server (`chi-<installation>-<cluster>-<shard>-<replica>`), shard
     // by shard, as the consumer reads it; the installation's own Service
     // (`clickhouse-<installation>`, any server) is for reads.
-    let url = setting("clickhouse-settings", "CLICKHOUSE_URL");
+    let url = m.setting("clickhouse-settings", "CLICKHOUSE_URL");
     let args = schema::ClickHouseArgs {
         clickhouse_url: url.clone(),
         clickhouse_cluster: Some(cluster.to_owned()),
-        clickhouse_database: setting("clickhouse-settings", "CLICKHOUSE_DATABASE"),
-        clickhouse_user: setting("clickhouse-settings", "CLICKHOUSE_USER"),
+        clickhouse_database: m.setting("clickhouse-settings", "CLICKHOUSE_DATABASE"),
+        clickhouse_user: m.setting("clickhouse-settings", "CLICKHOUSE_USER"),
         clickhouse_password: String::new(),
     };
     let topology = schema::topology::Topology::from_args(&args).expect("a cluster");
@@ -401,16 +460,27 @@ fn the_operators_kafka_and_clickhouse_pass_their_crds_and_are_where_the_services
     );
     // The consumer's user, its password from a Secret of the installation's namespace.
     let users = &chi["spec"]["configuration"]["users"];
-    let user = setting("clickhouse-settings", "CLICKHOUSE_USER");
+    let user = m.setting("clickhouse-settings", "CLICKHOUSE_USER");
     assert!(
         users[format!("{user}/k8s_secret_password").as_str()]
             .as_str()
             .is_some_and(|s| s.starts_with(&format!("{chi_namespace}/"))),
         "{user}: no password from a Secret"
     );
+}
 
+/// Every key of the component's ConfigMaps is read by each binary that takes them, the
+/// NetworkPolicies let every pod that takes one reach what it names, and Kafka and
+/// ClickHouse live outside the pipeline's namespace.
+#[test]
+fn the_component_s_settings_are_read_and_its_policies_let_them_through() {
+    let m = Manifests::read();
+    let pipeline = &m.pipeline;
+    let kafka_namespace = namespace(m.one("Kafka"));
+    let kafka_port = m.kafka_port();
+    let chi_namespace = namespace(m.one("ClickHouseInstallation"));
     // Every key of the changed ConfigMaps is read by each binary that takes them.
-    let maps = config_maps(&pipeline);
+    let maps = config_maps(pipeline);
     for doc in pipeline
         .iter()
         .filter(|d| d["kind"] == "Deployment" || d["kind"] == "Job")
@@ -506,7 +576,7 @@ fn the_operators_kafka_and_clickhouse_pass_their_crds_and_are_where_the_services
     );
     // Kafka and ClickHouse live outside the pipeline's namespace (Pod Security
     // "restricted", default-deny policies).
-    for doc in &operators {
+    for doc in &m.operators {
         assert!(
             ["kafka", "clickhouse"].contains(&namespace(doc).as_str()),
             "{}",
