@@ -238,20 +238,64 @@ fn check_row(
     close(&what("srm_p_value"), row.srm_p_value, Some(srm));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn results_count_visitors_once_per_phase_and_match_independent_statistics() {
-    let file = SnapshotFile::new(&snapshot("r-1", 1, (50, 50)));
-    let names = ConsumerNames::unique();
-    let snapshot_flag = format!("--experiments-snapshot={}", file.path.display());
-    let (consumer, stats) = e2e::start_consumer_counted(e2e::consumer_config(
-        &names,
-        &[&snapshot_flag, "--snapshot-poll-interval-ms=100"],
-    ))
-    .await;
-    let ingest = e2e::start_ingest(e2e::ingest_config(&file.path, &names.topic, &[])).await;
+/// The services of the story below, its snapshot file, and phase 1's rows once stored.
+struct Views {
+    file: SnapshotFile,
+    names: ConsumerNames,
+    consumer: e2e::Running,
+    stats: std::sync::Arc<consumer::Stats>,
+    ingest: e2e::Running,
+    http: reqwest::Client,
+    ch: clickhouse::Client,
+}
 
-    // A 50/50 experiment with a deliberate sample-ratio mismatch (120 against 80), and a
-    // 50/25/25 one.
+impl Views {
+    async fn post(&self, batch: &Value) -> reqwest::Response {
+        self.http
+            .post(self.ingest.url("/api/v1/analytics"))
+            .header("X-public-key", KEY)
+            .json(batch)
+            .send()
+            .await
+            .expect("ingest answers")
+    }
+
+    fn inserted(&self) -> u64 {
+        self.stats
+            .rows_inserted
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    async fn metrics(&self) -> String {
+        e2e::metrics_text(&self.ingest.url("/metrics")).await
+    }
+
+    /// The snapshot changes refused so far by the consumer and by the ingest. (Both run
+    /// in this process: one /metrics text has both services' counters.)
+    async fn refused(&self) -> (f64, f64) {
+        let text = self.metrics().await;
+        let of = |service: &str| {
+            let name = format!("{service}_snapshot_reloads_total{{result=\"invalid\"}}");
+            e2e::metric(&text, &name).unwrap_or(0.0)
+        };
+        (of("consumer"), of("ingest"))
+    }
+
+    /// Replaces the snapshot with `document` and waits until both services refused it.
+    async fn refused_by_both(&self, document: &Value, what: &str) {
+        let before = self.refused().await;
+        self.file.replace(document);
+        e2e::eventually(WAIT, what, || async {
+            let now = self.refused().await;
+            (now.0 > before.0 && now.1 > before.1).then_some(())
+        })
+        .await;
+    }
+}
+
+/// A 50/50 experiment with a deliberate sample-ratio mismatch (120 against 80), and a
+/// 50/25/25 one; test sessions left out, and one visitor who saw both variants set apart.
+fn the_plan() -> Plan {
     let mut plan = Plan::new();
     plan.add("exp_ab", "var_a", 120, |i| match i % 8 {
         0 => Outcome::Converts,
@@ -286,7 +330,6 @@ async fn results_count_visitors_once_per_phase_and_match_independent_statistics(
             Outcome::Nothing
         }
     });
-    // Left out or set apart: test sessions, and one that saw both variants.
     for i in 0..3 {
         let session = format!("tester-{i}");
         let batch = session_batch(
@@ -311,17 +354,17 @@ async fn results_count_visitors_once_per_phase_and_match_independent_statistics(
     plan.batches.push(later_session(&mut both, 1));
     plan.batches.push(both);
     plan.expected.insert(("exp_ab", "__multiple__"), (1, 1));
+    plan
+}
 
-    let http = reqwest::Client::new();
-    let post = |batch: &Value| {
-        http.post(ingest.url("/api/v1/analytics"))
-            .header("X-public-key", KEY)
-            .json(batch)
-            .send()
-    };
+/// Sends the plan as clients and Kafka would deliver it: some batches retried whole (same
+/// eventIds, a later sentAt), crawlers and automated browsers beside (stored, flagged,
+/// left out of the results), and some messages delivered twice, byte for byte. Returns
+/// once every row is stored.
+async fn deliver(views: &Views, plan: &Plan) {
     let mut unique_events = 0;
     for batch in &plan.batches {
-        let response = post(batch).await.expect("ingest answers");
+        let response = views.post(batch).await;
         assert_eq!(
             response.status(),
             202,
@@ -330,15 +373,13 @@ async fn results_count_visitors_once_per_phase_and_match_independent_statistics(
         );
         unique_events += batch["events"].as_array().expect("events").len();
     }
-    // Clients retry some batches whole (same eventIds, a later sentAt)...
     let mut copies = 0;
     for batch in plan.batches.iter().step_by(7) {
         let mut again = batch.clone();
         again["sentAt"] = json!(batch["sentAt"].as_i64().expect("sentAt") + 1_500);
-        assert_eq!(post(&again).await.expect("ingest answers").status(), 202);
+        assert_eq!(views.post(&again).await.status(), 202);
         copies += batch["events"].as_array().expect("events").len();
     }
-    // Crawlers and automated browsers: stored, flagged, left out of the results.
     for (i, agent) in [
         "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
         "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) \
@@ -355,8 +396,9 @@ async fn results_count_visitors_once_per_phase_and_match_independent_statistics(
             false,
             None,
         );
-        let response = http
-            .post(ingest.url("/api/v1/analytics"))
+        let response = views
+            .http
+            .post(views.ingest.url("/api/v1/analytics"))
             .header("X-public-key", KEY)
             .header("User-Agent", agent)
             .json(&batch)
@@ -366,33 +408,129 @@ async fn results_count_visitors_once_per_phase_and_match_independent_statistics(
         assert_eq!(response.status(), 202);
         unique_events += 2;
     }
-    // ...and Kafka delivers some messages twice, byte for byte.
-    let published = e2e::read_topic(&names.topic, unique_events + copies, WAIT).await;
+    let published = e2e::read_topic(&views.names.topic, unique_events + copies, WAIT).await;
     let redelivered: Vec<(Option<&[u8]>, &[u8])> = published
         .iter()
         .step_by(5)
         .map(|m| (m.key(), m.payload().expect("payload")))
         .collect();
-    e2e::produce_all(&e2e::kafka_brokers(), &names.topic, &redelivered).await;
+    e2e::produce_all(&e2e::kafka_brokers(), &views.names.topic, &redelivered).await;
     copies += redelivered.len();
-    let stored = unique_events + copies;
+    let stored = (unique_events + copies) as u64;
     e2e::eventually(WAIT, &format!("{stored} rows inserted"), || async {
-        (stats
-            .rows_inserted
-            .load(std::sync::atomic::Ordering::Relaxed)
-            >= stored as u64)
-            .then_some(())
+        (views.inserted() >= stored).then_some(())
     })
     .await;
+}
 
+/// The weights of each experiment's variants, exp_ab's given.
+fn weights(experiment: &str, ab: (f64, f64)) -> BTreeMap<&'static str, f64> {
+    match experiment {
+        "exp_ab" => BTreeMap::from([("var_a", ab.0), ("var_b", ab.1)]),
+        _ => BTreeMap::from([("var_x", 50.0), ("var_y", 25.0), ("var_z", 25.0)]),
+    }
+}
+
+/// Every row's statistics against those computed here, exp_ab on `ab`.
+fn check_all(rows: &[ResultsRow], ab: (f64, f64)) {
+    for row in rows {
+        let all: Vec<&ResultsRow> = rows
+            .iter()
+            .filter(|r| r.experiment_id == row.experiment_id)
+            .collect();
+        let control = all
+            .iter()
+            .find(|r| r.is_control == 1)
+            .map(|r| (r.exposed, r.converted))
+            .expect("a control row");
+        assert_eq!(
+            row.is_control == 1,
+            ["var_a", "var_x"].contains(&row.variant_id.as_str()),
+            "{row:?}"
+        );
+        check_row(row, control, &weights(&row.experiment_id, ab), &all);
+    }
+}
+
+/// The visitors of each variant counted once per phase, and every statistic equal to one
+/// computed here; weights change only with a new phase, which counts its own visitors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_count_visitors_once_per_phase_and_match_independent_statistics() {
+    let file = SnapshotFile::new(&snapshot("r-1", 1, (50, 50)));
+    let names = ConsumerNames::unique();
+    let snapshot_flag = format!("--experiments-snapshot={}", file.path.display());
+    let (consumer, stats) = e2e::start_consumer_counted(e2e::consumer_config(
+        &names,
+        &[&snapshot_flag, "--snapshot-poll-interval-ms=100"],
+    ))
+    .await;
+    let ingest = e2e::start_ingest(e2e::ingest_config(&file.path, &names.topic, &[])).await;
     let ch = e2e::clickhouse(&names.database);
-    let bots: u64 = ch
+    let views = Views {
+        file,
+        names,
+        consumer,
+        stats,
+        ingest,
+        http: reqwest::Client::new(),
+        ch,
+    };
+    let plan = the_plan();
+    deliver(&views, &plan).await;
+
+    let mut steps = e2e::Steps::default();
+    let rows = results(&views.ch, 1).await;
+    steps
+        .run(
+            "phase 1",
+            phase_one_counts_and_statistics(&views, &plan, &rows),
+        )
+        .await;
+    steps
+        .run(
+            "weights without a phase",
+            views.refused_by_both(&snapshot("r-2", 1, (60, 40)), "the weight change refused"),
+        )
+        .await;
+    steps
+        .run("phase 2", a_new_phase_counts_its_own(&views, &rows))
+        .await;
+    // A new phase under the same version is refused as well: the stored definitions are
+    // kept per version, so phase 2's would be overwritten.
+    steps
+        .run(
+            "a phase under the same version",
+            views.refused_by_both(
+                &snapshot("r-3", 3, (60, 40)),
+                "a phase raised under the same version refused",
+            ),
+        )
+        .await;
+    steps
+        .run("window and tuning", the_window_and_tuning_arrive(&views))
+        .await;
+    let Views {
+        names,
+        consumer,
+        ingest,
+        ..
+    } = views;
+    ingest.stop().await.expect("ingest stops");
+    consumer.stop().await.expect("clean stop");
+    e2e::drop_database(&names.database).await;
+    steps.end();
+}
+
+/// Phase 1: the bots stored and flagged, each variant's visitors and conversions, their
+/// statistics, the mismatch seen, and the command's figures.
+async fn phase_one_counts_and_statistics(views: &Views, plan: &Plan, rows: &[ResultsRow]) {
+    let bots: u64 = views
+        .ch
         .query("SELECT uniqExact(event_id) FROM events WHERE is_bot = 1")
         .fetch_one()
         .await
         .expect("bots");
     assert_eq!(bots, 4, "the bots' events are stored, flagged");
-    let rows = results(&ch, 1).await;
     let got: BTreeMap<(String, String), (u64, u64)> = rows
         .iter()
         .map(|r| {
@@ -408,33 +546,7 @@ async fn results_count_visitors_once_per_phase_and_match_independent_statistics(
         .map(|((e, v), c)| ((e.to_string(), v.to_string()), *c))
         .collect();
     assert_eq!(got, want, "exposed and converted sessions per variant");
-
-    let weights = |experiment: &str, ab: (f64, f64)| -> BTreeMap<&'static str, f64> {
-        match experiment {
-            "exp_ab" => BTreeMap::from([("var_a", ab.0), ("var_b", ab.1)]),
-            _ => BTreeMap::from([("var_x", 50.0), ("var_y", 25.0), ("var_z", 25.0)]),
-        }
-    };
-    let check_all = |rows: &[ResultsRow], ab: (f64, f64)| {
-        for row in rows {
-            let all: Vec<&ResultsRow> = rows
-                .iter()
-                .filter(|r| r.experiment_id == row.experiment_id)
-                .collect();
-            let control = all
-                .iter()
-                .find(|r| r.is_control == 1)
-                .map(|r| (r.exposed, r.converted))
-                .expect("a control row");
-            assert_eq!(
-                row.is_control == 1,
-                ["var_a", "var_x"].contains(&row.variant_id.as_str()),
-                "{row:?}"
-            );
-            check_row(row, control, &weights(&row.experiment_id, ab), &all);
-        }
-    };
-    check_all(&rows, (50.0, 50.0));
+    check_all(rows, (50.0, 50.0));
     let ab = rows
         .iter()
         .find(|r| r.variant_id == "var_b")
@@ -443,30 +555,18 @@ async fn results_count_visitors_once_per_phase_and_match_independent_statistics(
         ab.srm_p_value.expect("srm") < 0.01,
         "the mismatch is seen: {ab:?}"
     );
+    check_command(&views.ch, plan, rows).await;
+}
 
-    check_command(&ch, &plan, &rows).await;
-
-    // New weights without a new phase are refused, by the consumer and the ingest alike.
-    // (Both run in this process: one /metrics text has both services' counters.)
-    let metrics = || async { e2e::metrics_text(&ingest.url("/metrics")).await };
-    let refused = |text: &str, service: &str| {
-        let name = format!("{service}_snapshot_reloads_total{{result=\"invalid\"}}");
-        e2e::metric(text, &name).unwrap_or(0.0)
-    };
-    let text = metrics().await;
-    let before = (refused(&text, "consumer"), refused(&text, "ingest"));
-    file.replace(&snapshot("r-2", 1, (60, 40)));
-    e2e::eventually(WAIT, "the weight change refused", || async {
-        let text = metrics().await;
-        (refused(&text, "consumer") > before.0 && refused(&text, "ingest") > before.1).then_some(())
-    })
-    .await;
-
-    // With a new phase they are taken; phase 1 keeps its weights, so 120 against 80 stays
-    // a mismatch there, and phase 2 counts its own visitors against 60/40.
-    file.replace(&snapshot("r-3", 2, (60, 40)));
+/// With a new phase the weights are taken; phase 1 keeps its weights, so 120 against 80
+/// stays a mismatch there, and phase 2 counts its own visitors against 60/40: 6 of var_a
+/// and 4 of var_b, half saying their phase, half leaving it to the ingest, which has the
+/// live one once it reloaded r-3.
+async fn a_new_phase_counts_its_own(views: &Views, phase_one: &[ResultsRow]) {
+    views.file.replace(&snapshot("r-3", 2, (60, 40)));
     e2e::eventually(WAIT, "version r-3 in experiment_variants_current", || async {
-        let version: String = ch
+        let version: String = views
+            .ch
             .query(
                 "SELECT any(version) FROM experiment_variants_current WHERE experiment_id = 'exp_ab'",
             )
@@ -476,19 +576,15 @@ async fn results_count_visitors_once_per_phase_and_match_independent_statistics(
         (version == "r-3").then_some(())
     })
     .await;
-    let again = results(&ch, 1).await;
+    let again = results(&views.ch, 1).await;
     check_all(&again, (50.0, 50.0));
-    assert_eq!(again[0].srm_p_value, rows[0].srm_p_value);
-    // Phase 2: 6 visitors of var_a and 4 of var_b; half say their phase, half leave it
-    // to the ingest, which has the live one once it reloaded r-3.
+    assert_eq!(again[0].srm_p_value, phase_one[0].srm_p_value);
     e2e::eventually(WAIT, "the ingest in phase 2", || async {
-        let text = metrics().await;
+        let text = views.metrics().await;
         (e2e::metric(&text, "ingest_snapshot_info{version=\"r-3\"}") == Some(1.0)).then_some(())
     })
     .await;
-    let before = stats
-        .rows_inserted
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let before = views.inserted();
     for (variant, n) in [("var_a", 6), ("var_b", 4)] {
         for i in 0..n {
             let mut batch = session_batch(
@@ -502,18 +598,14 @@ async fn results_count_visitors_once_per_phase_and_match_independent_statistics(
             if i % 2 == 0 {
                 batch["events"][0]["phase"] = json!(2);
             }
-            assert_eq!(post(&batch).await.expect("ingest answers").status(), 202);
+            assert_eq!(views.post(&batch).await.status(), 202);
         }
     }
     e2e::eventually(WAIT, "phase 2 rows inserted", || async {
-        (stats
-            .rows_inserted
-            .load(std::sync::atomic::Ordering::Relaxed)
-            >= before + 10)
-            .then_some(())
+        (views.inserted() >= before + 10).then_some(())
     })
     .await;
-    let second = results(&ch, 2).await;
+    let second = results(&views.ch, 2).await;
     let ab: Vec<&ResultsRow> = second
         .iter()
         .filter(|r| r.experiment_id == "exp_ab")
@@ -526,23 +618,13 @@ async fn results_count_visitors_once_per_phase_and_match_independent_statistics(
     );
     let srm = ab[0].srm_p_value.expect("srm");
     assert!((srm - 1.0).abs() < 1e-12, "6 against 4 on 60/40: {srm}");
-    // A new phase under the same version is refused as well: the stored definitions are
-    // kept per version, so phase 2's would be overwritten.
-    let text = metrics().await;
-    let before = (refused(&text, "consumer"), refused(&text, "ingest"));
-    file.replace(&snapshot("r-3", 3, (60, 40)));
-    e2e::eventually(
-        WAIT,
-        "a phase raised under the same version refused",
-        || async {
-            let text = metrics().await;
-            (refused(&text, "consumer") > before.0 && refused(&text, "ingest") > before.1)
-                .then_some(())
-        },
-    )
-    .await;
-    // The snapshot's window and tuning reach the definitions and the results.
-    let settings: (f64, f64) = ch
+}
+
+/// The snapshot's window and tuning reach the definitions and the results; the old
+/// version stays queryable, the refused one never came.
+async fn the_window_and_tuning_arrive(views: &Views) {
+    let settings: (f64, f64) = views
+        .ch
         .query(
             "SELECT any(conversion_window_hours), any(sequential_tuning) \
              FROM experiment_variants FINAL WHERE experiment_id = 'exp_abc'",
@@ -551,13 +633,15 @@ async fn results_count_visitors_once_per_phase_and_match_independent_statistics(
         .await
         .expect("definitions");
     assert_eq!(settings, (72.0, 8000.0));
-    let tunings: Vec<f64> = ch
+    let tunings: Vec<f64> = views
+        .ch
         .query("SELECT DISTINCT sequential_tuning FROM experiment_results WHERE experiment_id = 'exp_abc'")
         .fetch_all()
         .await
         .expect("results");
     assert_eq!(tunings, [8000.0], "exp_abc's N* from the snapshot");
-    let versions: u64 = ch
+    let versions: u64 = views
+        .ch
         .query("SELECT uniqExact(version) FROM experiment_variants WHERE experiment_id = 'exp_ab'")
         .fetch_one()
         .await
@@ -566,10 +650,6 @@ async fn results_count_visitors_once_per_phase_and_match_independent_statistics(
         versions, 2,
         "the old version stays queryable, the refused one never came"
     );
-
-    ingest.stop().await.expect("ingest stops");
-    consumer.stop().await.expect("clean stop");
-    e2e::drop_database(&names.database).await;
 }
 
 fn mean_and_variance(xs: &[f64]) -> (f64, f64) {
