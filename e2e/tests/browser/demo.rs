@@ -83,12 +83,39 @@ async fn the_demo_finds_its_planted_effect_and_no_other_and_its_report_shows_it_
     for row in &rows {
         println!("{row:?}");
     }
-    let of = |e: &str| {
-        rows.iter()
-            .filter(|r| r.experiment_id == e)
-            .collect::<Vec<_>>()
-    };
-    let (planted, null) = (of(PLANTED), of(NULL));
+    let planted = of_experiment(&rows, PLANTED);
+    let mut steps = e2e::Steps::default();
+    steps
+        .run("results", async { the_planted_effect_and_no_other(&rows) })
+        .await;
+    steps
+        .run("README", async { the_readme_shows_this_run(&planted) })
+        .await;
+    steps
+        .run(
+            "report",
+            the_report_shows_it_offline(&names.database, &planted),
+        )
+        .await;
+
+    ingest.stop().await.expect("ingest stops");
+    config_api.stop().await.expect("config-api stops");
+    consumer.stop().await.expect("consumer stops");
+    e2e::drop_database(&names.database).await;
+    steps.end();
+}
+
+/// The rows of `experiment`.
+fn of_experiment<'a>(rows: &'a [ResultsRow], experiment: &str) -> Vec<&'a ResultsRow> {
+    rows.iter()
+        .filter(|r| r.experiment_id == experiment)
+        .collect()
+}
+
+/// Every visitor exposed once; the SDK's hashing follows the weights; the planted +4 pp
+/// found and held by its interval, and no effect where none was planted.
+fn the_planted_effect_and_no_other(rows: &[ResultsRow]) {
+    let (planted, null) = (of_experiment(rows, PLANTED), of_experiment(rows, NULL));
     assert_eq!(planted.len(), 2, "control and treatment: {planted:?}");
     assert_eq!(null.len(), 3, "three variants: {null:?}");
     let visitors: u64 = planted.iter().map(|r| r.exposed).sum();
@@ -122,11 +149,13 @@ async fn the_demo_finds_its_planted_effect_and_no_other_and_its_report_shows_it_
             );
         }
     }
+}
 
-    // The README shows this run's answer.
+/// The README shows this run's answer.
+fn the_readme_shows_this_run(planted: &[&ResultsRow]) {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
         .expect("README");
-    for row in &planted {
+    for row in planted {
         let line = readme
             .lines()
             .find(|l| l.starts_with(&format!("{} ", row.variant_id)))
@@ -138,8 +167,11 @@ async fn the_demo_finds_its_planted_effect_and_no_other_and_its_report_shows_it_
             .collect();
         assert_eq!(counts, [row.exposed, row.converted], "README: {line}");
     }
+}
 
-    // The report of the planted experiment, in a real browser, offline.
+/// The report of the planted experiment, in a real browser, offline: no request, no wider
+/// than a phone, the command's figures, its verdicts and chart, and a screenshot.
+async fn the_report_shows_it_offline(database: &str, planted: &[&ResultsRow]) {
     let dir = tempfile::tempdir().expect("a folder");
     let report = dir.path().join("report.html");
     let screenshot = std::env::var("DEMO_SCREENSHOT")
@@ -150,7 +182,7 @@ async fn the_demo_finds_its_planted_effect_and_no_other_and_its_report_shows_it_
         .args([PLANTED, "--public-key", KEY, "--html"])
         .arg(&report)
         .env("CLICKHOUSE_URL", e2e::clickhouse_url())
-        .env("CLICKHOUSE_DATABASE", &names.database);
+        .env("CLICKHOUSE_DATABASE", database);
     let output = run_bounded(command, Duration::from_secs(30)).await;
     let table = String::from_utf8_lossy(&output.stdout);
     assert!(
@@ -199,7 +231,7 @@ async fn the_demo_finds_its_planted_effect_and_no_other_and_its_report_shows_it_
             .is_some_and(|s| s.starts_with("Sample ratio as expected"))
     );
     assert!(section["range"].as_str().is_some_and(|s| s.contains("UTC")));
-    for row in &planted {
+    for row in planted {
         let shown = section["rows"]
             .as_array()
             .and_then(|rows| {
@@ -250,11 +282,6 @@ async fn the_demo_finds_its_planted_effect_and_no_other_and_its_report_shows_it_
         png.starts_with(b"\x89PNG") && png.len() > 10_000,
         "a real screenshot"
     );
-
-    ingest.stop().await.expect("ingest stops");
-    config_api.stop().await.expect("config-api stops");
-    consumer.stop().await.expect("consumer stops");
-    e2e::drop_database(&names.database).await;
 }
 
 /// An event written straight into `events` (what the consumer would write).
@@ -337,26 +364,9 @@ fn sequential_srm(looks: &[Vec<f64>], weights: &[f64]) -> Vec<f64> {
     serde_json::from_value(answer["srm_sequential"][0].clone()).expect("p-values")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn results_over_time_equal_a_count_made_hour_by_hour_from_the_events() {
-    let database = e2e::unique("over_time");
-    let ch = e2e::clickhouse(&database);
-    schema::migrate(&e2e::clickhouse("default"), &database)
-        .await
-        .expect("migrations");
-
-    // Phase 1: 50/25/25 over nine hours with a gap (hours 3 and 4 have no first exposure),
-    // a visitor seeing two variants, conversions before exposure, in a later hour, test
-    // and bot visitors; phase 2 (50/50), a few visitors in two hours.
-    let base: i64 = 1_793_491_200_000; // 2026-11-01 00:00 UTC
-    let hour = 3_600_000;
-    let weights = [
-        ("var_x", 50.0, 1u32),
-        ("var_y", 25.0, 1),
-        ("var_z", 25.0, 1),
-        ("var_x", 50.0, 2),
-        ("var_y", 50.0, 2),
-    ];
+/// Phase 1's and phase 2's events: 700 visitors over their hours, some converting
+/// before exposure or in a later hour, a few seeing two variants, test and bot visitors.
+fn the_events(base: i64, hour: i64) -> Vec<Event> {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut events = Vec::new();
     for i in 0..700 {
@@ -403,58 +413,27 @@ async fn results_over_time_equal_a_count_made_hour_by_hour_from_the_events() {
         events.push(event("click", variant, at + 5_000));
     }
 
-    let rows: Vec<serde_json::Value> = events
-        .iter()
-        .enumerate()
-        .map(|(n, e)| {
-            serde_json::json!({
-                "event_id": uuid::Uuid::from_u128(n as u128 + 1).to_string(),
-                "received_at": e.at / 1000 + 5, "public_key": "pk_t", "event_name": e.name,
-                "experiment_id": "exp_t", "variant_id": e.variant,
-                "session_id": format!("{}-s", e.visitor), "visitor_id": e.visitor,
-                "phase": e.phase, "event_time": e.at, "received_at_ms": e.at + 5_000,
-                "test": u8::from(e.test), "is_bot": u8::from(e.bot),
-            })
-        })
-        .collect();
-    let body: String = rows.iter().map(|r| format!("{r}\n")).collect();
-    insert(&database, "events", body).await;
-    // Phase 1 is loaded the day before, phase 2 ten days after: phase 1's windows end
-    // then (no conversionWindowHours), past the conversions, and are past now.
-    let loaded_at = |phase: u32| base + if phase == 1 { -24 * hour } else { 240 * hour };
-    let definitions: String = weights
-        .iter()
-        .enumerate()
-        .map(|(i, (v, w, phase))| {
-            format!(
-                "{}\n",
-                serde_json::json!({ "experiment_id": "exp_t", "variant_id": v,
-                    "version": format!("t-{phase}"), "weight": w, "is_control": u8::from(*v == "var_x"),
-                    "status": "live", "parts": "{}", "loaded_at": loaded_at(*phase) + i as i64,
-                    "phase": phase })
-            )
-        })
-        .collect();
-    insert(&database, "experiment_variants", definitions).await;
+    events
+}
 
-    let got: Vec<ResultsOverTimeRow> = ch
-        .query(
-            "SELECT ?fields FROM experiment_results_over_time WHERE public_key = 'pk_t' AND experiment_id = 'exp_t' \
-             ORDER BY phase, hour, variant_id",
-        )
-        .fetch_all()
-        .await
-        .expect("experiment_results_over_time");
+/// A row of the over-time view as computed here: (phase, hour, variant, exposed,
+/// converted, mature visitors), then diff, ci_low, ci_high, p_value, srm, av_low, av_high.
+type Want = ((u32, u32, String, u64, u64, u64), [Option<f64>; 7]);
 
-    // The same, here: per phase, every hour with a visitor's first exposure, conversion or
-    // window end; at each, each variant's visitors as of its end, and the statistics of
-    // docs/results.md.
-    let mut want = Vec::new();
+/// The same, here: per phase, every hour with a visitor's first exposure, conversion or
+/// window end; at each, each variant's visitors as of its end, and the statistics of
+/// docs/results.md.
+fn expected_rows(
+    events: &[Event],
+    weights: &[(&str, f64, u32)],
+    loaded_at: impl Fn(u32) -> i64,
+) -> Vec<Want> {
+    let mut want: Vec<Want> = Vec::new();
     for (phase, weights, window_end) in [
         (1, &weights[..3], Some(loaded_at(2) + 3)),
         (2, &weights[3..], None),
     ] {
-        let visitors = visitors_of(&events, phase, window_end);
+        let visitors = visitors_of(events, phase, window_end);
         let hours: BTreeSet<u32> = visitors
             .iter()
             .flat_map(|v| [Some(v.exposed_from), v.converted_from, v.mature_from])
@@ -528,6 +507,11 @@ async fn results_over_time_equal_a_count_made_hour_by_hour_from_the_events() {
             }
         }
     }
+    want
+}
+
+/// Each row of the view equal to the one computed here; phase 1's hours, returned.
+fn compare_rows(got: &[ResultsOverTimeRow], want: &[Want]) -> BTreeSet<u32> {
     assert_eq!(got.len(), want.len(), "rows: {got:#?}");
     let hours: BTreeSet<u32> = got
         .iter()
@@ -538,7 +522,7 @@ async fn results_over_time_equal_a_count_made_hour_by_hour_from_the_events() {
         hours.len() > 8,
         "the hours with a first exposure, a conversion or a window's end: {hours:?}"
     );
-    for (row, (key, stats)) in got.iter().zip(&want) {
+    for (row, (key, stats)) in got.iter().zip(want) {
         let what = format!("phase {} hour {} {}", row.phase, row.hour, row.variant_id);
         assert_eq!(
             (
@@ -572,6 +556,75 @@ async fn results_over_time_equal_a_count_made_hour_by_hour_from_the_events() {
             }
         }
     }
+    hours
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_over_time_equal_a_count_made_hour_by_hour_from_the_events() {
+    let database = e2e::unique("over_time");
+    let ch = e2e::clickhouse(&database);
+    schema::migrate(&e2e::clickhouse("default"), &database)
+        .await
+        .expect("migrations");
+
+    // Phase 1: 50/25/25 over nine hours with a gap (hours 3 and 4 have no first exposure),
+    // a visitor seeing two variants, conversions before exposure, in a later hour, test
+    // and bot visitors; phase 2 (50/50), a few visitors in two hours.
+    let base: i64 = 1_793_491_200_000; // 2026-11-01 00:00 UTC
+    let hour = 3_600_000;
+    let weights = [
+        ("var_x", 50.0, 1u32),
+        ("var_y", 25.0, 1),
+        ("var_z", 25.0, 1),
+        ("var_x", 50.0, 2),
+        ("var_y", 50.0, 2),
+    ];
+    let events = the_events(base, hour);
+    let rows: Vec<serde_json::Value> = events
+        .iter()
+        .enumerate()
+        .map(|(n, e)| {
+            serde_json::json!({
+                "event_id": uuid::Uuid::from_u128(n as u128 + 1).to_string(),
+                "received_at": e.at / 1000 + 5, "public_key": "pk_t", "event_name": e.name,
+                "experiment_id": "exp_t", "variant_id": e.variant,
+                "session_id": format!("{}-s", e.visitor), "visitor_id": e.visitor,
+                "phase": e.phase, "event_time": e.at, "received_at_ms": e.at + 5_000,
+                "test": u8::from(e.test), "is_bot": u8::from(e.bot),
+            })
+        })
+        .collect();
+    let body: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    insert(&database, "events", body).await;
+    // Phase 1 is loaded the day before, phase 2 ten days after: phase 1's windows end
+    // then (no conversionWindowHours), past the conversions, and are past now.
+    let loaded_at = |phase: u32| base + if phase == 1 { -24 * hour } else { 240 * hour };
+    let definitions: String = weights
+        .iter()
+        .enumerate()
+        .map(|(i, (v, w, phase))| {
+            format!(
+                "{}\n",
+                serde_json::json!({ "experiment_id": "exp_t", "variant_id": v,
+                    "version": format!("t-{phase}"), "weight": w, "is_control": u8::from(*v == "var_x"),
+                    "status": "live", "parts": "{}", "loaded_at": loaded_at(*phase) + i as i64,
+                    "phase": phase })
+            )
+        })
+        .collect();
+    insert(&database, "experiment_variants", definitions).await;
+
+    let got: Vec<ResultsOverTimeRow> = ch
+        .query(
+            "SELECT ?fields FROM experiment_results_over_time WHERE public_key = 'pk_t' AND experiment_id = 'exp_t' \
+             ORDER BY phase, hour, variant_id",
+        )
+        .fetch_all()
+        .await
+        .expect("experiment_results_over_time");
+
+    let want = expected_rows(&events, &weights, loaded_at);
+    let hours = compare_rows(&got, &want);
     // The last hour of each phase is the all-time answer.
     let last: Vec<(String, u64, u64)> = got
         .iter()
