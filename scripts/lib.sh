@@ -102,6 +102,31 @@ ensure_stats_python() {
   fi
 }
 
+# The build cache, for scripts/test. A checkout without a target/ (a clean clone) gets one
+# that links to cargo's target folder kept on this machine between runs, outside the
+# repository, as CI systems keep theirs: the dependencies are compiled once, not on every
+# clone (cargo rebuilds whatever changed; the workspace's crates, for a clone elsewhere).
+# One run uses it at a time (its pid in CACHE.pid, not a lock that the servers it starts
+# would inherit): a run that finds it taken, or SPLIT_BUILD_CACHE=off, builds in a
+# target/ of its own. Past 40 GB it is emptied first. A checkout with a target/ keeps it.
+use_build_cache() {
+  local cache="${SPLIT_BUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/split-testing/target}"
+  [ ! -e "$REPO/target" ] && [ ! -L "$REPO/target" ] && [ "$cache" != off ] || return 0
+  if kill -0 "$(cat "$cache.pid" 2>/dev/null)" 2>/dev/null; then
+    log "the build cache $cache is in use by another run: building in target/"
+    return 0
+  fi
+  mkdir -p "$cache"
+  BUILD_CACHE_PID="$cache.pid"
+  echo $$ >"$BUILD_CACHE_PID"
+  if [ "$(du -s --block-size=1G "$cache" | cut -f1)" -gt 40 ]; then
+    log "the build cache $cache is over 40 GB: emptied"
+    rm -rf "$cache" && mkdir -p "$cache"
+  fi
+  ln -s "$cache" "$REPO/target"
+  log "target/ is the build cache $cache"
+}
+
 # "${STACK[@]}" COMMAND ARGS...: the `stack` binary (stack-kit/src/main.rs), which starts
 # and stops the servers, each recorded by a pid file; build_stack builds it.
 STACK=("$REPO/target/release/stack" --repo "$REPO")

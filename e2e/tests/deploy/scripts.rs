@@ -80,3 +80,68 @@ fn every_script_answers_help_and_refuses_unknown_options_touching_nothing() {
         );
     }
 }
+
+/// `use_build_cache` (scripts/lib.sh, for scripts/test): a clean checkout's target/ links
+/// to the cache and the run's pid marks it taken; while that run lives another checkout
+/// builds in a target/ of its own; a checkout with a target/ keeps it; `off` turns it off.
+#[test]
+fn a_clean_checkout_builds_in_the_cache_one_run_at_a_time() {
+    let dir = tempfile::tempdir().expect("temporary folder");
+    let cache = dir.path().join("cache/target");
+    let checkout = |name: &str| {
+        let repo = dir.path().join(name);
+        std::fs::create_dir(&repo).expect("folder");
+        repo
+    };
+    // Runs use_build_cache in `repo` as a run of pid `$$`, then prints $BUILD_CACHE_PID.
+    let use_cache = |repo: &Path, setting: &Path| {
+        let script = format!(
+            "source {} && REPO={} && BUILD_CACHE_PID= && use_build_cache && \
+             echo \"$BUILD_CACHE_PID\"",
+            repo_script("lib.sh"),
+            repo.display()
+        );
+        let out = std::process::Command::new("bash")
+            .args(["-c", &script])
+            .env("SPLIT_BUILD_CACHE", setting)
+            .output()
+            .expect("bash runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let first = checkout("first");
+    let pid_file = use_cache(&first, &cache);
+    assert_eq!(pid_file, format!("{}.pid", cache.display()));
+    assert_eq!(
+        std::fs::read_link(first.join("target")).expect("a link"),
+        cache
+    );
+    // The run that took it has ended: its pid is stale, so the next one takes it.
+    let second = checkout("second");
+    use_cache(&second, &cache);
+    assert_eq!(
+        std::fs::read_link(second.join("target")).expect("a link"),
+        cache
+    );
+    // A live run holds it: another checkout builds on its own.
+    std::fs::write(&pid_file, std::process::id().to_string()).expect("written");
+    let third = checkout("third");
+    assert_eq!(use_cache(&third, &cache), "");
+    assert!(
+        !third.join("target").exists(),
+        "a target/ of its own, made by cargo"
+    );
+    // A checkout with a target/, and the setting `off`: nothing changes.
+    let own = checkout("own");
+    std::fs::create_dir(own.join("target")).expect("folder");
+    std::fs::remove_file(&pid_file).expect("removed");
+    assert_eq!(use_cache(&own, &cache), "");
+    assert!(own.join("target").is_dir() && !own.join("target").is_symlink());
+    let off = checkout("off");
+    assert_eq!(use_cache(&off, Path::new("off")), "");
+    assert!(!off.join("target").exists());
+}
+
+fn repo_script(name: &str) -> String {
+    repo().join("scripts").join(name).display().to_string()
+}
