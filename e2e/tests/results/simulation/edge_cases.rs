@@ -92,8 +92,7 @@ fn edge_cases() -> Vec<(&'static str, Case)> {
 /// Every column of the view, for edge-case counts, against the reference.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edge_case_rows_equal_the_reference() {
-    let server = PrivateClickHouse::start().await;
-    let mut db = Database::new(&server).await;
+    let mut db = Database::new().await;
     let cases = edge_cases();
     let definitions: Vec<_> = cases
         .iter()

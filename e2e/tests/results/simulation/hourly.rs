@@ -133,8 +133,7 @@ async fn hourly(db: &mut Database, sim: &Hourly, rng: &mut Rng) -> Seen {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hourly_looks_at_a_a_experiments_keep_their_error_rates_on_every_split() {
     const EXPERIMENTS: usize = 100;
-    let server = PrivateClickHouse::start().await;
-    let mut db = Database::new(&server).await;
+    let mut db = Database::new().await;
     let mut rng = Rng::new(41);
     let (_, hi) = band(EXPERIMENTS as u64, 0.05);
     let mut failures = Vec::new();
@@ -192,8 +191,7 @@ async fn hourly_looks_at_a_a_experiments_keep_their_error_rates_on_every_split()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_treatments_keep_the_family_wise_error_rate_under_hourly_looks() {
     const EXPERIMENTS: usize = 150;
-    let server = PrivateClickHouse::start().await;
-    let mut db = Database::new(&server).await;
+    let mut db = Database::new().await;
     let mut rng = Rng::new(4_444);
     let arm = Arm {
         weight: 20.0,
@@ -225,8 +223,7 @@ async fn four_treatments_keep_the_family_wise_error_rate_under_hourly_looks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn converting_sooner_is_no_effect_on_the_mature_windowed_result() {
     const EXPERIMENTS: usize = 100;
-    let server = PrivateClickHouse::start().await;
-    let mut db = Database::new(&server).await;
+    let mut db = Database::new().await;
     let mut rng = Rng::new(96);
     let arm = |delay_hours| Arm {
         weight: 50.0,
@@ -294,8 +291,7 @@ async fn a_realistic_effect_is_found_with_the_power_planned() {
         / (p1 - p0))
         .powi(2)
         .ceil();
-    let server = PrivateClickHouse::start().await;
-    let mut db = Database::new(&server).await;
+    let mut db = Database::new().await;
     let mut rng = Rng::new(8_080);
     let arm = |rate| Arm {
         weight: 50.0,

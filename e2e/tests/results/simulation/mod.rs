@@ -20,7 +20,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::Instant;
 
-use e2e::PrivateClickHouse;
 use schema::ResultsRow;
 use serde_json::{Value, json};
 use statrs::distribution::{Binomial, ChiSquared, ContinuousCDF, DiscreteCDF, Normal};
@@ -28,7 +27,8 @@ use stats::{Rng, assert_close, bucket, reference};
 
 const KEY: &str = "pk_sim";
 
-/// A database with the consumer's schema in a private ClickHouse, and raw inserts.
+/// A database of the test's own with the consumer's schema on the shared ClickHouse, and
+/// raw inserts; dropped with it.
 struct Database {
     url: String,
     name: String,
@@ -37,13 +37,29 @@ struct Database {
     next_event: u64,
 }
 
+impl Drop for Database {
+    /// The shared server keeps no simulation's rows. On a thread and a runtime of its own:
+    /// the test's runtime may have a single thread, which this would block.
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(e2e::drop_database(&name));
+        });
+        let _ = dropped.join();
+    }
+}
+
 impl Database {
-    async fn new(server: &PrivateClickHouse) -> Self {
+    async fn new() -> Self {
         let name = e2e::unique("sim_");
-        let client = e2e::clickhouse_at(&server.url(), &name);
+        let client = e2e::clickhouse(&name);
         schema::migrate(&client, &name).await.expect("migrations");
         Self {
-            url: server.url(),
+            url: e2e::clickhouse_url(),
             name,
             client,
             http: reqwest::Client::new(),
@@ -315,8 +331,7 @@ async fn a_a_experiments_keep_their_error_rates_under_20_looks() {
     const VISITORS: usize = 1_000;
     const LOOKS: usize = 20;
     let started = Instant::now();
-    let server = PrivateClickHouse::start().await;
-    let mut db = Database::new(&server).await;
+    let mut db = Database::new().await;
     let ids: Vec<String> = (0..EXPERIMENTS).map(|i| format!("exp_aa_{i:04}")).collect();
     let Looked {
         min_fixed,
@@ -412,8 +427,7 @@ async fn a_a_experiments_keep_their_error_rates_under_20_looks() {
 async fn a_a_on_a_ramped_split_with_rare_conversions_keeps_its_error_rates() {
     const EXPERIMENTS: usize = 300;
     let started = Instant::now();
-    let server = PrivateClickHouse::start().await;
-    let mut db = Database::new(&server).await;
+    let mut db = Database::new().await;
     let ids: Vec<String> = (0..EXPERIMENTS)
         .map(|i| format!("exp_ramp_{i:04}"))
         .collect();
@@ -454,8 +468,7 @@ async fn a_a_on_a_ramped_split_with_rare_conversions_keeps_its_error_rates() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_weight_change_shows_no_effect_per_phase() {
     const VISITORS: usize = 20_000;
-    let server = PrivateClickHouse::start().await;
-    let mut db = Database::new(&server).await;
+    let mut db = Database::new().await;
     let id = "exp_weights".to_owned();
     let phase = |phase: u32, a: f64, b: f64| Definition {
         experiment: id.clone(),
