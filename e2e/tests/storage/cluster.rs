@@ -507,20 +507,33 @@ async fn a_replica_crashed_or_hung_mid_stream_loses_and_duplicates_nothing() {
     let (_turn, cluster) = Cluster::take_turn().await;
     let names = ConsumerNames::unique();
     let url = format!("--clickhouse-url={}", cluster.url);
-    // Default settings: a hung replica costs one insert timeout (30 s).
+    // A hung replica costs one insert timeout: 5 s here (the default is 30 s).
     let consumer = e2e::start_consumer(e2e::consumer_config(
         &names,
-        &[&url, "--clickhouse-cluster=analytics"],
+        &[
+            &url,
+            "--clickhouse-cluster=analytics",
+            "--insert-timeout-ms=5000",
+        ],
     ))
     .await;
 
     let brokers = e2e::kafka_brokers();
     let topic = names.topic.clone();
     let group = names.group.clone();
-    // 50 events every 250 ms for about 70 s, in sessions of both shards.
+    // 50 events every 250 ms, in sessions of both shards, until the faults are over and
+    // for 5 s after (at most 150 s).
+    let faults_over = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let over = faults_over.clone();
     let producer = tokio::spawn(async move {
-        let mut sent = 0u64;
-        for round in 0..280 {
+        let (mut sent, mut after) = (0u64, 0);
+        for round in 0..600 {
+            if after == 20 {
+                break;
+            }
+            if over.load(std::sync::atomic::Ordering::Relaxed) {
+                after += 1;
+            }
             let payloads: Vec<Vec<u8>> = (0..50)
                 .map(|i| {
                     let session = format!("{group}-{round}-{i}");
@@ -566,6 +579,7 @@ async fn a_replica_crashed_or_hung_mid_stream_loses_and_duplicates_nothing() {
     )
     .await;
     drop(hung);
+    faults_over.store(true, std::sync::atomic::Ordering::Relaxed);
 
     let sent = producer.await.expect("producer ran");
     assert_landed_once(&cluster, &names.database, sent).await;
