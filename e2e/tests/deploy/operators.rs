@@ -133,11 +133,11 @@ impl Manifests {
             .unwrap_or_else(|e| panic!("{key}: {e}"))
     }
 
-    /// The port of KAFKA_BROKERS.
-    fn kafka_port(&self) -> u64 {
+    /// KAFKA_BROKERS: its host and port.
+    fn kafka_bootstrap(&self) -> (String, u64) {
         let brokers = self.setting("kafka-settings", "KAFKA_BROKERS");
-        let (_, port) = brokers.rsplit_once(':').expect("host:port");
-        port.parse().expect("port")
+        let (host, port) = brokers.rsplit_once(':').expect("host:port");
+        (host.to_owned(), port.parse().expect("port"))
     }
 }
 
@@ -314,9 +314,7 @@ fn kafka_runs_in_kraft_with_the_services_topics_where_they_look() {
 
     // The services find it at Strimzi's bootstrap Service, on a plain listener's port, and
     // leave the topics to the topic operator.
-    let brokers = m.setting("kafka-settings", "KAFKA_BROKERS");
-    let (host, port) = brokers.rsplit_once(':').expect("host:port");
-    let kafka_port: u64 = port.parse().expect("port");
+    let (host, kafka_port) = m.kafka_bootstrap();
     assert_eq!(
         host,
         format!("{kafka_name}-kafka-bootstrap.{kafka_namespace}.svc")
@@ -477,7 +475,7 @@ fn the_component_s_settings_are_read_and_its_policies_let_them_through() {
     let m = Manifests::read();
     let pipeline = &m.pipeline;
     let kafka_namespace = namespace(m.one("Kafka"));
-    let kafka_port = m.kafka_port();
+    let (_, kafka_port) = m.kafka_bootstrap();
     let chi_namespace = namespace(m.one("ClickHouseInstallation"));
     // Every key of the changed ConfigMaps is read by each binary that takes them.
     let maps = config_maps(pipeline);

@@ -250,14 +250,16 @@ struct Views {
 }
 
 impl Views {
-    async fn post(&self, batch: &Value) -> reqwest::Response {
+    /// A batch of the site's as a browser sends it.
+    fn request(&self, batch: &Value) -> reqwest::RequestBuilder {
         self.http
             .post(self.ingest.url("/api/v1/analytics"))
             .header("X-public-key", KEY)
             .json(batch)
-            .send()
-            .await
-            .expect("ingest answers")
+    }
+
+    async fn post(&self, batch: &Value) -> reqwest::Response {
+        self.request(batch).send().await.expect("ingest answers")
     }
 
     fn inserted(&self) -> u64 {
@@ -397,11 +399,8 @@ async fn deliver(views: &Views, plan: &Plan) {
             None,
         );
         let response = views
-            .http
-            .post(views.ingest.url("/api/v1/analytics"))
-            .header("X-public-key", KEY)
+            .request(&batch)
             .header("User-Agent", agent)
-            .json(&batch)
             .send()
             .await
             .expect("ingest answers");
