@@ -133,13 +133,15 @@ async fn hourly(db: &mut Database, sim: &Hourly, rng: &mut Rng) -> Seen {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hourly_looks_at_a_a_experiments_keep_their_error_rates_on_every_split() {
     const EXPERIMENTS: usize = 100;
-    let mut db = Database::new().await;
     let mut rng = Rng::new(41);
     let (_, hi) = band(EXPERIMENTS as u64, 0.05);
     let mut failures = Vec::new();
     for (control, visitors) in [(50.0, 2_000), (10.0, 5_000), (2.0, 10_000)] {
         for rate in [0.01, 0.10] {
             let started = Instant::now();
+            // A database per split and rate: the view reads every experiment of its
+            // database, and each look would read the earlier ones' events too.
+            let mut db = Database::new().await;
             let arm = |weight| Arm {
                 weight,
                 rate,
