@@ -699,7 +699,7 @@ SELECT
         NULL) AS srm_p_value,
     if(testable,
         least(1, family * sqrt(1 + n_rho2)
-            * exp(-pow(raw_diff / se, 2) / 2 * n_rho2 / (1 + n_rho2))),
+            * exp(-pow(raw_diff / se_always_valid, 2) / 2 * n_rho2 / (1 + n_rho2))),
         NULL) AS always_valid_p_value,
     if(testable, raw_diff - always_valid_half, NULL) AS always_valid_ci_low,
     if(testable, raw_diff + always_valid_half, NULL) AS always_valid_ci_high,
@@ -713,7 +713,7 @@ SELECT
     if(mature_testable, erfc(abs(mature_raw_diff / mature_se_null) / sqrt(2)), NULL) AS mature_p_value,
     if(mature_testable,
         least(1, family * sqrt(1 + mature_n_rho2)
-            * exp(-pow(mature_raw_diff / mature_se, 2) / 2 * mature_n_rho2 / (1 + mature_n_rho2))),
+            * exp(-pow(mature_raw_diff / mature_se_always_valid, 2) / 2 * mature_n_rho2 / (1 + mature_n_rho2))),
         NULL) AS mature_always_valid_p_value,
     if(mature_testable, mature_raw_diff - mature_always_valid_half, NULL) AS mature_always_valid_ci_low,
     if(mature_testable, mature_raw_diff + mature_always_valid_half, NULL) AS mature_always_valid_ci_high,
@@ -735,6 +735,10 @@ FROM (
             AS pooled_rate,
         sqrt(pooled_rate * (1 - pooled_rate) * (1 / exposed + 1 / control_exposed))
             AS se_null,
+        -- The always-valid test's: the larger of the two. The unpooled one alone shrinks
+        -- with a small arm's rare conversions (1 of 700 against 133 of 13,300 read as
+        -- p = 1.6e-5); the pooled one alone with a small arm's many. docs/results.md.
+        greatest(se, se_null) AS se_always_valid,
         controls = 1 AND control_exposed > 0 AND variant_id != '__multiple__' AND defined = 1
             AS comparable,
         -- No statistic where an arm's variance is zero (no conversion, or all converted)
@@ -757,7 +761,8 @@ FROM (
             '') AS no_test_reason,
         (exposed + control_exposed) * (family_bound + log(family_bound + 1)) / tuning
             AS n_rho2,
-        se * sqrt((1 + n_rho2) / n_rho2 * (log(1 + n_rho2) + family_bound))
+        se_always_valid
+            * sqrt((1 + n_rho2) / n_rho2 * (log(1 + n_rho2) + family_bound))
             AS always_valid_half,
         mature_converted / mature_exposed AS mature_arm_rate,
         mature_control_converted / mature_control_exposed AS mature_control_rate,
@@ -770,6 +775,10 @@ FROM (
             AS mature_pooled_rate,
         sqrt(mature_pooled_rate * (1 - mature_pooled_rate) * (1 / mature_exposed + 1 / mature_control_exposed))
             AS mature_se_null,
+        -- The always-valid test's: the larger of the two. The unpooled one alone shrinks
+        -- with a small arm's rare conversions (1 of 700 against 133 of 13,300 read as
+        -- p = 1.6e-5); the pooled one alone with a small arm's many. docs/results.md.
+        greatest(mature_se, mature_se_null) AS mature_se_always_valid,
         controls = 1 AND mature_control_exposed > 0 AND variant_id != '__multiple__' AND defined = 1
             AS mature_comparable,
         -- No statistic where an arm's variance is zero (no conversion, or all converted)
@@ -792,7 +801,8 @@ FROM (
             '') AS mature_no_test_reason,
         (mature_exposed + mature_control_exposed) * (family_bound + log(family_bound + 1)) / tuning
             AS mature_n_rho2,
-        mature_se * sqrt((1 + mature_n_rho2) / mature_n_rho2 * (log(1 + mature_n_rho2) + family_bound))
+        mature_se_always_valid
+            * sqrt((1 + mature_n_rho2) / mature_n_rho2 * (log(1 + mature_n_rho2) + family_bound))
             AS mature_always_valid_half,
         -- The treatments the always-valid verdicts share their error rate across
         -- (Bonferroni): the phase's defined variants with a weight, the control aside.
@@ -884,7 +894,7 @@ SELECT
     if(srm_k >= 2 AND srm_n > 0, srm_sequential_p, NULL) AS srm_p_value,
     if(testable,
         least(1, family * sqrt(1 + n_rho2)
-            * exp(-pow(raw_diff / se, 2) / 2 * n_rho2 / (1 + n_rho2))),
+            * exp(-pow(raw_diff / se_always_valid, 2) / 2 * n_rho2 / (1 + n_rho2))),
         NULL) AS always_valid_p_value,
     if(testable, raw_diff - always_valid_half, NULL) AS always_valid_ci_low,
     if(testable, raw_diff + always_valid_half, NULL) AS always_valid_ci_high,
@@ -898,7 +908,7 @@ SELECT
     if(mature_testable, erfc(abs(mature_raw_diff / mature_se_null) / sqrt(2)), NULL) AS mature_p_value,
     if(mature_testable,
         least(1, family * sqrt(1 + mature_n_rho2)
-            * exp(-pow(mature_raw_diff / mature_se, 2) / 2 * mature_n_rho2 / (1 + mature_n_rho2))),
+            * exp(-pow(mature_raw_diff / mature_se_always_valid, 2) / 2 * mature_n_rho2 / (1 + mature_n_rho2))),
         NULL) AS mature_always_valid_p_value,
     if(mature_testable, mature_raw_diff - mature_always_valid_half, NULL) AS mature_always_valid_ci_low,
     if(mature_testable, mature_raw_diff + mature_always_valid_half, NULL) AS mature_always_valid_ci_high,
@@ -920,6 +930,10 @@ FROM (
             AS pooled_rate,
         sqrt(pooled_rate * (1 - pooled_rate) * (1 / exposed + 1 / control_exposed))
             AS se_null,
+        -- The always-valid test's: the larger of the two. The unpooled one alone shrinks
+        -- with a small arm's rare conversions (1 of 700 against 133 of 13,300 read as
+        -- p = 1.6e-5); the pooled one alone with a small arm's many. docs/results.md.
+        greatest(se, se_null) AS se_always_valid,
         controls = 1 AND control_exposed > 0 AND variant_id != '__multiple__' AND defined = 1
             AS comparable,
         -- No statistic where an arm's variance is zero (no conversion, or all converted)
@@ -942,7 +956,8 @@ FROM (
             '') AS no_test_reason,
         (exposed + control_exposed) * (family_bound + log(family_bound + 1)) / tuning
             AS n_rho2,
-        se * sqrt((1 + n_rho2) / n_rho2 * (log(1 + n_rho2) + family_bound))
+        se_always_valid
+            * sqrt((1 + n_rho2) / n_rho2 * (log(1 + n_rho2) + family_bound))
             AS always_valid_half,
         mature_converted / mature_exposed AS mature_arm_rate,
         mature_control_converted / mature_control_exposed AS mature_control_rate,
@@ -955,6 +970,10 @@ FROM (
             AS mature_pooled_rate,
         sqrt(mature_pooled_rate * (1 - mature_pooled_rate) * (1 / mature_exposed + 1 / mature_control_exposed))
             AS mature_se_null,
+        -- The always-valid test's: the larger of the two. The unpooled one alone shrinks
+        -- with a small arm's rare conversions (1 of 700 against 133 of 13,300 read as
+        -- p = 1.6e-5); the pooled one alone with a small arm's many. docs/results.md.
+        greatest(mature_se, mature_se_null) AS mature_se_always_valid,
         controls = 1 AND mature_control_exposed > 0 AND variant_id != '__multiple__' AND defined = 1
             AS mature_comparable,
         -- No statistic where an arm's variance is zero (no conversion, or all converted)
@@ -977,7 +996,8 @@ FROM (
             '') AS mature_no_test_reason,
         (mature_exposed + mature_control_exposed) * (family_bound + log(family_bound + 1)) / tuning
             AS mature_n_rho2,
-        mature_se * sqrt((1 + mature_n_rho2) / mature_n_rho2 * (log(1 + mature_n_rho2) + family_bound))
+        mature_se_always_valid
+            * sqrt((1 + mature_n_rho2) / mature_n_rho2 * (log(1 + mature_n_rho2) + family_bound))
             AS mature_always_valid_half,
         -- The treatments the always-valid verdicts share their error rate across
         -- (Bonferroni): the phase's defined variants with a weight, the control aside.
@@ -1326,10 +1346,10 @@ SELECT
             log(pow(abs(t_stat), 2) / ((dof) + pow(abs(t_stat), 2))))))))))), NULL) AS p_value,
     if(testable,
         least(1, family * sqrt(1 + n_rho2)
-            * exp(-pow(raw_diff / se, 2) / 2 * n_rho2 / (1 + n_rho2))),
+            * exp(-pow(raw_diff / se_always_valid, 2) / 2 * n_rho2 / (1 + n_rho2))),
         NULL) AS always_valid_p_value,
-    if(testable, raw_diff - se * always_valid_factor, NULL) AS always_valid_ci_low,
-    if(testable, raw_diff + se * always_valid_factor, NULL) AS always_valid_ci_high,
+    if(testable, raw_diff - se_always_valid * always_valid_factor, NULL) AS always_valid_ci_low,
+    if(testable, raw_diff + se_always_valid * always_valid_factor, NULL) AS always_valid_ci_high,
     -- GrowthBook's Bayesian normal approximation with its default (improper) prior.
     if(testable, 0.5 * erfc(-better_sign * raw_diff / se / sqrt(2)), NULL)
         AS chance_to_beat_control,
@@ -1337,8 +1357,9 @@ SELECT
     -- the two-sided test restricted to harmful effects).
     if(testable AND role = 'guardrail',
         least(1, family * sqrt(1 + n_rho2)
-            * exp(-pow(raw_diff / se, 2) / 2 * n_rho2 / (1 + n_rho2))
-            / (2 * 0.5 * erfc(better_sign * raw_diff / se * sqrt(n_rho2 / (1 + n_rho2))
+            * exp(-pow(raw_diff / se_always_valid, 2) / 2 * n_rho2 / (1 + n_rho2))
+            / (2 * 0.5 * erfc(better_sign * raw_diff / se_always_valid
+                * sqrt(n_rho2 / (1 + n_rho2))
                 / sqrt(2)))),
         NULL) AS always_valid_harm_p_value,
     -- CUPED: the covariate is the same metric in the lookback before exposure, its
@@ -1366,11 +1387,11 @@ SELECT
             log(pow(abs(cuped_t_stat), 2) / ((cuped_dof) + pow(abs(cuped_t_stat), 2))))))))))), NULL) AS cuped_p_value,
     if(cuped_testable,
         least(1, family * sqrt(1 + n_rho2)
-            * exp(-pow(cuped_raw_diff / cuped_se, 2) / 2 * n_rho2 / (1 + n_rho2))),
+            * exp(-pow(cuped_raw_diff / cuped_se_always_valid, 2) / 2 * n_rho2 / (1 + n_rho2))),
         NULL) AS cuped_always_valid_p_value,
-    if(cuped_testable, cuped_raw_diff - cuped_se * always_valid_factor, NULL)
+    if(cuped_testable, cuped_raw_diff - cuped_se_always_valid * always_valid_factor, NULL)
         AS cuped_always_valid_ci_low,
-    if(cuped_testable, cuped_raw_diff + cuped_se * always_valid_factor, NULL)
+    if(cuped_testable, cuped_raw_diff + cuped_se_always_valid * always_valid_factor, NULL)
         AS cuped_always_valid_ci_high,
     if(cuped_testable, 1 - cuped_variance / variance, NULL) AS cuped_variance_reduction,
     cap,
@@ -1523,6 +1544,14 @@ SELECT *, 1.959963984540054
         (sy / n - theta * sx / n) - (sy_a / n_a - theta * sx_a / n_a) AS cuped_raw_diff,
         cuped_var_b / n + cuped_var_a / n_a AS cuped_variance,
         sqrt(greatest(cuped_variance, 0)) AS cuped_se,
+        -- The always-valid tests' standard error: the larger of the unpooled one and the
+        -- one under no effect, from both arms' values together (a ratio keeps its delta
+        -- method's). docs/results.md.
+        if(kind = 'ratio', variance, joint_var_y * (1 / n + 1 / n_a)) AS null_variance,
+        sqrt(greatest(variance, null_variance)) AS se_always_valid,
+        (joint_var_y + theta * theta * joint_var_x - 2 * theta * joint_cov) * (1 / n + 1 / n_a)
+            AS cuped_null_variance,
+        sqrt(greatest(greatest(cuped_variance, cuped_null_variance), 0)) AS cuped_se_always_valid,
         -- Welch-Satterthwaite's degrees of freedom, as gbstats has them.
         pow(variance, 2) / (pow(var_b, 2) / (pow(n, 2) * (n - 1))
             + pow(var_a, 2) / (pow(n_a, 2) * (n_a - 1))) AS dof,

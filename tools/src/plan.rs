@@ -320,7 +320,8 @@ pub fn always_valid_threshold(visitors: f64, mixture: Mixture, alpha: f64) -> f6
 pub fn always_valid_power(c: Comparison, n: f64, alpha: f64, mixture: Mixture, looks: u32) -> f64 {
     // X(t) = z(t)·√t, t the share of the planned visitors seen: a Brownian motion with drift
     // θ = E[z at n]. Look j at t = j/L rejects where |X| ≥ b_j = c(n·t)·√t.
-    let drift = c.diff().abs() * n.sqrt() / c.sd_alternative();
+    // The view divides by the larger of the unpooled and the pooled standard error.
+    let drift = c.diff().abs() * n.sqrt() / c.sd_alternative().max(c.sd_null());
     let pair = n * (1.0 + c.ratio);
     let step = 1.0 / f64::from(looks);
     let bounds: Vec<f64> = (1..=looks)
@@ -776,7 +777,7 @@ mod tests {
         // One look: P(|N(θ, 1)| ≥ c) exactly.
         let c = even(0.10, 0.02);
         for n in [2000.0, 8000.0, 20_000.0] {
-            let theta = 0.02 * f64::sqrt(n) / c.sd_alternative();
+            let theta = 0.02 * f64::sqrt(n) / c.sd_alternative().max(c.sd_null());
             let z = always_valid_threshold(2.0 * n, ONE, 0.05);
             let want = normal_cdf(theta - z) + normal_cdf(-theta - z);
             let got = always_valid_power(c, n, 0.05, ONE, 1);

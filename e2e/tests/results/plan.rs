@@ -206,7 +206,11 @@ fn always_valid_p(treatments: u32, [n1, x1, n0, x0]: [u64; 4]) -> Option<f64> {
         return None;
     }
     let (r1, r0) = (x1 as f64 / n1 as f64, x0 as f64 / n0 as f64);
-    let se = (r1 * (1.0 - r1) / n1 as f64 + r0 * (1.0 - r0) / n0 as f64).sqrt();
+    let unpooled = (r1 * (1.0 - r1) / n1 as f64 + r0 * (1.0 - r0) / n0 as f64).sqrt();
+    let pooled = (x1 + x0) as f64 / (n1 + n0) as f64;
+    let se_null = (pooled * (1.0 - pooled) * (1.0 / n1 as f64 + 1.0 / n0 as f64)).sqrt();
+    // The larger of the two, as the view has it.
+    let se = unpooled.max(se_null);
     let family = f64::from(treatments);
     let bound = 5.991_464_547_107_982 + 2.0 * family.ln();
     let v = (n1 + n0) as f64 * (bound + (bound + 1.0).ln()) / TUNING;

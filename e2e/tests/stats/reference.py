@@ -103,7 +103,10 @@ def pair(case):
         z_test = {"ci": interval(low, high), "p_value": float(p_pooled)}
     out["z_test"] = z_test
     # The view's always-valid interval: gbstats' sequential two-sided test, absolute
-    # difference; its p-value from the mixture likelihood ratio, computed here.
+    # difference, on the larger of the unpooled standard error (gbstats') and the pooled
+    # one under no effect (statsmodels' proportions_ztest's): its half-width scaled by
+    # their ratio. Its p-value from the mixture likelihood ratio, computed here with the
+    # same standard error.
     always_valid = None
     if se > 0 and testable:
         tuning = float(case.get("tuning", 5000))
@@ -117,15 +120,20 @@ def pair(case):
         seq = SequentialTwoSidedTTest(
             ProportionStatistic(n=n0, sum=x0), ProportionStatistic(n=n1, sum=x1), config
         )
+        pooled = (x1 + x0) / (n1 + n0)
+        se_null = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n0))
+        widen = max(1.0, se_null / se)
         low, high = seq.confidence_interval
+        half = (high - low) / 2 * widen
         n = n0 + n1
         rho2 = (-2 * np.log(alpha) + np.log(-2 * np.log(alpha) + 1)) / tuning
-        z = (p1 - p0) / se
+        z = (p1 - p0) / max(se, se_null)
         p_mixture = float(np.sqrt(1 + n * rho2) * np.exp(-(z * z / 2) * n * rho2 / (1 + n * rho2)))
         always_valid = {
-            "ci": interval(low, high),
+            "ci": interval(out["diff"] - half, out["diff"] + half),
             "p_value": min(1.0, family * p_mixture),
-            "p_value_gbstats": min(1.0, family * float(seq.p_value)),
+            # gbstats' own p-value, where its (unpooled) standard error is the larger.
+            "p_value_gbstats": min(1.0, family * float(seq.p_value)) if widen == 1.0 else None,
         }
     out["always_valid"] = always_valid
     return out
@@ -288,14 +296,36 @@ def metrics(case):
             )
             return n, stat(ys, n), adjusted
 
+        def always_valid(sequential, variance, null_variance, n):
+            """The always-valid p-value and interval on the larger of gbstats' variance of
+            the difference and the one under no effect: gbstats' interval widened by
+            their ratio, the mixture's p-value computed with gbstats' rho."""
+            v = max(variance, null_variance)
+            d = sequential.point_estimate
+            low, high = sequential.confidence_interval
+            half = (high - low) / 2 * math.sqrt(v / variance)
+            n_rho2 = n * sequential.rho ** 2
+            p = math.sqrt(1 + n_rho2) * math.exp(-d * d / (2 * v) * n_rho2 / (1 + n_rho2))
+            return float(min(1.0, k * p)), [float(d - half), float(d + half)], v
+
         n_a, a, a_adj = arm(metric["control"])
         for variant in metric["variants"]:
             n_b, b, b_adj = arm(variant)
+            # Both arms' values as one sample: the variance of a visitor's value under no
+            # effect (a ratio keeps its own).
+            both = [r for r in rows if r[0] in (variant, metric["control"])]
+            joint = None if kind == "ratio" else stat([r[1] for r in both], len(both))
             absolute = FrequentistConfig(difference_type="absolute")
             fixed = TwoSidedTTest(a, b, absolute)
             sequential = SequentialTwoSidedTTest(
                 a, b, SequentialConfig(difference_type="absolute", alpha=alpha,
                                        sequential_tuning_parameter=case["tuning"]))
+            null_variance = (
+                fixed.variance if joint is None else joint.variance * (1 / n_a + 1 / n_b)
+            )
+            av_p, av_ci, av_variance = always_valid(
+                sequential, fixed.variance, null_variance, n_a + n_b
+            )
             better = metric.get("higher_is_better", True)
             bayes = EffectBayesianABTest(
                 a, b, EffectBayesianConfig(difference_type="absolute", inverse=not better)
@@ -308,15 +338,15 @@ def metrics(case):
                 "diff": float(fixed.point_estimate),
                 "ci": [float(c) for c in fixed.confidence_interval],
                 "p_value": float(fixed.p_value),
-                "always_valid_p_value": float(min(1.0, k * sequential.p_value)),
-                "always_valid_ci": [float(c) for c in sequential.confidence_interval],
+                "always_valid_p_value": av_p,
+                "always_valid_ci": av_ci,
                 "chance_to_beat_control": float(bayes.chance_to_win),
                 "cap": cap,
             }
             if metric.get("role") == "guardrail":
                 # The mixture N(0, tau^2) of the always-valid test (tau^2 = N rho^2 V),
                 # restricted to the harmful half-line (density doubled), integrated.
-                variance = fixed.variance
+                variance = av_variance
                 n_rho2 = (n_a + n_b) * sequential.rho ** 2
                 tau2 = n_rho2 * variance
                 d = fixed.point_estimate
@@ -335,17 +365,78 @@ def metrics(case):
                 seq_adj = SequentialTwoSidedTTest(
                     a_adj, b_adj, SequentialConfig(difference_type="absolute", alpha=alpha,
                                                    sequential_tuning_parameter=case["tuning"]))
+                ys, xs = [r[1] for r in both], [r[3] for r in both]
+                joint_adj = RegressionAdjustedStatistic(
+                    n=len(both),
+                    post_statistic=stat(ys, len(both)),
+                    pre_statistic=stat(xs, len(both)),
+                    post_pre_sum_of_products=sum(y * x for y, x in zip(ys, xs)),
+                    theta=theta,
+                )
+                cuped_p, cuped_ci, _ = always_valid(
+                    seq_adj, fixed_adj.variance,
+                    joint_adj.variance * (1 / n_a + 1 / n_b), n_a + n_b,
+                )
                 row["cuped"] = {
                     "theta": float(theta),
                     "diff": float(fixed_adj.point_estimate),
                     "ci": [float(c) for c in fixed_adj.confidence_interval],
                     "p_value": float(fixed_adj.p_value),
-                    "always_valid_p_value": float(min(1.0, k * seq_adj.p_value)),
-                    "always_valid_ci": [float(c) for c in seq_adj.confidence_interval],
+                    "always_valid_p_value": cuped_p,
+                    "always_valid_ci": cuped_ci,
                     "variance_reduction": float(1 - fixed_adj.variance / fixed.variance),
                 }
             out.append(row)
     return out
+
+
+def a_a_looks(case):
+    """A/A experiments simulated on counts, many at once (numpy): visitors split by
+    `weights` (the control first) at one `rate`, `looks` equal chunks, after each the
+    always-valid p-value of every treatment against the control at 5% / treatments, with
+    the view's guard. Answers the share of (experiment, treatment) pairs and of experiments
+    with p < 0.05 at some look, for the view's standard error (the larger of unpooled and
+    pooled) and for the unpooled one alone."""
+    rng = np.random.default_rng(case["seed"])
+    weights = np.array(case["weights"], dtype=float)
+    weights /= weights.sum()
+    arms, e, looks = len(weights), case["experiments"], case["looks"]
+    k = arms - 1
+    min_visitors, min_conversions = case["minimums"]
+    bound = -2 * math.log(ALPHA / k)
+    rho2 = (bound + math.log(bound + 1)) / case["tuning"]
+    n = np.zeros((e, arms))
+    x = np.zeros((e, arms))
+    rules = ("view", "unpooled")
+    crossed = {r: np.zeros((e, k), dtype=bool) for r in rules}
+    for look in range(looks):
+        chunk = (look + 1) * case["visitors"] // looks - look * case["visitors"] // looks
+        new = rng.multinomial(chunk, weights, size=e)
+        n += new
+        x += rng.binomial(new.astype(np.int64), case["rate"])
+        n0, x0 = n[:, 0], x[:, 0]
+        for t in range(1, arms):
+            n1, x1 = n[:, t], x[:, t]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                testable = (
+                    (0 < x1) & (x1 < n1) & (0 < x0) & (x0 < n0)
+                    & (np.minimum(n1, n0) >= min_visitors)
+                    & (x1 + x0 >= min_conversions)
+                    & (n1 + n0 - x1 - x0 >= min_conversions)
+                )
+                p1, p0 = x1 / n1, x0 / n0
+                se = np.sqrt(p1 * (1 - p1) / n1 + p0 * (1 - p0) / n0)
+                pooled = (x1 + x0) / (n1 + n0)
+                se_null = np.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n0))
+                n_rho2 = (n1 + n0) * rho2
+                for rule, s in (("view", np.maximum(se, se_null)), ("unpooled", se)):
+                    z = (p1 - p0) / s
+                    p = k * np.sqrt(1 + n_rho2) * np.exp(-z * z / 2 * n_rho2 / (1 + n_rho2))
+                    crossed[rule][:, t - 1] |= testable & (p < ALPHA)
+    return {
+        rule: {"comparisons": float(c.mean()), "experiments": float(c.any(axis=1).mean())}
+        for rule, c in crossed.items()
+    }
 
 
 def main():
@@ -359,6 +450,7 @@ def main():
             "srm": [srm(c) for c in request.get("srm", [])],
             "srm_sequential": [srm_sequential(c) for c in request.get("srm_sequential", [])],
             "metrics": [metrics(c) for c in request.get("metrics", [])],
+            "a_a_looks": [a_a_looks(c) for c in request.get("a_a_looks", [])],
         }
     json.dump(answer, sys.stdout)
 

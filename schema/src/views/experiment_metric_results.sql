@@ -10,10 +10,10 @@ SELECT
     if(testable, {t_p_value}, NULL) AS p_value,
     if(testable,
         least(1, family * sqrt(1 + n_rho2)
-            * exp(-pow(raw_diff / se, 2) / 2 * n_rho2 / (1 + n_rho2))),
+            * exp(-pow(raw_diff / se_always_valid, 2) / 2 * n_rho2 / (1 + n_rho2))),
         NULL) AS always_valid_p_value,
-    if(testable, raw_diff - se * always_valid_factor, NULL) AS always_valid_ci_low,
-    if(testable, raw_diff + se * always_valid_factor, NULL) AS always_valid_ci_high,
+    if(testable, raw_diff - se_always_valid * always_valid_factor, NULL) AS always_valid_ci_low,
+    if(testable, raw_diff + se_always_valid * always_valid_factor, NULL) AS always_valid_ci_high,
     -- GrowthBook's Bayesian normal approximation with its default (improper) prior.
     if(testable, 0.5 * erfc(-better_sign * raw_diff / se / sqrt(2)), NULL)
         AS chance_to_beat_control,
@@ -21,8 +21,9 @@ SELECT
     -- the two-sided test restricted to harmful effects).
     if(testable AND role = 'guardrail',
         least(1, family * sqrt(1 + n_rho2)
-            * exp(-pow(raw_diff / se, 2) / 2 * n_rho2 / (1 + n_rho2))
-            / (2 * 0.5 * erfc(better_sign * raw_diff / se * sqrt(n_rho2 / (1 + n_rho2))
+            * exp(-pow(raw_diff / se_always_valid, 2) / 2 * n_rho2 / (1 + n_rho2))
+            / (2 * 0.5 * erfc(better_sign * raw_diff / se_always_valid
+                * sqrt(n_rho2 / (1 + n_rho2))
                 / sqrt(2)))),
         NULL) AS always_valid_harm_p_value,
     -- CUPED: the covariate is the same metric in the lookback before exposure, its
@@ -34,11 +35,11 @@ SELECT
     if(cuped_testable, {cuped_t_p_value}, NULL) AS cuped_p_value,
     if(cuped_testable,
         least(1, family * sqrt(1 + n_rho2)
-            * exp(-pow(cuped_raw_diff / cuped_se, 2) / 2 * n_rho2 / (1 + n_rho2))),
+            * exp(-pow(cuped_raw_diff / cuped_se_always_valid, 2) / 2 * n_rho2 / (1 + n_rho2))),
         NULL) AS cuped_always_valid_p_value,
-    if(cuped_testable, cuped_raw_diff - cuped_se * always_valid_factor, NULL)
+    if(cuped_testable, cuped_raw_diff - cuped_se_always_valid * always_valid_factor, NULL)
         AS cuped_always_valid_ci_low,
-    if(cuped_testable, cuped_raw_diff + cuped_se * always_valid_factor, NULL)
+    if(cuped_testable, cuped_raw_diff + cuped_se_always_valid * always_valid_factor, NULL)
         AS cuped_always_valid_ci_high,
     if(cuped_testable, 1 - cuped_variance / variance, NULL) AS cuped_variance_reduction,
     cap,
@@ -81,6 +82,14 @@ SELECT *, {t_quantile_0}, {cuped_t_quantile_0} FROM (
         (sy / n - theta * sx / n) - (sy_a / n_a - theta * sx_a / n_a) AS cuped_raw_diff,
         cuped_var_b / n + cuped_var_a / n_a AS cuped_variance,
         sqrt(greatest(cuped_variance, 0)) AS cuped_se,
+        -- The always-valid tests' standard error: the larger of the unpooled one and the
+        -- one under no effect, from both arms' values together (a ratio keeps its delta
+        -- method's). docs/results.md.
+        if(kind = 'ratio', variance, joint_var_y * (1 / n + 1 / n_a)) AS null_variance,
+        sqrt(greatest(variance, null_variance)) AS se_always_valid,
+        (joint_var_y + theta * theta * joint_var_x - 2 * theta * joint_cov) * (1 / n + 1 / n_a)
+            AS cuped_null_variance,
+        sqrt(greatest(greatest(cuped_variance, cuped_null_variance), 0)) AS cuped_se_always_valid,
         -- Welch-Satterthwaite's degrees of freedom, as gbstats has them.
         pow(variance, 2) / (pow(var_b, 2) / (pow(n, 2) * (n - 1))
             + pow(var_a, 2) / (pow(n_a, 2) * (n_a - 1))) AS dof,

@@ -9,6 +9,10 @@
             AS {p}pooled_rate,
         sqrt({p}pooled_rate * (1 - {p}pooled_rate) * (1 / {p}exposed + 1 / {p}control_exposed))
             AS {p}se_null,
+        -- The always-valid test's: the larger of the two. The unpooled one alone shrinks
+        -- with a small arm's rare conversions (1 of 700 against 133 of 13,300 read as
+        -- p = 1.6e-5); the pooled one alone with a small arm's many. docs/results.md.
+        greatest({p}se, {p}se_null) AS {p}se_always_valid,
         controls = 1 AND {p}control_exposed > 0 AND variant_id != '__multiple__' AND defined = 1
             AS {p}comparable,
         -- No statistic where an arm's variance is zero (no conversion, or all converted)
@@ -31,5 +35,6 @@
             '') AS {p}no_test_reason,
         ({p}exposed + {p}control_exposed) * (family_bound + log(family_bound + 1)) / tuning
             AS {p}n_rho2,
-        {p}se * sqrt((1 + {p}n_rho2) / {p}n_rho2 * (log(1 + {p}n_rho2) + family_bound))
+        {p}se_always_valid
+            * sqrt((1 + {p}n_rho2) / {p}n_rho2 * (log(1 + {p}n_rho2) + family_bound))
             AS {p}always_valid_half
