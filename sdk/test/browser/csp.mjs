@@ -21,20 +21,40 @@ site((url) => {
 });
 
 test("under style-src 'self', no frame shows the original text, and nothing is refused", T, async () => {
-  const { ctx } = await context(
-    sampleFrames(1500) +
-      `window.refused = [];
+  const start = async () => {
+    const { ctx } = await context(
+      sampleFrames(1500) +
+        `window.refused = [];
 document.addEventListener("securitypolicyviolation", (e) => refused.push(e.violatedDirective + " " + e.blockedURI));`,
-  );
-  // The answer takes 400 ms: some 24 frames before it on the first view.
-  await slowAnswers(ctx, 400);
+    );
+    // The answer takes 400 ms: some 24 frames before it on the first view.
+    await slowAnswers(ctx, 400);
+    return ctx;
+  };
+  let ctx = await start();
   let variant;
   let visitor;
-  for (const view of ["first", "repeat"]) {
+  // A first view whose answer came after the 800 ms failsafe (a loaded machine) rightly
+  // keeps the original text, and says so in the log: it is made again in a fresh browser
+  // context (twice at most), since it tells nothing of how the parts wait.
+  let late = 0;
+  const views = ["first", "repeat"];
+  for (let i = 0; i < views.length; i += 1) {
+    const view = views[i];
     const page = await ctx.newPage();
+    const log = [];
+    page.on("console", (m) => log.push(m.text()));
     await page.goto(origin + "/csp");
     await page.evaluate(() => window.splitReady);
     await sleep(1200);
+    if (log.some((l) => l.includes("failsafe: originals kept"))) {
+      assert.ok(view === "first" && late < 2, `${view}: the failsafe passed before the answer, ${late + 1} times`);
+      late += 1;
+      await ctx.close();
+      ctx = await start();
+      i -= 1;
+      continue;
+    }
     variant ??= await page.evaluate((e) => Split.variant(e), EXP);
     visitor ??= await page.evaluate(() => localStorage.getItem("split_vid"));
     const frames = await page.evaluate(() => frames_);
