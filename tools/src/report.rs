@@ -310,8 +310,8 @@ const STYLE: &str = "\
 body{font:16px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0;\
 padding:16px;color:#1d2329;background:#fff;max-width:960px;margin:auto}\
 h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.15em;margin:1.6em 0 .4em}\
-.meta{color:#56606b;font-size:.9em}.srm{padding:8px 12px;border-radius:6px;\
-background:#e6f4ea}.srm.alarm{background:#fde2e1;font-weight:600}\
+.meta{color:#56606b;font-size:.9em}.srm,.multiple{padding:8px 12px;border-radius:6px;\
+background:#e6f4ea;margin:4px 0}.alarm{background:#fde2e1;font-weight:600}\
 .scroll{overflow-x:auto}table{border-collapse:collapse;width:100%;font-size:.92em}\
 th,td{padding:6px 8px;border-bottom:1px solid #dde1e6;text-align:right;vertical-align:top}\
 th:first-child,td:first-child{text-align:left}.verdicts{padding-left:1.2em}\
@@ -361,12 +361,18 @@ pub fn page(experiment: &str, sections: &[Section]) -> String {
             );
         }
         let (status, alarm) = srm_status(report.srm_p_value);
-        let _ = write!(
-            html,
-            "<p class=\"srm{}\">{}</p>",
-            if alarm { " alarm" } else { "" },
-            escape(&status)
-        );
+        let multiple = report.multiple_exposures;
+        for (class, status, alarm) in [
+            ("srm", status, alarm),
+            ("multiple", multiple.status() + ".", multiple.warning),
+        ] {
+            let _ = write!(
+                html,
+                "<p class=\"{class}{}\">{}</p>",
+                if alarm { " alarm" } else { "" },
+                escape(&status)
+            );
+        }
         html.push_str(
             "<div class=\"scroll\"><table class=\"variants\"><thead><tr><th>Variant</th>\
              <th>Visitors</th><th>Conv.</th><th>Rate</th><th>Diff, pp</th>\
@@ -563,6 +569,11 @@ mod tests {
             experiment_id: "exp".into(),
             phase: 1,
             srm_p_value: Some(0.0001),
+            multiple_exposures: crate::results::MultipleExposures {
+                visitors: 12,
+                share: 0.02,
+                warning: true,
+            },
             as_of: 1_763_700_000,
             correction: crate::stats::Correction::Holm,
             variants: vec![row("a", true, None), row("b", false, Some((0.01, 0.07)))],
@@ -581,6 +592,13 @@ mod tests {
         }
         assert!(html.contains("name=\"viewport\""));
         assert!(html.contains("class=\"srm alarm\""));
+        assert!(
+            html.contains(
+                "<p class=\"multiple alarm\">12 of the phase&#39;s visitors (2.00%) saw several \
+                 variants: WARNING"
+            ),
+            "{html}"
+        );
         assert!(
             html.contains("from 2026-11-18 11:00 to 2026-11-18 13:59 UTC"),
             "{html}"

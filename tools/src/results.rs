@@ -174,6 +174,66 @@ pub struct VariantReport {
     pub time_on_page: Option<TimeOnPage>,
 }
 
+/// A health check beside the sample ratio: the visitors the phase saw in more than one
+/// variant (`__multiple__`, left out of every comparison) and their share of all its
+/// visitors. A warning from 10 visitors and 1%, GrowthBook's rule: above it the
+/// assignment is not sticky for some visitors (ids lost between pages or devices, a
+/// cache serving one variant to another, flicker showing both).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct MultipleExposures {
+    pub visitors: u64,
+    pub share: f64,
+    pub warning: bool,
+}
+
+/// The share of the phase's visitors in several variants from which [`MultipleExposures`]
+/// warns.
+pub const MULTIPLE_EXPOSURES_WARN_SHARE: f64 = 0.01;
+/// The fewest visitors in several variants for a warning.
+pub const MULTIPLE_EXPOSURES_WARN_VISITORS: u64 = 10;
+
+impl MultipleExposures {
+    pub fn of(variants: &[VariantReport]) -> Self {
+        let visitors = variants
+            .iter()
+            .filter(|v| v.variant_id == "__multiple__")
+            .map(|v| v.exposed)
+            .sum();
+        let total: u64 = variants.iter().map(|v| v.exposed).sum();
+        let share = if total > 0 {
+            visitors as f64 / total as f64
+        } else {
+            0.0
+        };
+        Self {
+            visitors,
+            share,
+            warning: visitors >= MULTIPLE_EXPOSURES_WARN_VISITORS
+                && share >= MULTIPLE_EXPOSURES_WARN_SHARE,
+        }
+    }
+
+    /// The check in words.
+    pub fn status(self) -> String {
+        let seen = format!(
+            "{} of the phase's visitors ({:.2}%) saw several variants",
+            self.visitors,
+            self.share * 100.0
+        );
+        if self.warning {
+            format!(
+                "{seen}: WARNING, above {}% (and {} visitors): the assignment is not sticky \
+                 for some visitors (ids lost between pages or devices, a cache, flicker). \
+                 They are left out of the comparison, which may then be biased",
+                MULTIPLE_EXPOSURES_WARN_SHARE * 100.0,
+                MULTIPLE_EXPOSURES_WARN_VISITORS
+            )
+        } else {
+            seen
+        }
+    }
+}
+
 /// The results of an experiment under one public key in one phase.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
@@ -181,6 +241,7 @@ pub struct Report {
     pub experiment_id: String,
     pub phase: u32,
     pub srm_p_value: Option<f64>,
+    pub multiple_exposures: MultipleExposures,
     /// The time up to which the events counted were stored (`as_of`, seconds, UTC).
     pub as_of: u32,
     pub correction: Correction,
@@ -236,6 +297,7 @@ pub async fn report(
                 experiment_id: experiment.to_owned(),
                 phase: row.phase,
                 srm_p_value: row.srm_p_value,
+                multiple_exposures: MultipleExposures::default(),
                 as_of: row.as_of,
                 correction: settings.correction,
                 variants: Vec::new(),
@@ -260,6 +322,7 @@ pub async fn report(
         reports.last_mut().expect("pushed").variants.push(report);
     }
     for report in &mut reports {
+        report.multiple_exposures = MultipleExposures::of(&report.variants);
         adjust(report, settings.correction);
     }
     Ok(reports)
@@ -395,7 +458,7 @@ pub fn render(reports: &[Report], settings: Settings) -> String {
     for report in reports {
         let _ = writeln!(
             out,
-            "{} under {}, phase {}, as of {} UTC: sample-ratio p = {}{}",
+            "{} under {}, phase {}, as of {} UTC: sample-ratio p = {}{}; {}",
             report.experiment_id,
             report.public_key,
             report.phase,
@@ -405,7 +468,8 @@ pub fn render(reports: &[Report], settings: Settings) -> String {
                 "  (MISMATCH: exposures do not follow the weights; check the assignment before trusting the rest)"
             } else {
                 ""
-            }
+            },
+            report.multiple_exposures.status()
         );
         let label = |v: &VariantReport| {
             if v.is_control {
@@ -597,6 +661,7 @@ mod tests {
             experiment_id: "exp".into(),
             phase: 1,
             srm_p_value: None,
+            multiple_exposures: MultipleExposures::default(),
             as_of: 1_763_700_000,
             correction: Correction::Holm,
             variants: vec![
@@ -624,6 +689,45 @@ mod tests {
             let end = row.find("1234").expect("visitors") + 4;
             assert_eq!(end, header_end, "{out}");
         }
+    }
+
+    #[test]
+    fn visitors_in_several_variants_warn_from_10_and_1_percent() {
+        let variants = |multiple: u64, others: u64| -> Vec<VariantReport> {
+            [
+                ("a", others / 2),
+                ("b", others - others / 2),
+                ("__multiple__", multiple),
+            ]
+            .into_iter()
+            .map(|(id, exposed)| VariantReport {
+                variant_id: id.into(),
+                is_control: id == "a",
+                exposed,
+                converted: 0,
+                conversion_rate: 0.0,
+                rate_interval: Shown::Missing("n/a".into()),
+                comparison: None,
+                time_on_page: None,
+            })
+            .collect()
+        };
+        let check = |multiple, others| MultipleExposures::of(&variants(multiple, others));
+        // 10 of 1,000 in all: 1%, a warning; 10 of 1,001 is below 1%; 9 of 100 is 9%, but
+        // too few visitors to tell.
+        let at = check(10, 990);
+        assert_eq!((at.visitors, at.share, at.warning), (10, 0.01, true));
+        assert!(!check(10, 991).warning);
+        assert!(!check(9, 91).warning);
+        assert_eq!(check(0, 0), MultipleExposures::default());
+        assert!(
+            at.status()
+                .starts_with("10 of the phase's visitors (1.00%) saw several variants: WARNING")
+        );
+        assert_eq!(
+            check(1, 999).status(),
+            "1 of the phase's visitors (0.10%) saw several variants"
+        );
     }
 
     #[test]

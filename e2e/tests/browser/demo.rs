@@ -484,7 +484,9 @@ fn expected_rows(
                 let alpha: f64 = 0.05 / family;
                 let rho2 = (-2.0 * alpha.ln() + (-2.0 * alpha.ln() + 1.0).ln()) / 5000.0;
                 let x = (n + n0) * rho2;
-                let half = se * ((x + 1.0) / x * ((x + 1.0).ln() - 2.0 * alpha.ln())).sqrt();
+                // The always-valid test on the larger of the two standard errors.
+                let half =
+                    se.max(se_null) * ((x + 1.0) / x * ((x + 1.0).ln() - 2.0 * alpha.ln())).sqrt();
                 let z95 = 1.959_963_984_540_054;
                 want.push((
                     (phase, h, variant.to_owned(), n as u64, c as u64, mature),

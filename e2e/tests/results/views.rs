@@ -671,6 +671,15 @@ async fn check_command(ch: &clickhouse::Client, plan: &Plan, rows: &[ResultsRow]
         .await
         .expect("report");
     assert_eq!(ab.len(), 1);
+    // The one visitor who saw both arms, of 201: below the warning's 10 visitors and 1%.
+    assert_eq!(
+        ab[0].multiple_exposures,
+        tools::results::MultipleExposures {
+            visitors: 1,
+            share: 1.0 / 201.0,
+            warning: false
+        }
+    );
     let b = ab[0]
         .variants
         .iter()
