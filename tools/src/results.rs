@@ -222,8 +222,9 @@ impl MultipleExposures {
         );
         if self.warning {
             format!(
-                "{seen}: WARNING, above {}% (and {} visitors): the assignment is not sticky \
-                 for some visitors (ids lost between pages or devices, a cache, flicker). \
+                "{seen}: WARNING, {}% or more (and {} visitors or more): the assignment is \
+                 not sticky for some visitors (ids lost between pages or devices, a cache, \
+                 flicker). \
                  They are left out of the comparison, which may then be biased",
                 MULTIPLE_EXPOSURES_WARN_SHARE * 100.0,
                 MULTIPLE_EXPOSURES_WARN_VISITORS
