@@ -43,6 +43,19 @@ def finite(*xs):
     return all(x is not None and math.isfinite(x) for x in xs)
 
 
+def pooled_se(x1, n1, x0, n0):
+    """The standard error of p1 - p0 under no effect, one rate pooled for both arms
+    (statsmodels' proportions_ztest's); for numbers or numpy arrays."""
+    pooled = (x1 + x0) / (n1 + n0)
+    return np.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n0))
+
+
+def mixture_p(z, n_rho2):
+    """The inverse of the normal mixture's likelihood ratio at z after n visitors
+    (n_rho2 = n rho^2), for one treatment; for numbers or numpy arrays."""
+    return np.sqrt(1 + n_rho2) * np.exp(-z * z / 2 * n_rho2 / (1 + n_rho2))
+
+
 def interval(low, high):
     low, high = float(low), float(high)
     return [low, high] if finite(low, high) and high > low else None
@@ -120,15 +133,14 @@ def pair(case):
         seq = SequentialTwoSidedTTest(
             ProportionStatistic(n=n0, sum=x0), ProportionStatistic(n=n1, sum=x1), config
         )
-        pooled = (x1 + x0) / (n1 + n0)
-        se_null = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n0))
+        se_null = float(pooled_se(x1, n1, x0, n0))
         widen = max(1.0, se_null / se)
         low, high = seq.confidence_interval
         half = (high - low) / 2 * widen
         n = n0 + n1
         rho2 = (-2 * np.log(alpha) + np.log(-2 * np.log(alpha) + 1)) / tuning
         z = (p1 - p0) / max(se, se_null)
-        p_mixture = float(np.sqrt(1 + n * rho2) * np.exp(-(z * z / 2) * n * rho2 / (1 + n * rho2)))
+        p_mixture = float(mixture_p(z, n * rho2))
         always_valid = {
             "ci": interval(out["diff"] - half, out["diff"] + half),
             "p_value": min(1.0, family * p_mixture),
@@ -304,8 +316,7 @@ def metrics(case):
             d = sequential.point_estimate
             low, high = sequential.confidence_interval
             half = (high - low) / 2 * math.sqrt(v / variance)
-            n_rho2 = n * sequential.rho ** 2
-            p = math.sqrt(1 + n_rho2) * math.exp(-d * d / (2 * v) * n_rho2 / (1 + n_rho2))
+            p = mixture_p(d / math.sqrt(v), n * sequential.rho ** 2)
             return float(min(1.0, k * p)), [float(d - half), float(d + half)], v
 
         n_a, a, a_adj = arm(metric["control"])
@@ -426,12 +437,9 @@ def a_a_looks(case):
                 )
                 p1, p0 = x1 / n1, x0 / n0
                 se = np.sqrt(p1 * (1 - p1) / n1 + p0 * (1 - p0) / n0)
-                pooled = (x1 + x0) / (n1 + n0)
-                se_null = np.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n0))
-                n_rho2 = (n1 + n0) * rho2
+                se_null = pooled_se(x1, n1, x0, n0)
                 for rule, s in (("view", np.maximum(se, se_null)), ("unpooled", se)):
-                    z = (p1 - p0) / s
-                    p = k * np.sqrt(1 + n_rho2) * np.exp(-z * z / 2 * n_rho2 / (1 + n_rho2))
+                    p = k * mixture_p((p1 - p0) / s, (n1 + n0) * rho2)
                     crossed[rule][:, t - 1] |= testable & (p < ALPHA)
     return {
         rule: {"comparisons": float(c.mean()), "experiments": float(c.any(axis=1).mean())}

@@ -82,7 +82,8 @@ fn edge_cases() -> Vec<(&'static str, Case)> {
             "exp_ramp",
             vec![("a", 90.0, true, 972, 13), ("b", 10.0, false, 108, 3)],
         ),
-        // Issue 62's smallest false call: a 5/95 ramp, one conversion in the small arm.
+        // The smallest false call of the unpooled rule: a 5/95 ramp, one conversion in the
+        // small arm.
         // Unpooled, the always-valid p was 1.6e-5 ("worse than the control"); the pooled
         // fixed-horizon p is 0.023, Fisher's 0.015.
         (

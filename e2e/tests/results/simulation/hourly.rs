@@ -128,9 +128,9 @@ async fn hourly(db: &mut Database, sim: &Hourly, rng: &mut Rng) -> Seen {
 
 /// A/A experiments at 50/50, 10/90 and 2/98 with base rates of 1% and 10% (2,000, 3,000 and
 /// 5,000 visitors: the small arm has 100 to 300, two to six times the guard's 50), looked
-/// at every hour for a day: the always-valid p below 0.05 at any hour, the sequential sample-ratio
-/// p below 0.05 at any hour, and the fixed-horizon p below 0.05 at the last hour, each in
-/// no more experiments than the 99.9% band of 5% allows.
+/// at every hour for a day: the always-valid p below 0.05 at any hour, the sequential
+/// sample-ratio p below 0.05 at any hour, and the fixed-horizon p below 0.05 at the last
+/// hour, each in no more experiments than the 99.9% band of 5% allows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hourly_looks_at_a_a_experiments_keep_their_error_rates_on_every_split() {
     const EXPERIMENTS: usize = 100;

@@ -426,8 +426,8 @@ async fn a_a_experiments_keep_their_error_rates_under_20_looks() {
 /// some look in 61 of 200 such experiments (the band's top is 20). The rule itself is
 /// simulated on 4,000 experiments per split by the reference
 /// (`the_always_valid_rule_keeps_its_error_rate_on_lopsided_splits_with_rare_conversions`);
-/// this checks the views' rows over real events against it. Neither p may go beyond its error rate: the
-/// fixed-horizon one at the last look, the always-valid one at any look.
+/// this checks the views' rows over real events against it. Neither p may go beyond its
+/// error rate: the fixed-horizon one at the last look, the always-valid one at any look.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_a_on_a_ramped_split_with_rare_conversions_keeps_its_error_rates() {
     const EXPERIMENTS: usize = 200;
@@ -473,8 +473,9 @@ async fn a_a_on_a_ramped_split_with_rare_conversions_keeps_its_error_rates() {
 /// looked at 20 times, the views' rule (the larger of the unpooled and the pooled standard
 /// error) crosses 0.05 at some look in no more than the 99.9% band of 5%, per comparison
 /// and per experiment. The unpooled rule the views had before crossed it in more: 7-8% of
-/// experiments, as issue 62 measured on the views. That the views compute this rule is
-/// `edge_cases::edge_case_rows_equal_the_reference`'s (1 of 700 against 133 of 13,300).
+/// experiments, as simulations on the views themselves measured. That the views compute
+/// this rule is `edge_cases::edge_case_rows_equal_the_reference`'s (1 of 700 against 133
+/// of 13,300).
 #[test]
 fn the_always_valid_rule_keeps_its_error_rate_on_lopsided_splits_with_rare_conversions() {
     const EXPERIMENTS: u64 = 4_000;
