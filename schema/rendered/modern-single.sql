@@ -396,7 +396,53 @@ DROP TABLE IF EXISTS analytics.experiment_metric_values;
 -- 41. runs once
 DROP TABLE IF EXISTS analytics.experiment_metric_values;
 
--- 42. runs once
+-- 42. runs each shard
+ALTER TABLE analytics.experiment_visitors ADD COLUMN arm_hours AggregateFunction(groupUniqArrayIf, Tuple(String, Int64), UInt8),
+    ADD COLUMN conversions AggregateFunction(groupUniqArrayIf, DateTime64(3, 'UTC'), UInt8),
+    ADD COLUMN exposure_excluded AggregateFunction(maxIf, UInt8, UInt8);
+
+-- 43. runs once
+CREATE MATERIALIZED VIEW IF NOT EXISTS analytics.experiment_visitors_mv3 TO analytics.experiment_visitors AS SELECT
+    public_key,
+    experiment_id,
+    phase,
+    visitor_id,
+    uniqExactIfState(toString(variant_id), event_name = 'impression' AND variant_id != '')
+        AS variants,
+    argMinIfState(toString(variant_id), event_time,
+        event_name = 'impression' AND variant_id != '') AS first_variant,
+    minIfState(event_time, event_name = 'impression' AND variant_id != '') AS first_exposure,
+    maxIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
+        AS last_conversion,
+    maxState(greatest(test, is_bot)) AS excluded,
+    maxIfState(ifNull(time_on_page, 0), isNotNull(time_on_page)) AS max_time_on_page,
+    maxState(toUInt8(isNotNull(time_on_page))) AS has_time_on_page,
+    minIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
+        AS first_conversion,
+    groupUniqArrayIfState((toString(variant_id), intDiv(toUnixTimestamp64Milli(event_time), 3600000)),
+        event_name = 'impression' AND variant_id != '') AS arm_hours,
+    groupUniqArrayIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
+        AS conversions,
+    maxIfState(greatest(test, is_bot), event_name = 'impression' AND variant_id != '')
+        AS exposure_excluded
+FROM analytics.events
+GROUP BY public_key, experiment_id, phase, visitor_id;
+
+-- 44. runs once
+DROP TABLE IF EXISTS analytics.experiment_visitors_mv2;
+
+-- 45. runs each shard
+INSERT INTO analytics.experiment_visitors (public_key, experiment_id, phase, visitor_id, arm_hours, conversions, exposure_excluded)
+SELECT public_key, experiment_id, phase, visitor_id,
+    groupUniqArrayIfState((toString(variant_id), intDiv(toUnixTimestamp64Milli(event_time), 3600000)),
+        event_name = 'impression' AND variant_id != '') AS arm_hours,
+    groupUniqArrayIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
+        AS conversions,
+    maxIfState(greatest(test, is_bot), event_name = 'impression' AND variant_id != '')
+        AS exposure_excluded
+FROM analytics.events GROUP BY public_key, experiment_id, phase, visitor_id;
+
+-- 46. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_daily AS
 SELECT
     public_key,
@@ -411,7 +457,7 @@ FROM analytics.events FINAL
 WHERE test = 0
 GROUP BY public_key, experiment_id, variant_id, day;
 
--- 43. runs once
+-- 47. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_variants_current AS
 SELECT experiment_id, variant_id, version, weight, is_control, status, start_at, end_at, parts
 FROM analytics.experiment_variants FINAL
@@ -421,7 +467,7 @@ WHERE (experiment_id, version) IN (
     GROUP BY experiment_id
 );
 
--- 44. runs once
+-- 48. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_phase_variants AS
 SELECT experiment_id, phase, variant_id, weight, is_control
 FROM analytics.experiment_variants FINAL
@@ -431,7 +477,7 @@ WHERE (experiment_id, phase, version) IN (
     GROUP BY experiment_id, phase
 );
 
--- 45. runs once
+-- 49. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_phase_settings AS
 SELECT
     experiment_id, phase, conversion_window_hours, sequential_tuning,
@@ -470,10 +516,12 @@ ANY LEFT JOIN (
     GROUP BY experiment_id
 ) AS later_phases USING (experiment_id);
 
--- 46. runs once
+-- 50. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_visitor_exposures AS
 -- Each exposed visitor that `visitor_filter` keeps (the view: all), as
--- experiment_visitor_exposures has them: their arm, first exposure, conversion within their window, maturity.
+-- experiment_visitor_exposures has them: their arm, first exposure, conversion within their
+-- window, maturity; their first arm and when they saw a second (`multiple_from_ms`, the start
+-- of that hour; 0: never), from which on they count in `__multiple__`.
 SELECT
     public_key, experiment_id, phase, visitor_id, variant_id, first_exposure,
     toUInt8(candidate_ms > 0 AND (window_end_ms = 0 OR candidate_ms <= window_end_ms))
@@ -483,7 +531,9 @@ SELECT
     if(converted = 1, candidate_ms, toInt64(0)) AS conversion_ms,
     window_end_ms,
     toUInt8(window_end_ms > 0 AND window_end_ms <= toInt64(toUnixTimestamp(now())) * 1000)
-        AS mature
+        AS mature,
+    first_variant_id,
+    multiple_from_ms
 FROM (
     SELECT
         *,
@@ -496,15 +546,19 @@ FROM (
         SELECT
             public_key, experiment_id, phase, visitor_id,
             if(n > 1, '__multiple__', v0) AS variant_id,
+            v0 AS first_variant_id,
             t0 AS first_exposure,
             top AS max_time_on_page,
             toUnixTimestamp64Milli(t0) AS first_exposure_ms,
-            -- The first conversion at or after the first exposure: the first conversion
-            -- if it is, else the last if it is (a visitor whose conversions fall before
-            -- their exposure and after their window, with one inside, is taken at the
-            -- last).
-            multiIf(toUnixTimestamp64Milli(tf) >= first_exposure_ms, toUnixTimestamp64Milli(tf),
-                toUnixTimestamp64Milli(tc) >= first_exposure_ms, toUnixTimestamp64Milli(tc), toInt64(0)) AS candidate_ms
+            -- The hour of the first exposure to another arm than the first.
+            if(n > 1, arrayReduce('min', arrayMap(a -> a.2, arrayFilter(a -> a.1 != v0, arms)))
+                * 3600000, toInt64(0)) AS multiple_from_ms,
+            -- The first conversion at or after the first exposure (0: none): conversions
+            -- before it, or after it in any number, change nothing.
+            arrayFilter(c -> c >= first_exposure_ms, arrayMap(c -> toUnixTimestamp64Milli(c), conversion_times))
+                AS after_exposure,
+            if(empty(after_exposure), toInt64(0), arrayReduce('min', after_exposure))
+                AS candidate_ms
         FROM (
             SELECT
                 toString(public_key) AS public_key,
@@ -514,9 +568,9 @@ FROM (
                 uniqExactIfMerge(variants) AS n,
                 argMinIfMerge(first_variant) AS v0,
                 minIfMerge(first_exposure) AS t0,
-                maxIfMerge(last_conversion) AS tc,
-                minIfMerge(first_conversion) AS tf,
-                maxMerge(excluded) AS out,
+                groupUniqArrayIfMerge(arm_hours) AS arms,
+                groupUniqArrayIfMerge(conversions) AS conversion_times,
+                maxIfMerge(exposure_excluded) AS out,
                 if(maxMerge(has_time_on_page) = 1, toNullable(maxIfMerge(max_time_on_page)),
                     NULL) AS top
             FROM analytics.experiment_visitors
@@ -531,7 +585,7 @@ FROM (
     ) AS settings USING (experiment_id, phase)
 );
 
--- 47. runs once
+-- 51. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_variant_counts AS
 SELECT
     public_key, experiment_id, phase, variant_id, exposed, converted,
@@ -557,15 +611,18 @@ ANY LEFT JOIN (
     FROM analytics.experiment_phase_variants
 ) AS definitions USING (experiment_id, phase, variant_id);
 
--- 48. runs once
+-- 52. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_variant_counts_over_time AS
 SELECT
     public_key, experiment_id, phase, toDateTime(hour_s, 'UTC') AS hour, variant_id,
-    arraySum(arrayFilter((n, h) -> h <= hour_s, new_exposed, variant_hours)) AS exposed,
-    arraySum(arrayFilter((n, h) -> h <= hour_s, new_converted, variant_hours)) AS converted,
+    toUInt64(arraySum(arrayFilter((n, h) -> h <= hour_s, new_exposed, variant_hours)))
+        AS exposed,
+    toUInt64(arraySum(arrayFilter((n, h) -> h <= hour_s, new_converted, variant_hours)))
+        AS converted,
     is_control, weight, defined,
-    arraySum(arrayFilter((n, h) -> h <= hour_s, new_mature, variant_hours)) AS mature_exposed,
-    arraySum(arrayFilter((n, h) -> h <= hour_s, new_mature_converted, variant_hours))
+    toUInt64(arraySum(arrayFilter((n, h) -> h <= hour_s, new_mature, variant_hours)))
+        AS mature_exposed,
+    toUInt64(arraySum(arrayFilter((n, h) -> h <= hour_s, new_mature_converted, variant_hours)))
         AS mature_converted,
     first_exposure_ms
 FROM (
@@ -595,27 +652,49 @@ FROM (
                 groupArray(mature_converted) AS new_mature_converted,
                 min(first_ms) AS first_exposure_ms
             FROM (
-                -- A visitor steps in at the hour of their first exposure, their
-                -- conversion (within the window) and the end of their window (once it
-                -- is past), each counted from then on.
+                -- Each visitor's steps: at each hour their standing changes (their first
+                -- exposure, their conversion within the window, the end of their window
+                -- once past, their second arm), what they add to their arm from then on,
+                -- and what they no longer add to the arm they stood in before. A standing:
+                -- (arm, exposed, converted, mature, mature and converted, the time they
+                -- entered the arm). Only their own events up to an hour decide it, so an
+                -- hour's counts never change once every event before its end is in.
                 SELECT
-                    public_key, experiment_id, phase, variant_id, step.1 AS hour_s,
-                    sum(step.2) AS exposed,
-                    sum(step.3) AS converted,
-                    sum(step.4) AS mature,
-                    sum(step.5) AS mature_converted,
-                    min(first_exposure_ms) AS first_ms
+                    public_key, experiment_id, phase, step.1 AS variant_id, step.2 AS hour_s,
+                    sum(step.3) AS exposed,
+                    sum(step.4) AS converted,
+                    sum(step.5) AS mature,
+                    sum(step.6) AS mature_converted,
+                    min(step.7) AS first_ms
                 FROM (
                     SELECT
-                        public_key, experiment_id, phase, variant_id, first_exposure_ms,
-                        arrayJoin(arrayFilter(s -> s.1 > 0, [
-                            (intDiv(first_exposure_ms, 3600000) * 3600,
-                                toUInt8(1), toUInt8(0), toUInt8(0), toUInt8(0)),
-                            (if(converted = 1, intDiv(conversion_ms, 3600000) * 3600, 0),
-                                toUInt8(0), toUInt8(1), toUInt8(0), toUInt8(0)),
-                            (if(mature = 1, intDiv(window_end_ms, 3600000) * 3600, 0),
-                                toUInt8(0), toUInt8(0), toUInt8(1), converted)
-                        ])) AS step
+                        public_key, experiment_id, phase,
+                        if(converted = 1, intDiv(conversion_ms, 3600000) * 3600, 0)
+                            AS conversion_hour_s,
+                        if(mature = 1, intDiv(window_end_ms, 3600000) * 3600, 0)
+                            AS maturity_hour_s,
+                        arraySort(arrayDistinct(arrayFilter(h -> h > 0, [
+                            intDiv(first_exposure_ms, 3600000) * 3600, conversion_hour_s,
+                            maturity_hour_s, intDiv(multiple_from_ms, 1000)]))) AS changes,
+                        -- The visitor's own figures beside each hour: on 18.x a lambda
+                        -- reads the columns of its arrays only.
+                        arrayResize([(first_variant_id, multiple_from_ms, conversion_hour_s,
+                            maturity_hour_s, first_exposure_ms)], length(changes),
+                            (first_variant_id, multiple_from_ms, conversion_hour_s,
+                            maturity_hour_s, first_exposure_ms)) AS own,
+                        arrayMap((h, o) -> (
+                            if(o.2 > 0 AND h * 1000 >= o.2, '__multiple__', o.1),
+                            toInt64(1),
+                            toInt64(o.3 > 0 AND h >= o.3),
+                            toInt64(o.4 > 0 AND h >= o.4),
+                            toInt64(o.4 > 0 AND o.3 > 0 AND h >= o.4),
+                            if(o.2 > 0 AND h * 1000 >= o.2, o.2, o.5)), changes, own)
+                            AS standings,
+                        arrayJoin(arrayConcat(
+                            arrayMap((h, s) -> (s.1, h, s.2, s.3, s.4, s.5, s.6),
+                                changes, standings),
+                            arrayMap((h, s) -> (s.1, h, -s.2, -s.3, -s.4, -s.5, s.6),
+                                arrayPopFront(changes), arrayPopBack(standings)))) AS step
                     FROM analytics.experiment_visitor_exposures
                 ) AS steps
                 GROUP BY public_key, experiment_id, phase, variant_id, hour_s
@@ -641,7 +720,7 @@ ANY LEFT JOIN (
 -- A variant appears from the hour of its first exposure on.
 WHERE exposed > 0;
 
--- 49. runs once
+-- 53. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_results AS
 SELECT
     public_key, experiment_id, phase, variant_id, is_control, exposed, converted,
@@ -843,7 +922,7 @@ FROM (
 ) AS statistics
 ;
 
--- 50. runs once
+-- 54. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_results_over_time AS
 SELECT
     public_key, experiment_id, phase, toDate(hour) AS day, hour, variant_id, is_control, exposed, converted,
@@ -1082,7 +1161,7 @@ ANY LEFT JOIN (
     ARRAY JOIN sorted_hours AS hour_s, running_maxima AS running_max
 ) AS srm_sequential USING (public_key, experiment_id, phase, hour);
 
--- 51. runs once
+-- 55. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_definitions AS
 -- Each experiment's metrics as last loaded: a metric added or changed applies to the
 -- events already stored.
@@ -1099,7 +1178,7 @@ WHERE (experiment_id, loaded_at) IN (
     GROUP BY experiment_id
 );
 
--- 52. runs once
+-- 56. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_freshness AS
 -- One row per visitor with stored metric values (visitor_metric_values), by
 -- `visitor_key` (a hash of the public key and the visitor id): their latest refresh, the
@@ -1163,7 +1242,7 @@ ANY LEFT JOIN (
 ) AS visitors
 WHERE top_mark > 0;
 
--- 53. runs once
+-- 57. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_stored AS
 -- One row per stored metric (visitor_metric_values) of each visitor's latest refresh, or
 -- one of metric '' for a visitor with none, with the visitor's `fresh`
@@ -1190,7 +1269,7 @@ ANY INNER JOIN (
     FROM analytics.experiment_metric_freshness
 ) AS latest USING (visitor_key, refresh_id);
 
--- 54. runs once
+-- 58. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_stale AS
 -- The visitors whose stored values are missing or stale (experiment_metric_freshness),
 -- with their latest refresh (0: none): what the consumer refreshes.
@@ -1209,7 +1288,7 @@ ANY LEFT JOIN (
 ) AS stored USING (visitor_key)
 WHERE fresh = 0;
 
--- 55. runs once
+-- 59. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_visitors AS
 -- One row per exposed visitor and metric of their experiment: the values of the visitor's
 -- latest refresh, as the consumer stored them (visitor_metric_values: a row per visitor,
@@ -1277,7 +1356,7 @@ ALL INNER JOIN (
     FROM analytics.experiment_metric_definitions
 ) AS definitions USING (experiment_id, metric_id);
 
--- 56. runs once
+-- 60. runs once
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_results AS
 SELECT
     public_key, experiment_id, phase, metric_id, role, position, kind, higher_is_better,

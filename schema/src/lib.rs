@@ -37,7 +37,8 @@ pub use topology::ClickHouseArgs;
 pub use view_rows::{MetricResultsRow, ResultsOverTimeRow, ResultsRow};
 
 use migrations::{
-    BOOTSTRAP, FIRST_CONVERSION_11, MIGRATIONS, SESSIONS_SELECT, Step, VISITORS_SELECT,
+    BOOTSTRAP, EXPOSURES_20, EXPOSURES_20_COLUMNS, FIRST_CONVERSION_11, MIGRATIONS,
+    SESSIONS_SELECT, Step, VISITORS_SELECT,
 };
 
 /// The minimum-data guard of the results views and of `experiment-results`: fewest exposed
@@ -116,13 +117,10 @@ impl ServerCaps {
         } else {
             ("toInt64(received_at) * 1000", "")
         };
-        let visitors_select = |first_conversion: &str| {
+        let visitors_select = |added: &str| {
             template::Value::Scoped(
                 VISITORS_SELECT.to_owned(),
-                vec![(
-                    "first_conversion",
-                    template::Value::Text(first_conversion.to_owned()),
-                )],
+                vec![("first_conversion", template::Value::Sql(added.to_owned()))],
             )
         };
         let base = template::Params::new()
@@ -136,7 +134,10 @@ impl ServerCaps {
             .with(vec![
                 ("visitors_select", visitors_select("")),
                 ("visitors_select_11", visitors_select(FIRST_CONVERSION_11)),
+                ("visitors_select_20", visitors_select(&added_20())),
             ])
+            .sql("exposures_20", EXPOSURES_20)
+            .sql("exposures_20_columns", EXPOSURES_20_COLUMNS)
             .sql("event_counts_select", EVENT_COUNTS_SELECT)
             // ClickHouse's own macros, in a replicated table's path: each server fills them.
             .text("shard", "{shard}")
@@ -582,7 +583,7 @@ fn statements_of(layout: &Layout, caps: ServerCaps, database: &str) -> Vec<State
 
 /// The statement that builds again, from the events a server holds, the
 /// `experiment_visitors` rows of the visitors `filter` selects (a condition on the events'
-/// columns): migration 11's own select, restricted. Erasing a session deletes its visitors'
+/// columns): the latest select ([`visitors_select`]), restricted. Erasing a session deletes its visitors'
 /// aggregate rows and re-inserts them with it, without the session's events. `cluster`
 /// names the cluster (the shard's own tables then), `None` one server.
 pub fn visitors_rebuild(
@@ -602,7 +603,7 @@ pub fn visitors_rebuild(
     )
 }
 
-/// Migration 11's select of `experiment_visitors` rows, from the events of `database` (a
+/// The latest select of `experiment_visitors` rows, from the events of `database` (a
 /// shard's own in a cluster) that `filter` keeps: what a copy's feed computes
 /// (`analytics-access`).
 pub fn visitors_select(
@@ -614,14 +615,20 @@ pub fn visitors_select(
     caps.render(&visitors_where(filter), database, &Layout::new(cluster))
 }
 
-/// Migration 11's select of `experiment_visitors` rows: migration 7's with each visitor's
-/// first conversion.
-fn visitors_select_11() -> String {
-    VISITORS_SELECT.replace("{first_conversion}", FIRST_CONVERSION_11)
+/// What migrations 11 and 20 add to migration 7's select of `experiment_visitors` rows, in
+/// the table's order of columns.
+fn added_20() -> String {
+    format!("{FIRST_CONVERSION_11}{EXPOSURES_20}")
 }
 
+/// The latest select of `experiment_visitors` rows (migration 20's), restricted to the
+/// events `filter` keeps.
 fn visitors_where(filter: &str) -> String {
-    visitors_select_11().replacen("\nGROUP BY", &format!("\nWHERE {filter}\nGROUP BY"), 1)
+    VISITORS_SELECT.replace("{first_conversion}", &added_20()).replacen(
+        "\nGROUP BY",
+        &format!("\nWHERE {filter}\nGROUP BY"),
+        1,
+    )
 }
 
 /// The setting a statement that names a `LowCardinality` column needs on this server, if

@@ -17,7 +17,8 @@ pub(super) const SESSIONS_SELECT: &str = sql!("migrations/004_sessions_select.sq
 
 /// What [`MIGRATIONS`] 7 keeps per visitor and phase of an experiment, with aggregates that
 /// absorb a row counted twice as those of 4 do. `excluded`: any test event or an event
-/// from a bot. `{first_conversion}` is where 11 adds a column (empty in 7).
+/// from a bot (read no more since 20). `{first_conversion}` is where 11 and 20 add columns
+/// (empty in 7).
 pub(super) const VISITORS_SELECT: &str = sql!("migrations/007_visitors_select.sql");
 
 /// What [`MIGRATIONS`] 11 adds to [`VISITORS_SELECT`] at `{first_conversion}` (nothing
@@ -26,6 +27,27 @@ pub(super) const VISITORS_SELECT: &str = sql!("migrations/007_visitors_select.sq
 pub(super) const FIRST_CONVERSION_11: &str = ",
     minIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
         AS first_conversion";
+
+/// What [`MIGRATIONS`] 20 adds after [`FIRST_CONVERSION_11`], last of the columns: what
+/// fixes each visitor's past hour by hour, and excludes them by their exposures only.
+/// `arm_hours`: each arm they were exposed to, with each hour of it (hours since the
+/// epoch), so that the hour of a second arm is known. `conversions`: every conversion's
+/// time (distinct), so that the first one at or after the first exposure is known however
+/// late an earlier or later one arrives. `exposure_excluded`: an impression of theirs was
+/// a test's or a bot's (a conversion sent from a server, with its User-Agent, is not).
+pub(super) const EXPOSURES_20: &str = ",
+    groupUniqArrayIfState((toString(variant_id), intDiv({to_ms}(event_time), 3600000)),
+        event_name = 'impression' AND variant_id != '') AS arm_hours,
+    groupUniqArrayIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
+        AS conversions,
+    maxIfState(greatest(test, is_bot), event_name = 'impression' AND variant_id != '')
+        AS exposure_excluded";
+
+/// The columns of [`EXPOSURES_20`], as `ALTER TABLE ... ADD COLUMN` adds them.
+pub(super) const EXPOSURES_20_COLUMNS: &str =
+    "arm_hours AggregateFunction(groupUniqArrayIf, Tuple(String, Int64), UInt8),
+    ADD COLUMN conversions AggregateFunction(groupUniqArrayIf, {millis}, UInt8),
+    ADD COLUMN exposure_excluded AggregateFunction(maxIf, UInt8, UInt8)";
 
 /// The sharding key of the tables of migrations 1 and 4 as they were created; migration 7
 /// shards `events` by visitor ([`SHARDING_KEY`](crate::topology::SHARDING_KEY)).
@@ -418,6 +440,35 @@ pub(super) const MIGRATIONS: &[Migration] = &[
             ),
             Step::Once("DROP TABLE IF EXISTS {db}.experiment_metric_values{on_cluster}"),
             Step::Once("DROP TABLE IF EXISTS {db}.experiment_metric_values{local}{on_cluster}"),
+        ],
+    },
+    Migration {
+        version: 20,
+        description: "a fixed past: each arm's hours and every conversion; exclusion by exposure",
+        // As 11: the columns, the view that fills them first, then the old view dropped
+        // (an insert in between is counted by both, which the aggregates absorb), then
+        // the rows already stored.
+        steps: &[
+            Step::EachShard(
+                "ALTER TABLE {db}.experiment_visitors{local} ADD COLUMN {exposures_20_columns}",
+            ),
+            Step::EachServer(
+                "ALTER TABLE {db}.experiment_visitors ADD COLUMN {exposures_20_columns}",
+            ),
+            Step::Once(
+                "CREATE MATERIALIZED VIEW IF NOT EXISTS \
+                 {db}.experiment_visitors_mv3{on_cluster} \
+                 TO {db}.experiment_visitors{local} AS {visitors_select_20}",
+            ),
+            Step::Once("DROP TABLE IF EXISTS {db}.experiment_visitors_mv2{on_cluster}"),
+            Step::EachShard(
+                "INSERT INTO {db}.experiment_visitors{local} \
+                 (public_key, experiment_id, phase, visitor_id, arm_hours, conversions, \
+                 exposure_excluded)\n\
+                 SELECT public_key, experiment_id, phase, visitor_id{exposures_20}\n\
+                 FROM {db}.events{local} \
+                 GROUP BY public_key, experiment_id, phase, visitor_id",
+            ),
         ],
     },
 ];

@@ -1,5 +1,7 @@
 -- Each exposed visitor that `visitor_filter` keeps (the view: all), as
--- experiment_visitor_exposures has them: their arm, first exposure, conversion within their window, maturity.
+-- experiment_visitor_exposures has them: their arm, first exposure, conversion within their
+-- window, maturity; their first arm and when they saw a second (`multiple_from_ms`, the start
+-- of that hour; 0: never), from which on they count in `__multiple__`.
 SELECT
     public_key, experiment_id, phase, visitor_id, variant_id, first_exposure,
     toUInt8(candidate_ms > 0 AND (window_end_ms = 0 OR candidate_ms <= window_end_ms))
@@ -9,7 +11,9 @@ SELECT
     if(converted = 1, candidate_ms, toInt64(0)) AS conversion_ms,
     window_end_ms,
     toUInt8(window_end_ms > 0 AND window_end_ms <= toInt64(toUnixTimestamp(now())) * 1000)
-        AS mature
+        AS mature,
+    first_variant_id,
+    multiple_from_ms
 FROM (
     SELECT
         *,
@@ -22,15 +26,19 @@ FROM (
         SELECT
             public_key, experiment_id, phase, visitor_id,
             if(n > 1, '__multiple__', v0) AS variant_id,
+            v0 AS first_variant_id,
             t0 AS first_exposure,
             top AS max_time_on_page,
             {to_ms}(t0) AS first_exposure_ms,
-            -- The first conversion at or after the first exposure: the first conversion
-            -- if it is, else the last if it is (a visitor whose conversions fall before
-            -- their exposure and after their window, with one inside, is taken at the
-            -- last).
-            multiIf({to_ms}(tf) >= first_exposure_ms, {to_ms}(tf),
-                {to_ms}(tc) >= first_exposure_ms, {to_ms}(tc), toInt64(0)) AS candidate_ms
+            -- The hour of the first exposure to another arm than the first.
+            if(n > 1, arrayReduce('min', arrayMap(a -> a.2, arrayFilter(a -> a.1 != v0, arms)))
+                * 3600000, toInt64(0)) AS multiple_from_ms,
+            -- The first conversion at or after the first exposure (0: none): conversions
+            -- before it, or after it in any number, change nothing.
+            arrayFilter(c -> c >= first_exposure_ms, arrayMap(c -> {to_ms}(c), conversion_times))
+                AS after_exposure,
+            if(empty(after_exposure), toInt64(0), arrayReduce('min', after_exposure))
+                AS candidate_ms
         FROM (
             SELECT
                 toString(public_key) AS public_key,
@@ -40,9 +48,9 @@ FROM (
                 uniqExactIfMerge(variants) AS n,
                 argMinIfMerge(first_variant) AS v0,
                 minIfMerge(first_exposure) AS t0,
-                maxIfMerge(last_conversion) AS tc,
-                minIfMerge(first_conversion) AS tf,
-                maxMerge(excluded) AS out,
+                groupUniqArrayIfMerge(arm_hours) AS arms,
+                groupUniqArrayIfMerge(conversions) AS conversion_times,
+                maxIfMerge(exposure_excluded) AS out,
                 if(maxMerge(has_time_on_page) = 1, toNullable(maxIfMerge(max_time_on_page)),
                     NULL) AS top
             FROM {db}.experiment_visitors

@@ -88,6 +88,7 @@ async fn hourly(db: &mut Database, sim: &Hourly, rng: &mut Rng) -> Seen {
                 phase: 1,
                 time_ms,
                 time_on_page: None,
+                bot: false,
             };
             events.push(event("impression", at));
             if rng.bernoulli(arm.rate) {

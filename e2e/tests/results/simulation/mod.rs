@@ -14,6 +14,7 @@
 
 mod edge_cases;
 mod hourly;
+mod past;
 use crate::stats;
 
 use std::collections::BTreeMap;
@@ -129,7 +130,7 @@ impl Database {
             self.next_event += 1;
             let _ = writeln!(
                 rows,
-                "00000000-0000-4000-8000-{:012x}\t2026-11-23 12:00:00\t{KEY}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t0\t0",
+                "00000000-0000-4000-8000-{:012x}\t2026-11-23 12:00:00\t{KEY}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t0\t{}",
                 self.next_event,
                 e.name,
                 e.experiment,
@@ -139,6 +140,7 @@ impl Database {
                 e.phase,
                 e.time_ms,
                 e.time_on_page.map_or("\\N".to_owned(), |t| t.to_string()),
+                u8::from(e.bot),
             );
         }
         self.insert(
@@ -188,6 +190,8 @@ struct Event {
     phase: u32,
     time_ms: i64,
     time_on_page: Option<f64>,
+    /// Sent with a bot's User-Agent (`is_bot`).
+    bot: bool,
 }
 
 /// One visitor's events: an impression of their variant in each of their sessions (each
@@ -205,6 +209,7 @@ fn visitor_events(rng: &mut Rng, v: &Visitor, events: &mut Vec<Event>) -> f64 {
         phase: v.phase,
         time_ms,
         time_on_page,
+        bot: false,
     };
     let mut longest = 0.0_f64;
     for s in 0..v.sessions {
