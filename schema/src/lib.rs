@@ -624,11 +624,9 @@ fn added_20() -> String {
 /// The latest select of `experiment_visitors` rows (migration 20's), restricted to the
 /// events `filter` keeps.
 fn visitors_where(filter: &str) -> String {
-    VISITORS_SELECT.replace("{first_conversion}", &added_20()).replacen(
-        "\nGROUP BY",
-        &format!("\nWHERE {filter}\nGROUP BY"),
-        1,
-    )
+    VISITORS_SELECT
+        .replace("{first_conversion}", &added_20())
+        .replacen("\nGROUP BY", &format!("\nWHERE {filter}\nGROUP BY"), 1)
 }
 
 /// The setting a statement that names a `LowCardinality` column needs on this server, if

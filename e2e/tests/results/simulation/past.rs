@@ -198,11 +198,17 @@ async fn an_hours_row_never_changes_and_counts_what_happened_by_its_end() {
             .collect();
         let before: BTreeMap<_, _> = seen.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         if earlier.keys().ne(before.keys()) {
-            changed.push(format!("after hour {hour}: rows {:?}, were {:?}", earlier.keys(), before.keys()));
+            changed.push(format!(
+                "after hour {hour}: rows {:?}, were {:?}",
+                earlier.keys(),
+                before.keys()
+            ));
         }
         for (key, figures) in &earlier {
             if let Some(was) = before.get(key).filter(|was| !same(was, figures)) {
-                changed.push(format!("after hour {hour}: {key:?} reads {figures:?}, read {was:?}"));
+                changed.push(format!(
+                    "after hour {hour}: {key:?} reads {figures:?}, read {was:?}"
+                ));
             }
         }
         // This hour's rows: the counts of the rule.
@@ -217,7 +223,10 @@ async fn an_hours_row_never_changes_and_counts_what_happened_by_its_end() {
             };
             checked += 1;
             if got != want {
-                wrong.push(format!("hour {hour}, {}: {got:?}, the rule: {want:?}", row.variant_id));
+                wrong.push(format!(
+                    "hour {hour}, {}: {got:?}, the rule: {want:?}",
+                    row.variant_id
+                ));
             }
             seen.insert((row.hour, row.variant_id.clone()), figures(row));
         }
@@ -229,8 +238,17 @@ async fn an_hours_row_never_changes_and_counts_what_happened_by_its_end() {
         "the simulation has visitors in two arms and conversions: {last:?}"
     );
     assert!(checked > 40, "{checked} rows checked");
-    assert!(changed.is_empty(), "past rows changed:\n{}", changed.join("\n"));
-    assert!(wrong.is_empty(), "{} of {checked} rows:\n{}", wrong.len(), wrong.join("\n"));
+    assert!(
+        changed.is_empty(),
+        "past rows changed:\n{}",
+        changed.join("\n")
+    );
+    assert!(
+        wrong.is_empty(),
+        "{} of {checked} rows:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
 }
 
 /// A conversion sent from a site's backend (python-requests: a bot's User-Agent) counts;
