@@ -760,6 +760,14 @@ SELECT
     mature_no_test_reason,
     tuning AS sequential_tuning,
     family AS treatments,
+    if(comparable AND control_rate > 0, if(is_control = 1, 0, raw_lift), NULL) AS lift,
+    if(testable, raw_lift - 1.959963984540054 * se_lift, NULL) AS lift_ci_low,
+    if(testable, raw_lift + 1.959963984540054 * se_lift, NULL) AS lift_ci_high,
+    -- The always-valid interval of the difference, as wide in the lift's standard errors.
+    if(testable, raw_lift - always_valid_half * se_lift / se, NULL)
+        AS always_valid_lift_ci_low,
+    if(testable, raw_lift + always_valid_half * se_lift / se, NULL)
+        AS always_valid_lift_ci_high,
     toDateTime(now(), 'UTC') AS as_of
 FROM (
     SELECT
@@ -779,6 +787,12 @@ FROM (
         -- with a small arm's rare conversions (1 of 700 against 133 of 13,300 read as
         -- p = 1.6e-5); the pooled one alone with a small arm's many. docs/results.md.
         greatest(se, se_null) AS se_always_valid,
+        -- The lift, arm / control - 1, and its standard error by the delta method on the
+        -- ratio of the means (gbstats' relative difference).
+        raw_diff / control_rate AS raw_lift,
+        sqrt(arm_rate * (1 - arm_rate) / exposed / pow(control_rate, 2)
+            + control_rate * (1 - control_rate) / control_exposed
+                * pow(arm_rate, 2) / pow(control_rate, 4)) AS se_lift,
         controls = 1 AND control_exposed > 0 AND variant_id != '__multiple__' AND defined = 1
             AS comparable,
         -- No statistic where an arm's variance is zero (no conversion, or all converted)
@@ -819,6 +833,12 @@ FROM (
         -- with a small arm's rare conversions (1 of 700 against 133 of 13,300 read as
         -- p = 1.6e-5); the pooled one alone with a small arm's many. docs/results.md.
         greatest(mature_se, mature_se_null) AS mature_se_always_valid,
+        -- The lift, arm / control - 1, and its standard error by the delta method on the
+        -- ratio of the means (gbstats' relative difference).
+        mature_raw_diff / mature_control_rate AS mature_raw_lift,
+        sqrt(mature_arm_rate * (1 - mature_arm_rate) / mature_exposed / pow(mature_control_rate, 2)
+            + mature_control_rate * (1 - mature_control_rate) / mature_control_exposed
+                * pow(mature_arm_rate, 2) / pow(mature_control_rate, 4)) AS mature_se_lift,
         controls = 1 AND mature_control_exposed > 0 AND variant_id != '__multiple__' AND defined = 1
             AS mature_comparable,
         -- No statistic where an arm's variance is zero (no conversion, or all converted)
@@ -955,6 +975,14 @@ SELECT
     mature_no_test_reason,
     tuning AS sequential_tuning,
     family AS treatments,
+    if(comparable AND control_rate > 0, if(is_control = 1, 0, raw_lift), NULL) AS lift,
+    if(testable, raw_lift - 1.959963984540054 * se_lift, NULL) AS lift_ci_low,
+    if(testable, raw_lift + 1.959963984540054 * se_lift, NULL) AS lift_ci_high,
+    -- The always-valid interval of the difference, as wide in the lift's standard errors.
+    if(testable, raw_lift - always_valid_half * se_lift / se, NULL)
+        AS always_valid_lift_ci_low,
+    if(testable, raw_lift + always_valid_half * se_lift / se, NULL)
+        AS always_valid_lift_ci_high,
     toDateTime(now(), 'UTC') AS as_of
 FROM (
     SELECT
@@ -974,6 +1002,12 @@ FROM (
         -- with a small arm's rare conversions (1 of 700 against 133 of 13,300 read as
         -- p = 1.6e-5); the pooled one alone with a small arm's many. docs/results.md.
         greatest(se, se_null) AS se_always_valid,
+        -- The lift, arm / control - 1, and its standard error by the delta method on the
+        -- ratio of the means (gbstats' relative difference).
+        raw_diff / control_rate AS raw_lift,
+        sqrt(arm_rate * (1 - arm_rate) / exposed / pow(control_rate, 2)
+            + control_rate * (1 - control_rate) / control_exposed
+                * pow(arm_rate, 2) / pow(control_rate, 4)) AS se_lift,
         controls = 1 AND control_exposed > 0 AND variant_id != '__multiple__' AND defined = 1
             AS comparable,
         -- No statistic where an arm's variance is zero (no conversion, or all converted)
@@ -1014,6 +1048,12 @@ FROM (
         -- with a small arm's rare conversions (1 of 700 against 133 of 13,300 read as
         -- p = 1.6e-5); the pooled one alone with a small arm's many. docs/results.md.
         greatest(mature_se, mature_se_null) AS mature_se_always_valid,
+        -- The lift, arm / control - 1, and its standard error by the delta method on the
+        -- ratio of the means (gbstats' relative difference).
+        mature_raw_diff / mature_control_rate AS mature_raw_lift,
+        sqrt(mature_arm_rate * (1 - mature_arm_rate) / mature_exposed / pow(mature_control_rate, 2)
+            + mature_control_rate * (1 - mature_control_rate) / mature_control_exposed
+                * pow(mature_arm_rate, 2) / pow(mature_control_rate, 4)) AS mature_se_lift,
         controls = 1 AND mature_control_exposed > 0 AND variant_id != '__multiple__' AND defined = 1
             AS mature_comparable,
         -- No statistic where an arm's variance is zero (no conversion, or all converted)

@@ -64,6 +64,12 @@ view_row! {
         mature_no_test_reason: String = "String",
         sequential_tuning: f64 = "Float64",
         treatments: u64 = "UInt64",
+        /// The lift, rate / the control's rate − 1, with its delta-method intervals.
+        lift: Option<f64> = "Nullable(Float64)",
+        lift_ci_low: Option<f64> = "Nullable(Float64)",
+        lift_ci_high: Option<f64> = "Nullable(Float64)",
+        always_valid_lift_ci_low: Option<f64> = "Nullable(Float64)",
+        always_valid_lift_ci_high: Option<f64> = "Nullable(Float64)",
         /// The time up to which the events counted were stored (seconds, UTC).
         as_of: u32 = "DateTime('UTC')",
     }
@@ -107,6 +113,11 @@ view_row! {
         mature_no_test_reason: String = "String",
         sequential_tuning: f64 = "Float64",
         treatments: u64 = "UInt64",
+        lift: Option<f64> = "Nullable(Float64)",
+        lift_ci_low: Option<f64> = "Nullable(Float64)",
+        lift_ci_high: Option<f64> = "Nullable(Float64)",
+        always_valid_lift_ci_low: Option<f64> = "Nullable(Float64)",
+        always_valid_lift_ci_high: Option<f64> = "Nullable(Float64)",
         as_of: u32 = "DateTime('UTC')",
     }
 }

@@ -165,6 +165,8 @@ pub(crate) const WITH_SETTINGS_HASH: &str = sql!("views/parts/with_settings_hash
 const RESULTS_DERIVED: &str = sql!("views/parts/results_derived.sql");
 const RESULTS_HEAD: &str = sql!("views/parts/results_head.sql");
 const RESULTS_TAIL: &str = sql!("views/parts/results_tail.sql");
+/// The lift and its intervals, fixed and always-valid.
+const RESULTS_LIFT: &str = sql!("views/parts/results_lift.sql");
 const SRM_SEQUENTIAL: &str = sql!("views/parts/srm_sequential.sql");
 const SRM_CHI_SQUARE: &str = sql!("views/parts/srm_chi_square.sql");
 const METRIC_ARRAYS: &str = sql!("views/parts/metric_arrays.sql");
@@ -291,6 +293,7 @@ fn results_locals(
         ("mature_head", per_prefix(RESULTS_HEAD, "mature_")),
         ("tail", per_prefix(RESULTS_TAIL, "")),
         ("mature_tail", per_prefix(RESULTS_TAIL, "mature_")),
+        ("lift", per_prefix(RESULTS_LIFT, "")),
     ]
 }
 

@@ -25,7 +25,12 @@ import sys
 import warnings
 
 import numpy as np
-from gbstats.frequentist.tests import SequentialConfig, SequentialTwoSidedTTest
+from gbstats.frequentist.tests import (
+    FrequentistConfig,
+    SequentialConfig,
+    SequentialTwoSidedTTest,
+    TwoSidedTTest,
+)
 from gbstats.models.statistics import ProportionStatistic
 from scipy import special, stats
 from statsmodels.stats.multitest import multipletests
@@ -37,6 +42,8 @@ from statsmodels.stats.proportion import (
 )
 
 ALPHA = 0.05
+# The two-sided 95% quantile of the normal distribution.
+Z_95 = float(stats.norm.ppf(1 - ALPHA / 2))
 
 
 def finite(*xs):
@@ -148,6 +155,32 @@ def pair(case):
             "p_value_gbstats": min(1.0, family * float(seq.p_value)) if widen == 1.0 else None,
         }
     out["always_valid"] = always_valid
+    # The view's lift: gbstats' relative difference (the ratio of the means, its variance by
+    # the delta method), a z interval as the view's difference has, and gbstats' sequential
+    # interval of it widened as the difference's.
+    relative = None
+    if se > 0 and testable:
+        arms = (ProportionStatistic(n=n0, sum=x0), ProportionStatistic(n=n1, sum=x1))
+        fixed = TwoSidedTTest(*arms, FrequentistConfig(difference_type="relative"))
+        value, half = fixed.point_estimate, Z_95 * math.sqrt(fixed.variance)
+        seq = SequentialTwoSidedTTest(
+            *arms,
+            SequentialConfig(
+                difference_type="relative",
+                sequential_tuning_parameter=float(case.get("tuning", 5000)),
+                alpha=ALPHA / int(case.get("family", 1)),
+            ),
+        )
+        low, high = seq.confidence_interval
+        widen = max(1.0, float(pooled_se(x1, n1, x0, n0)) / se)
+        relative = {
+            "value": value,
+            "ci": interval(value - half, value + half),
+            "always_valid_ci": interval(
+                value - (high - low) / 2 * widen, value + (high - low) / 2 * widen
+            ),
+        }
+    out["relative"] = relative
     return out
 
 

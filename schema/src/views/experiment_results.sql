@@ -11,6 +11,7 @@ SELECT
     {mature_tail},
     tuning AS sequential_tuning,
     family AS treatments,
+    {lift},
     {as_of} AS as_of
 FROM (
     SELECT

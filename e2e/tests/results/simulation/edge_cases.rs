@@ -407,6 +407,24 @@ fn check_edge_rows(cases: &[(&'static str, Case)], rows: &[ResultsRow], tuning: 
             row.always_valid_p_value,
             field(&|a| &a["p_value"]),
         );
+        // The lift: gbstats' relative difference, its intervals fixed and always-valid.
+        let lift = &want["relative"];
+        let of_lift = |f: &dyn Fn(&Value) -> &Value| if lift.is_null() { lift } else { f(lift) };
+        if !lift.is_null() {
+            optional("lift", row.lift, &lift["value"]);
+        }
+        optional("lift_ci_low", row.lift_ci_low, of_lift(&|l| &l["ci"][0]));
+        optional("lift_ci_high", row.lift_ci_high, of_lift(&|l| &l["ci"][1]));
+        optional(
+            "always_valid_lift_ci_low",
+            row.always_valid_lift_ci_low,
+            of_lift(&|l| &l["always_valid_ci"][0]),
+        );
+        optional(
+            "always_valid_lift_ci_high",
+            row.always_valid_lift_ci_high,
+            of_lift(&|l| &l["always_valid_ci"][1]),
+        );
         if !av.is_null() {
             // The interval excludes 0 exactly when the p-value is below 0.05.
             let p = row.always_valid_p_value.expect("p");

@@ -13,6 +13,12 @@
         -- with a small arm's rare conversions (1 of 700 against 133 of 13,300 read as
         -- p = 1.6e-5); the pooled one alone with a small arm's many. docs/results.md.
         greatest({p}se, {p}se_null) AS {p}se_always_valid,
+        -- The lift, arm / control - 1, and its standard error by the delta method on the
+        -- ratio of the means (gbstats' relative difference).
+        {p}raw_diff / {p}control_rate AS {p}raw_lift,
+        sqrt({p}arm_rate * (1 - {p}arm_rate) / {p}exposed / pow({p}control_rate, 2)
+            + {p}control_rate * (1 - {p}control_rate) / {p}control_exposed
+                * pow({p}arm_rate, 2) / pow({p}control_rate, 4)) AS {p}se_lift,
         controls = 1 AND {p}control_exposed > 0 AND variant_id != '__multiple__' AND defined = 1
             AS {p}comparable,
         -- No statistic where an arm's variance is zero (no conversion, or all converted)
