@@ -74,6 +74,11 @@ fn pp(x: f64) -> String {
     format!("{:+.2}", x * 100.0)
 }
 
+/// A lift (a ratio less one) in percent, signed: `+12.5%`.
+fn pct(x: f64) -> String {
+    format!("{:+.1}%", x * 100.0)
+}
+
 /// The verdict of a variant, in words, from the always-valid interval.
 pub fn verdict(v: &VariantReport) -> String {
     if v.variant_id == "__multiple__" {
@@ -86,22 +91,23 @@ pub fn verdict(v: &VariantReport) -> String {
         Shown::Value(av) => {
             let d = (av.low + av.high) / 2.0;
             let (low, high) = (pp(av.low), pp(av.high));
+            let lift = pct(av.lift);
             if av.low > 0.0 {
                 format!(
-                    "Better than the control: {} pp (between {low} and {high} pp, an interval \
-                     that holds however often you look).",
+                    "Better than the control: {lift}, {} pp (between {low} and {high} pp, an \
+                     interval that holds however often you look).",
                     pp(d)
                 )
             } else if av.high < 0.0 {
                 format!(
-                    "Worse than the control: {} pp (between {low} and {high} pp, an interval \
-                     that holds however often you look).",
+                    "Worse than the control: {lift}, {} pp (between {low} and {high} pp, an \
+                     interval that holds however often you look).",
                     pp(d)
                 )
             } else {
                 format!(
-                    "No difference shown yet: {} pp, anywhere between {low} and {high} pp. \
-                     Keep it running, or stop if that range rules out every effect worth \
+                    "No difference shown yet: {lift}, {} pp, anywhere between {low} and {high} \
+                     pp. Keep it running, or stop if that range rules out every effect worth \
                      having.",
                     pp(d)
                 )
@@ -375,7 +381,7 @@ pub fn page(experiment: &str, sections: &[Section]) -> String {
         }
         html.push_str(
             "<div class=\"scroll\"><table class=\"variants\"><thead><tr><th>Variant</th>\
-             <th>Visitors</th><th>Conv.</th><th>Rate</th><th>Diff, pp</th>\
+             <th>Visitors</th><th>Conv.</th><th>Rate</th><th>Lift</th><th>Diff, pp</th>\
              </tr></thead><tbody>",
         );
         for v in &report.variants {
@@ -384,15 +390,15 @@ pub fn page(experiment: &str, sections: &[Section]) -> String {
             } else {
                 escape(&v.variant_id)
             };
-            let diff = match v.comparison.as_ref().map(|c| &c.always_valid) {
-                Some(Shown::Value(av)) => pp((av.low + av.high) / 2.0),
-                _ => "-".into(),
+            let (lift, diff) = match v.comparison.as_ref().map(|c| &c.always_valid) {
+                Some(Shown::Value(av)) => (pct(av.lift), pp((av.low + av.high) / 2.0)),
+                _ => ("-".into(), "-".into()),
             };
             let _ = write!(
                 html,
                 "<tr data-variant=\"{}\"><td>{name}</td><td class=\"exposed\">{}</td>\
                  <td class=\"converted\">{}</td><td class=\"rate\">{:.2}%</td>\
-                 <td class=\"diff\">{diff}</td></tr>",
+                 <td class=\"lift\">{lift}</td><td class=\"diff\">{diff}</td></tr>",
                 escape(&v.variant_id),
                 v.exposed,
                 v.converted,
@@ -530,6 +536,9 @@ mod tests {
                         p_value: 0.01,
                         low,
                         high,
+                        lift: (low + high) / 2.0 / 0.1,
+                        lift_low: low / 0.1,
+                        lift_high: high / 0.1,
                     })
                 }),
             }),
@@ -539,7 +548,12 @@ mod tests {
 
     #[test]
     fn the_verdict_reads_the_always_valid_interval() {
-        assert!(verdict(&row("b", false, Some((0.01, 0.07)))).starts_with("Better"));
+        // The lift first, the difference beside it: +4 pp on a 10% rate is +40%.
+        assert_eq!(
+            verdict(&row("b", false, Some((0.01, 0.07)))),
+            "Better than the control: +40.0%, +4.00 pp (between +1.00 and +7.00 pp, an \
+             interval that holds however often you look)."
+        );
         assert!(verdict(&row("b", false, Some((-0.07, -0.01)))).starts_with("Worse"));
         assert!(verdict(&row("b", false, Some((-0.01, 0.07)))).starts_with("No difference"));
         assert_eq!(
@@ -603,7 +617,8 @@ mod tests {
             html.contains("from 2026-11-18 11:00 to 2026-11-18 13:59 UTC"),
             "{html}"
         );
-        assert!(html.contains("Better than the control: +4.00 pp"));
+        assert!(html.contains("Better than the control: +40.0%, +4.00 pp"));
+        assert!(html.contains("<td class=\"lift\">+40.0%</td><td class=\"diff\">+4.00</td>"));
         assert!(html.contains("As of 2025-11-21 04:40 UTC"), "{html}");
         assert_eq!(utc(0), "1970-01-01 00:00");
         assert_eq!(utc(951_782_400), "2000-02-29 00:00");

@@ -108,13 +108,17 @@ impl<T> From<Result<T, stats::Reason>> for Shown<T> {
     }
 }
 
-/// The view's always-valid p-value and interval of the difference (a confidence
-/// sequence: valid however often the results are looked at).
+/// The view's always-valid p-value and intervals (confidence sequences: valid however
+/// often the results are looked at): of the difference (`low`, `high`) and of the lift
+/// (`lift`, rate / the control's − 1, between `lift_low` and `lift_high`).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct AlwaysValid {
     pub p_value: f64,
     pub low: f64,
     pub high: f64,
+    pub lift: f64,
+    pub lift_low: f64,
+    pub lift_high: f64,
 }
 
 /// A treatment variant against the control.
@@ -404,13 +408,27 @@ fn comparison(row: &ResultsRow, variant: Arm, control: Arm, minimums: Minimums) 
     let p_value: Shown<f64> = stats::fisher_exact(variant, control).into();
     let always_valid = match (
         row.always_valid_p_value,
-        row.always_valid_ci_low,
-        row.always_valid_ci_high,
+        (row.always_valid_ci_low, row.always_valid_ci_high),
+        (
+            row.lift,
+            row.always_valid_lift_ci_low,
+            row.always_valid_lift_ci_high,
+        ),
     ) {
-        (Some(p_value), Some(low), Some(high))
-            if p_value.is_finite() && low.is_finite() && high.is_finite() && high > low =>
+        (Some(p_value), (Some(low), Some(high)), (Some(lift), Some(lift_low), Some(lift_high)))
+            if [p_value, low, high, lift, lift_low, lift_high]
+                .iter()
+                .all(|x| x.is_finite())
+                && high > low =>
         {
-            Shown::Value(AlwaysValid { p_value, low, high })
+            Shown::Value(AlwaysValid {
+                p_value,
+                low,
+                high,
+                lift,
+                lift_low,
+                lift_high,
+            })
         }
         _ if row.no_test_reason.is_empty() => Shown::missing("none in the view"),
         _ => Shown::missing(format!("none in the view: {}", row.no_test_reason)),
@@ -489,17 +507,17 @@ pub fn render(reports: &[Report], settings: Settings) -> String {
             .max(20);
         let _ = writeln!(
             out,
-            "{:<width$} {:>9} {:>9} {:>8}  {:<26} {:>8} {:>8}  {:<28} {:>8}  {:<30} time on page: mean ms (Welch p)",
+            "{:<width$} {:>9} {:>9} {:>8}  {:<28} {:>8}  {:<26} {:>8} {:>8}  {:<32} time on page: mean ms (Welch p)",
             "variant",
             "visitors",
             "converted",
             "rate",
+            "lift, % (95% CI)",
+            "lift p",
             "diff, pp (95% CI)",
             "p",
             format!("p {}", report.correction),
-            "lift, % (95% CI)",
-            "lift p",
-            "always-valid p, diff pp [CI]",
+            "always-valid p, lift % [CI]",
         );
         let mut notes = Vec::new();
         for v in &report.variants {
@@ -540,7 +558,14 @@ pub fn render(reports: &[Report], settings: Settings) -> String {
                     c.lift.value().map_or_else(dash, |l| p(l.p_value)),
                     c.always_valid.value().map_or_else(
                         || cell("always-valid", c.always_valid.reason()),
-                        |a| format!("{} [{}, {}]", p(a.p_value), pct(a.low), pct(a.high)),
+                        |a| {
+                            format!(
+                                "{} [{}, {}]",
+                                p(a.p_value),
+                                pct(a.lift_low),
+                                pct(a.lift_high)
+                            )
+                        },
                     ),
                 ),
             };
@@ -557,7 +582,7 @@ pub fn render(reports: &[Report], settings: Settings) -> String {
                 });
             let _ = writeln!(
                 out,
-                "{name:<width$} {:>9} {:>9} {:>7.2}%  {diff:<26} {p_raw:>8} {p_adj:>8}  {lift:<28} {lift_p:>8}  {always:<30} {time}",
+                "{name:<width$} {:>9} {:>9} {:>7.2}%  {lift:<28} {lift_p:>8}  {diff:<26} {p_raw:>8} {p_adj:>8}  {always:<32} {time}",
                 v.exposed,
                 v.converted,
                 v.conversion_rate * 100.0
