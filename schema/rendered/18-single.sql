@@ -1478,6 +1478,13 @@ SELECT
     tuning AS sequential_tuning,
     family AS treatments,
     no_test_reason,
+    -- The secondary metrics' p-values corrected for their number (Bonferroni): each
+    -- times the experiment's secondary metrics, at most 1. The goal and the guardrails
+    -- keep theirs.
+    secondary_family AS secondary_metrics,
+    if(role = 'secondary', least(1, p_value * secondary_family), p_value) AS adjusted_p_value,
+    if(role = 'secondary', least(1, always_valid_p_value * secondary_family),
+        always_valid_p_value) AS adjusted_always_valid_p_value,
     refreshed_as_of AS as_of
 FROM (
 -- Student's t quantile for the intervals, one Newton step per SELECT.
@@ -1656,6 +1663,7 @@ SELECT *, 1.959963984540054
             '') AS no_test_reason,
         -- The always-valid test (gbstats' SequentialTwoSidedTTest) at 5% / treatments.
         greatest(toUInt64(ifNull(phase_treatments, 0)), 1) AS family,
+        greatest(toUInt64(ifNull(secondaries, 0)), 1) AS secondary_family,
         5.991464547107982 + 2 * log(family) AS family_bound,
         if(snapshot_tuning > 0, snapshot_tuning,
             if(default_tuning > 0, default_tuning, 5000)) AS tuning,
@@ -1940,17 +1948,25 @@ PREWHERE cityHash64(visitor_id) % 4 = 3) AS stored) AS visitors
       ORDER BY public_key, experiment_id, phase, metric_id, variant_id
     ) AS arms
     ANY LEFT JOIN (
-        SELECT experiment_id, phase, phase_treatments, snapshot_tuning
+        SELECT experiment_id, phase, phase_treatments, snapshot_tuning, secondaries
         FROM (
-            SELECT experiment_id, phase, countIf(is_control = 0) AS phase_treatments
-            FROM analytics.experiment_phase_variants
-            WHERE weight > 0
-            GROUP BY experiment_id, phase
-        ) AS weighted
+            SELECT experiment_id, phase, phase_treatments, snapshot_tuning
+            FROM (
+                SELECT experiment_id, phase, countIf(is_control = 0) AS phase_treatments
+                FROM analytics.experiment_phase_variants
+                WHERE weight > 0
+                GROUP BY experiment_id, phase
+            ) AS weighted
+            ANY LEFT JOIN (
+                SELECT experiment_id, phase, sequential_tuning AS snapshot_tuning
+                FROM analytics.experiment_phase_settings
+            ) AS tunings USING (experiment_id, phase)
+        ) AS phases
         ANY LEFT JOIN (
-            SELECT experiment_id, phase, sequential_tuning AS snapshot_tuning
-            FROM analytics.experiment_phase_settings
-        ) AS tunings USING (experiment_id, phase)
+            SELECT experiment_id, countIf(role = 'secondary') AS secondaries
+            FROM analytics.experiment_metric_definitions
+            GROUP BY experiment_id
+        ) AS roles USING (experiment_id)
     ) AS settings USING (experiment_id, phase)
 ) AS statistics
 ) AS start

@@ -160,6 +160,12 @@ view_row! {
         sequential_tuning: f64 = "Float64",
         treatments: u64 = "UInt64",
         no_test_reason: String = "String",
+        /// The experiment's secondary metrics: how many the correction counts.
+        secondary_metrics: u64 = "UInt64",
+        /// `p_value` corrected for the number of secondary metrics (Bonferroni) on a
+        /// secondary metric's row, as it is on the goal's and the guardrails'.
+        adjusted_p_value: Option<f64> = "Nullable(Float64)",
+        adjusted_always_valid_p_value: Option<f64> = "Nullable(Float64)",
         as_of: u32 = "DateTime('UTC')",
     }
 }

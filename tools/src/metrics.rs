@@ -85,8 +85,11 @@ pub struct MetricVariant {
     pub diff: Option<f64>,
     pub ci: Option<Interval>,
     pub p_value: Option<f64>,
-    /// With `--by`: the p-value adjusted across the segments and treatments of the metric.
+    /// A secondary metric's p-value corrected for the number of secondary metrics
+    /// (Bonferroni, by the view); with `--by`, adjusted across the segments and treatments
+    /// of the metric too.
     pub p_adjusted: Option<f64>,
+    /// A secondary metric's corrected for their number, as `p_adjusted`.
     pub always_valid_p_value: Option<f64>,
     pub always_valid_ci: Option<Interval>,
     pub chance_to_beat_control: Option<f64>,
@@ -278,8 +281,12 @@ pub async fn read(
             diff: row.diff,
             ci: both(row.ci_low, row.ci_high),
             p_value: row.p_value,
-            p_adjusted: None,
-            always_valid_p_value: row.always_valid_p_value,
+            // A secondary metric's p-values, corrected in the view for the number of
+            // secondary metrics (Bonferroni); the goal's and the guardrails' as they are.
+            p_adjusted: (row.role == "secondary")
+                .then_some(row.adjusted_p_value)
+                .flatten(),
+            always_valid_p_value: row.adjusted_always_valid_p_value,
             always_valid_ci: both(row.always_valid_ci_low, row.always_valid_ci_high),
             chance_to_beat_control: row.chance_to_beat_control,
             harm_p_value: row.always_valid_harm_p_value,
@@ -337,7 +344,10 @@ fn adjust_across_segments(metrics: &mut Metrics, correction: Correction) {
             .flat_map(|m| m.variants.iter_mut())
             .filter(|v| v.p_value.is_some())
             .collect();
-        let p: Vec<f64> = family.iter().filter_map(|v| v.p_value).collect();
+        let p: Vec<f64> = family
+            .iter()
+            .filter_map(|v| v.p_adjusted.or(v.p_value))
+            .collect();
         for (v, adjusted) in family.iter_mut().zip(stats::adjust(&p, correction)) {
             v.p_adjusted = Some(adjusted);
             let k = tested.max(1) as f64;
@@ -391,6 +401,20 @@ pub fn render(metrics: &Metrics, correction: Correction) -> String {
             by.name()
         );
     }
+    let secondaries = metrics
+        .metrics
+        .iter()
+        .filter(|m| m.role == "secondary")
+        .map(|m| m.metric_id.as_str())
+        .collect::<BTreeSet<_>>()
+        .len();
+    let secondary = secondaries > 0;
+    if secondary {
+        let _ = writeln!(
+            out,
+            "Secondary metrics: p adj. and always-valid p multiplied by their number              ({secondaries}, Bonferroni); the goal's and the guardrails' as they are."
+        );
+    }
     let width = metrics
         .metrics
         .iter()
@@ -409,7 +433,11 @@ pub fn render(metrics: &Metrics, correction: Correction) -> String {
         "value",
         "diff (95% CI)",
         "p",
-        if metrics.by.is_some() { "p adj." } else { "" },
+        if metrics.by.is_some() || secondary {
+            "p adj."
+        } else {
+            ""
+        },
         "always-valid p",
         "P(beat)",
         "CUPED diff (CI), variance cut",

@@ -186,10 +186,11 @@ def pair(case):
 
 def family(p_values):
     if not p_values:
-        return {"holm": [], "bh": []}
+        return {"holm": [], "bh": [], "bonferroni": []}
     return {
         "holm": multipletests(p_values, alpha=ALPHA, method="holm")[1].tolist(),
         "bh": multipletests(p_values, alpha=ALPHA, method="fdr_bh")[1].tolist(),
+        "bonferroni": multipletests(p_values, alpha=ALPHA, method="bonferroni")[1].tolist(),
     }
 
 

@@ -8,6 +8,7 @@ mod simulation;
 use crate::stats;
 mod stored;
 
+use std::collections::BTreeSet;
 use std::fmt::Write;
 use std::time::Duration;
 
@@ -537,6 +538,74 @@ async fn every_metric_kind_and_its_cuped_equal_gbstats_on_the_raw_events() {
             < 0.05
     );
     assert!(row("conversion", "A").is_control == 1 && row("conversion", "A").diff == Some(0.0));
+    secondary_metrics_are_corrected_for_their_number(&metrics, &results);
+}
+
+/// The secondary metrics' p-values, per treatment, corrected for the number of secondary
+/// metrics as statsmodels' Bonferroni does; the goal's and the guardrails' as they are.
+fn secondary_metrics_are_corrected_for_their_number(
+    metrics: &[Metric],
+    results: &[MetricResultsRow],
+) {
+    let secondary: Vec<&str> = metrics
+        .iter()
+        .filter(|m| m.role == "secondary")
+        .map(|m| m.id)
+        .collect();
+    assert!(secondary.len() >= 2, "{secondary:?}");
+    let treatments: BTreeSet<&str> = results
+        .iter()
+        .filter(|r| r.is_control == 0)
+        .map(|r| r.variant_id.as_str())
+        .collect();
+    for variant in treatments {
+        let rows: Vec<&MetricResultsRow> = secondary
+            .iter()
+            .map(|m| {
+                results
+                    .iter()
+                    .find(|r| r.metric_id == *m && r.variant_id == variant)
+                    .expect("a secondary metric's row")
+            })
+            .collect();
+        let fixed: Vec<f64> = rows.iter().map(|r| r.p_value.expect("p")).collect();
+        let always: Vec<f64> = rows
+            .iter()
+            .map(|r| r.always_valid_p_value.expect("always-valid p"))
+            .collect();
+        let answers = stats::reference(&json!({ "families": [fixed, always] }));
+        for (f, (kind, got)) in [
+            (
+                "fixed",
+                rows.iter().map(|r| r.adjusted_p_value).collect::<Vec<_>>(),
+            ),
+            (
+                "always-valid",
+                rows.iter()
+                    .map(|r| r.adjusted_always_valid_p_value)
+                    .collect(),
+            ),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            for (i, got) in got.into_iter().enumerate() {
+                let what = format!("{variant} {}: {kind} adjusted p", secondary[i]);
+                same(&what, got, &answers["families"][f]["bonferroni"][i]);
+            }
+        }
+        for r in results.iter().filter(|r| r.variant_id == variant) {
+            assert_eq!(r.secondary_metrics, secondary.len() as u64, "{r:?}");
+            if r.role != "secondary" {
+                assert_eq!(
+                    (r.adjusted_p_value, r.adjusted_always_valid_p_value),
+                    (r.p_value, r.always_valid_p_value),
+                    "{} {variant}: the goal and the guardrails keep their p",
+                    r.metric_id
+                );
+            }
+        }
+    }
 }
 
 /// What `experiment-results` prints for `config`.
@@ -622,6 +691,10 @@ async fn the_command_shows_every_metric_in_order_and_per_segment() {
         .unwrap_or_else(|| panic!("the harmed guardrail flagged:\n{text}"));
     assert!(flag < order[0], "flagged above the metrics:\n{text}");
     assert!(text.contains("load time, ms"), "units:\n{text}");
+    assert!(
+        text.contains("Secondary metrics: p adj. and always-valid p multiplied by their number (2, Bonferroni)"),
+        "the correction stated:\n{text}"
+    );
 
     let json: Value = serde_json::from_str(
         &command_text(&args(&["--json", "--by", "utm_source"]))
@@ -634,8 +707,12 @@ async fn the_command_shows_every_metric_in_order_and_per_segment() {
     // Per segment, clicks and the load time (neither capped, so a segment's statistics
     // are its visitors' only) against the reference on the events of the segment's
     // visitors alone.
+    // A secondary metric's p-values come corrected for the number of secondary metrics
+    // (Bonferroni, by the view) before the segments' correction.
+    let secondaries = metrics.iter().filter(|m| m.role == "secondary").count() as f64;
     for id in ["clicks", "load_time"] {
         let mut family = Vec::new();
+        let k = if id == "clicks" { secondaries } else { 1.0 };
         for segment in ["ads", "mail", ""] {
             let mine: Vec<Event> = events
                 .iter()
@@ -667,12 +744,14 @@ async fn the_command_shows_every_metric_in_order_and_per_segment() {
                 };
                 assert_close(&format!("{what}: p"), number("p_value"), &want["p_value"]);
                 assert_close(&format!("{what}: diff"), number("diff"), &want["diff"]);
-                // The always-valid tests (at 5% / treatments) times the segments tested.
+                // The always-valid tests (at 5% / treatments) times the segments tested
+                // (and a secondary metric's times the secondary metrics).
                 let times_3 = |p: &Value| json!((3.0 * p.as_f64().expect("p")).min(1.0));
+                let times_3k = |p: &Value| json!((3.0 * k * p.as_f64().expect("p")).min(1.0));
                 assert_close(
-                    &format!("{what}: always-valid p times 3"),
+                    &format!("{what}: always-valid p times 3 (and {k})"),
                     number("always_valid_p_value"),
-                    &times_3(&want["always_valid_p_value"]),
+                    &times_3k(&want["always_valid_p_value"]),
                 );
                 if id == "load_time" {
                     assert_close(
@@ -681,7 +760,8 @@ async fn the_command_shows_every_metric_in_order_and_per_segment() {
                         &times_3(&want["harm_p_value"]),
                     );
                 }
-                family.push((what.clone(), number("p_value"), number("p_adjusted")));
+                let p = (k * number("p_value")).min(1.0);
+                family.push((what.clone(), p, number("p_adjusted")));
             }
         }
         // Holm across the 3 segments and 2 treatments: the k-th smallest p times 6 - k + 1,
