@@ -550,12 +550,17 @@ FROM (
             t0 AS first_exposure,
             top AS max_time_on_page,
             (t0) AS first_exposure_ms,
-            -- The hour of the first exposure to another arm than the first.
-            if(n > 1, arrayReduce('min', arrayMap(a -> a.2, arrayFilter(a -> a.1 != v0, arms)))
-                * 3600000, toInt64(0)) AS multiple_from_ms,
+            -- The hour of the first exposure to another arm than the first. (On 18.x a
+            -- lambda reads the columns of its arrays only: the first arm and the first
+            -- exposure go in as arrays.)
+            if(n > 1, arrayReduce('min', arrayMap(a -> a.2, arrayFilter((a, first) -> a.1 != first,
+                arms, arrayResize([v0], length(arms), v0)))) * 3600000, toInt64(0))
+                AS multiple_from_ms,
             -- The first conversion at or after the first exposure (0: none): conversions
             -- before it, or after it in any number, change nothing.
-            arrayFilter(c -> c >= first_exposure_ms, arrayMap(c -> (c), conversion_times))
+            arrayMap(c -> (c), conversion_times) AS conversions_ms,
+            arrayFilter((c, first) -> c >= first, conversions_ms,
+                arrayResize([first_exposure_ms], length(conversions_ms), first_exposure_ms))
                 AS after_exposure,
             if(empty(after_exposure), toInt64(0), arrayReduce('min', after_exposure))
                 AS candidate_ms
@@ -1487,88 +1492,88 @@ SELECT
         always_valid_p_value) AS adjusted_always_valid_p_value,
     refreshed_as_of AS as_of
 FROM (
--- Student's t quantile for the intervals, one Newton step per SELECT.
-SELECT *, t_quantile_1 - (((t_quantile_1)
-    * if(((dof) / 2) < 500, exp(lgamma(((dof) / 2) + 0.5) - lgamma(((dof) / 2))),
-        sqrt(((dof) / 2)) * (1 - 1 / (8 * ((dof) / 2)) + 1 / (128 * pow(((dof) / 2), 2))
-        + 5 / (1024 * pow(((dof) / 2), 3)) - 21 / (32768 * pow(((dof) / 2), 4))))
-    / sqrt((dof) * pi())
-    * exp(-(((dof) + 1) / 2) * if((pow(t_quantile_1, 2) / (dof)) < 1e-4,
-        (pow(t_quantile_1, 2) / (dof))
-        - pow((pow(t_quantile_1, 2) / (dof)), 2) / 2
-        + pow((pow(t_quantile_1, 2) / (dof)), 3) / 3
-        - pow((pow(t_quantile_1, 2) / (dof)), 4) / 4,
-        log(1 + (pow(t_quantile_1, 2) / (dof)))))
+-- Student's t quantile for the intervals.
+SELECT *, arrayMap((t, nu) -> t - (((t)
+    * if(((nu) / 2) < 500, exp(lgamma(((nu) / 2) + 0.5) - lgamma(((nu) / 2))),
+        sqrt(((nu) / 2)) * (1 - 1 / (8 * ((nu) / 2)) + 1 / (128 * pow(((nu) / 2), 2))
+        + 5 / (1024 * pow(((nu) / 2), 3)) - 21 / (32768 * pow(((nu) / 2), 4))))
+    / sqrt((nu) * pi())
+    * exp(-(((nu) + 1) / 2) * if((pow(t, 2) / (nu)) < 1e-4,
+        (pow(t, 2) / (nu))
+        - pow((pow(t, 2) / (nu)), 2) / 2
+        + pow((pow(t, 2) / (nu)), 3) / 3
+        - pow((pow(t, 2) / (nu)), 4) / 4,
+        log(1 + (pow(t, 2) / (nu)))))
     * arraySum(arrayMap(l -> exp(l), arrayCumSum(arrayMap(
         (k, b, lw) -> if(k = 0, 0, log(b + k - 1) - log(0.5 + k) + lw),
         range(100),
-        arrayResize([(((dof) + 1) / 2)], 100, (((dof) + 1) / 2)),
-        arrayResize([log(pow(t_quantile_1, 2) / ((dof) + pow(t_quantile_1, 2)))], 100,
-            log(pow(t_quantile_1, 2) / ((dof) + pow(t_quantile_1, 2)))))))))
-    - 0.475) / (exp(lgamma(((dof) + 1) / 2) - lgamma((dof) / 2)) / sqrt((dof) * pi())
-    * pow(1 + pow(t_quantile_1, 2) / (dof), -((dof) + 1) / 2)) AS t_quantile, cuped_t_quantile_1 - (((cuped_t_quantile_1)
-    * if(((cuped_dof) / 2) < 500, exp(lgamma(((cuped_dof) / 2) + 0.5) - lgamma(((cuped_dof) / 2))),
-        sqrt(((cuped_dof) / 2)) * (1 - 1 / (8 * ((cuped_dof) / 2)) + 1 / (128 * pow(((cuped_dof) / 2), 2))
-        + 5 / (1024 * pow(((cuped_dof) / 2), 3)) - 21 / (32768 * pow(((cuped_dof) / 2), 4))))
-    / sqrt((cuped_dof) * pi())
-    * exp(-(((cuped_dof) + 1) / 2) * if((pow(cuped_t_quantile_1, 2) / (cuped_dof)) < 1e-4,
-        (pow(cuped_t_quantile_1, 2) / (cuped_dof))
-        - pow((pow(cuped_t_quantile_1, 2) / (cuped_dof)), 2) / 2
-        + pow((pow(cuped_t_quantile_1, 2) / (cuped_dof)), 3) / 3
-        - pow((pow(cuped_t_quantile_1, 2) / (cuped_dof)), 4) / 4,
-        log(1 + (pow(cuped_t_quantile_1, 2) / (cuped_dof)))))
+        arrayResize([(((nu) + 1) / 2)], 100, (((nu) + 1) / 2)),
+        arrayResize([log(pow(t, 2) / ((nu) + pow(t, 2)))], 100,
+            log(pow(t, 2) / ((nu) + pow(t, 2)))))))))
+    - 0.475) / (exp(lgamma((nu + 1) / 2) - lgamma(nu / 2)) / sqrt(nu * pi())
+    * pow(1 + pow(t, 2) / nu, -(nu + 1) / 2)),
+    arrayMap((t, nu) -> t - (((t)
+    * if(((nu) / 2) < 500, exp(lgamma(((nu) / 2) + 0.5) - lgamma(((nu) / 2))),
+        sqrt(((nu) / 2)) * (1 - 1 / (8 * ((nu) / 2)) + 1 / (128 * pow(((nu) / 2), 2))
+        + 5 / (1024 * pow(((nu) / 2), 3)) - 21 / (32768 * pow(((nu) / 2), 4))))
+    / sqrt((nu) * pi())
+    * exp(-(((nu) + 1) / 2) * if((pow(t, 2) / (nu)) < 1e-4,
+        (pow(t, 2) / (nu))
+        - pow((pow(t, 2) / (nu)), 2) / 2
+        + pow((pow(t, 2) / (nu)), 3) / 3
+        - pow((pow(t, 2) / (nu)), 4) / 4,
+        log(1 + (pow(t, 2) / (nu)))))
     * arraySum(arrayMap(l -> exp(l), arrayCumSum(arrayMap(
         (k, b, lw) -> if(k = 0, 0, log(b + k - 1) - log(0.5 + k) + lw),
         range(100),
-        arrayResize([(((cuped_dof) + 1) / 2)], 100, (((cuped_dof) + 1) / 2)),
-        arrayResize([log(pow(cuped_t_quantile_1, 2) / ((cuped_dof) + pow(cuped_t_quantile_1, 2)))], 100,
-            log(pow(cuped_t_quantile_1, 2) / ((cuped_dof) + pow(cuped_t_quantile_1, 2)))))))))
-    - 0.475) / (exp(lgamma(((cuped_dof) + 1) / 2) - lgamma((cuped_dof) / 2)) / sqrt((cuped_dof) * pi())
-    * pow(1 + pow(cuped_t_quantile_1, 2) / (cuped_dof), -((cuped_dof) + 1) / 2)) AS cuped_t_quantile FROM (
-SELECT *, t_quantile_0 - (((t_quantile_0)
-    * if(((dof) / 2) < 500, exp(lgamma(((dof) / 2) + 0.5) - lgamma(((dof) / 2))),
-        sqrt(((dof) / 2)) * (1 - 1 / (8 * ((dof) / 2)) + 1 / (128 * pow(((dof) / 2), 2))
-        + 5 / (1024 * pow(((dof) / 2), 3)) - 21 / (32768 * pow(((dof) / 2), 4))))
-    / sqrt((dof) * pi())
-    * exp(-(((dof) + 1) / 2) * if((pow(t_quantile_0, 2) / (dof)) < 1e-4,
-        (pow(t_quantile_0, 2) / (dof))
-        - pow((pow(t_quantile_0, 2) / (dof)), 2) / 2
-        + pow((pow(t_quantile_0, 2) / (dof)), 3) / 3
-        - pow((pow(t_quantile_0, 2) / (dof)), 4) / 4,
-        log(1 + (pow(t_quantile_0, 2) / (dof)))))
-    * arraySum(arrayMap(l -> exp(l), arrayCumSum(arrayMap(
-        (k, b, lw) -> if(k = 0, 0, log(b + k - 1) - log(0.5 + k) + lw),
-        range(100),
-        arrayResize([(((dof) + 1) / 2)], 100, (((dof) + 1) / 2)),
-        arrayResize([log(pow(t_quantile_0, 2) / ((dof) + pow(t_quantile_0, 2)))], 100,
-            log(pow(t_quantile_0, 2) / ((dof) + pow(t_quantile_0, 2)))))))))
-    - 0.475) / (exp(lgamma(((dof) + 1) / 2) - lgamma((dof) / 2)) / sqrt((dof) * pi())
-    * pow(1 + pow(t_quantile_0, 2) / (dof), -((dof) + 1) / 2)) AS t_quantile_1, cuped_t_quantile_0 - (((cuped_t_quantile_0)
-    * if(((cuped_dof) / 2) < 500, exp(lgamma(((cuped_dof) / 2) + 0.5) - lgamma(((cuped_dof) / 2))),
-        sqrt(((cuped_dof) / 2)) * (1 - 1 / (8 * ((cuped_dof) / 2)) + 1 / (128 * pow(((cuped_dof) / 2), 2))
-        + 5 / (1024 * pow(((cuped_dof) / 2), 3)) - 21 / (32768 * pow(((cuped_dof) / 2), 4))))
-    / sqrt((cuped_dof) * pi())
-    * exp(-(((cuped_dof) + 1) / 2) * if((pow(cuped_t_quantile_0, 2) / (cuped_dof)) < 1e-4,
-        (pow(cuped_t_quantile_0, 2) / (cuped_dof))
-        - pow((pow(cuped_t_quantile_0, 2) / (cuped_dof)), 2) / 2
-        + pow((pow(cuped_t_quantile_0, 2) / (cuped_dof)), 3) / 3
-        - pow((pow(cuped_t_quantile_0, 2) / (cuped_dof)), 4) / 4,
-        log(1 + (pow(cuped_t_quantile_0, 2) / (cuped_dof)))))
-    * arraySum(arrayMap(l -> exp(l), arrayCumSum(arrayMap(
-        (k, b, lw) -> if(k = 0, 0, log(b + k - 1) - log(0.5 + k) + lw),
-        range(100),
-        arrayResize([(((cuped_dof) + 1) / 2)], 100, (((cuped_dof) + 1) / 2)),
-        arrayResize([log(pow(cuped_t_quantile_0, 2) / ((cuped_dof) + pow(cuped_t_quantile_0, 2)))], 100,
-            log(pow(cuped_t_quantile_0, 2) / ((cuped_dof) + pow(cuped_t_quantile_0, 2)))))))))
-    - 0.475) / (exp(lgamma(((cuped_dof) + 1) / 2) - lgamma((cuped_dof) / 2)) / sqrt((cuped_dof) * pi())
-    * pow(1 + pow(cuped_t_quantile_0, 2) / (cuped_dof), -((cuped_dof) + 1) / 2)) AS cuped_t_quantile_1 FROM (
-SELECT *, 1.959963984540054
+        arrayResize([(((nu) + 1) / 2)], 100, (((nu) + 1) / 2)),
+        arrayResize([log(pow(t, 2) / ((nu) + pow(t, 2)))], 100,
+            log(pow(t, 2) / ((nu) + pow(t, 2)))))))))
+    - 0.475) / (exp(lgamma((nu + 1) / 2) - lgamma(nu / 2)) / sqrt(nu * pi())
+    * pow(1 + pow(t, 2) / nu, -(nu + 1) / 2)),
+    [1.959963984540054
     + (pow(1.959963984540054, 3) + 1.959963984540054) / (4 * (dof))
-    + (5 * pow(1.959963984540054, 5) + 16 * pow(1.959963984540054, 3) + 3 * 1.959963984540054) / (96 * pow(dof, 2))
-    AS t_quantile_0, 1.959963984540054
+    + (5 * pow(1.959963984540054, 5) + 16 * pow(1.959963984540054, 3) + 3 * 1.959963984540054) / (96 * pow(dof, 2))], [dof]), [dof])[1] AS t_quantile, arrayMap((t, nu) -> t - (((t)
+    * if(((nu) / 2) < 500, exp(lgamma(((nu) / 2) + 0.5) - lgamma(((nu) / 2))),
+        sqrt(((nu) / 2)) * (1 - 1 / (8 * ((nu) / 2)) + 1 / (128 * pow(((nu) / 2), 2))
+        + 5 / (1024 * pow(((nu) / 2), 3)) - 21 / (32768 * pow(((nu) / 2), 4))))
+    / sqrt((nu) * pi())
+    * exp(-(((nu) + 1) / 2) * if((pow(t, 2) / (nu)) < 1e-4,
+        (pow(t, 2) / (nu))
+        - pow((pow(t, 2) / (nu)), 2) / 2
+        + pow((pow(t, 2) / (nu)), 3) / 3
+        - pow((pow(t, 2) / (nu)), 4) / 4,
+        log(1 + (pow(t, 2) / (nu)))))
+    * arraySum(arrayMap(l -> exp(l), arrayCumSum(arrayMap(
+        (k, b, lw) -> if(k = 0, 0, log(b + k - 1) - log(0.5 + k) + lw),
+        range(100),
+        arrayResize([(((nu) + 1) / 2)], 100, (((nu) + 1) / 2)),
+        arrayResize([log(pow(t, 2) / ((nu) + pow(t, 2)))], 100,
+            log(pow(t, 2) / ((nu) + pow(t, 2)))))))))
+    - 0.475) / (exp(lgamma((nu + 1) / 2) - lgamma(nu / 2)) / sqrt(nu * pi())
+    * pow(1 + pow(t, 2) / nu, -(nu + 1) / 2)),
+    arrayMap((t, nu) -> t - (((t)
+    * if(((nu) / 2) < 500, exp(lgamma(((nu) / 2) + 0.5) - lgamma(((nu) / 2))),
+        sqrt(((nu) / 2)) * (1 - 1 / (8 * ((nu) / 2)) + 1 / (128 * pow(((nu) / 2), 2))
+        + 5 / (1024 * pow(((nu) / 2), 3)) - 21 / (32768 * pow(((nu) / 2), 4))))
+    / sqrt((nu) * pi())
+    * exp(-(((nu) + 1) / 2) * if((pow(t, 2) / (nu)) < 1e-4,
+        (pow(t, 2) / (nu))
+        - pow((pow(t, 2) / (nu)), 2) / 2
+        + pow((pow(t, 2) / (nu)), 3) / 3
+        - pow((pow(t, 2) / (nu)), 4) / 4,
+        log(1 + (pow(t, 2) / (nu)))))
+    * arraySum(arrayMap(l -> exp(l), arrayCumSum(arrayMap(
+        (k, b, lw) -> if(k = 0, 0, log(b + k - 1) - log(0.5 + k) + lw),
+        range(100),
+        arrayResize([(((nu) + 1) / 2)], 100, (((nu) + 1) / 2)),
+        arrayResize([log(pow(t, 2) / ((nu) + pow(t, 2)))], 100,
+            log(pow(t, 2) / ((nu) + pow(t, 2)))))))))
+    - 0.475) / (exp(lgamma((nu + 1) / 2) - lgamma(nu / 2)) / sqrt(nu * pi())
+    * pow(1 + pow(t, 2) / nu, -(nu + 1) / 2)),
+    [1.959963984540054
     + (pow(1.959963984540054, 3) + 1.959963984540054) / (4 * (cuped_dof))
-    + (5 * pow(1.959963984540054, 5) + 16 * pow(1.959963984540054, 3) + 3 * 1.959963984540054) / (96 * pow(cuped_dof, 2))
-    AS cuped_t_quantile_0 FROM (
+    + (5 * pow(1.959963984540054, 5) + 16 * pow(1.959963984540054, 3) + 3 * 1.959963984540054) / (96 * pow(cuped_dof, 2))], [cuped_dof]), [cuped_dof])[1] AS cuped_t_quantile FROM (
     SELECT
         *,
         if(higher_is_better = 1, 1, -1) AS better_sign,
@@ -1969,6 +1974,4 @@ PREWHERE cityHash64(visitor_id) % 4 = 3) AS stored) AS visitors
         ) AS roles USING (experiment_id)
     ) AS settings USING (experiment_id, phase)
 ) AS statistics
-) AS start
-) AS step_1
-) AS step_2;
+) AS quantiles;

@@ -317,17 +317,11 @@ pub(crate) fn metric_results_locals(segment: Option<&str>) -> Vec<(&'static str,
             Value::Text(t_p_value("cuped_t_stat", "cuped_dof")),
         ),
     ];
-    for (step, name, cuped) in [
-        (0, "t_quantile_0", "cuped_t_quantile_0"),
-        (1, "t_quantile_1", "cuped_t_quantile_1"),
-        (2, "t_quantile_2", "cuped_t_quantile_2"),
-    ] {
-        locals.push((name, text(&t_quantile_975("dof", "t_quantile", step))));
-        locals.push((
-            cuped,
-            text(&t_quantile_975("cuped_dof", "cuped_t_quantile", step)),
-        ));
-    }
+    locals.push(("t_quantile", text(&t_quantile_975("dof", "t_quantile"))));
+    locals.push((
+        "cuped_t_quantile",
+        text(&t_quantile_975("cuped_dof", "cuped_t_quantile")),
+    ));
     // Each stored visitor row with its segment (`arm_segment`).
     let visitor_rows = match segment {
         None => {

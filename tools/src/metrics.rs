@@ -412,7 +412,8 @@ pub fn render(metrics: &Metrics, correction: Correction) -> String {
     if secondary {
         let _ = writeln!(
             out,
-            "Secondary metrics: p adj. and always-valid p multiplied by their number              ({secondaries}, Bonferroni); the goal's and the guardrails' as they are."
+            "Secondary metrics: p adj. and always-valid p multiplied by their number \
+             ({secondaries}, Bonferroni); the goal's and the guardrails' as they are."
         );
     }
     let width = metrics

@@ -267,7 +267,7 @@ async fn migrations_on_cluster_are_idempotent_and_build_the_distributed_schema()
                     "experiment_visitors_local",
                     "ReplicatedAggregatingMergeTree"
                 ),
-                ("experiment_visitors_mv2", "MaterializedView"),
+                ("experiment_visitors_mv3", "MaterializedView"),
                 ("metric_refresh_marks", "ReplicatedReplacingMergeTree"),
                 ("results_settings", "ReplicatedReplacingMergeTree"),
                 ("results_settings_log", "ReplicatedMergeTree"),

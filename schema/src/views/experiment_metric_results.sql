@@ -55,10 +55,8 @@ SELECT
         always_valid_p_value) AS adjusted_always_valid_p_value,
     refreshed_as_of AS as_of
 FROM (
--- Student's t quantile for the intervals, one Newton step per SELECT.
-SELECT *, {t_quantile_2}, {cuped_t_quantile_2} FROM (
-SELECT *, {t_quantile_1}, {cuped_t_quantile_1} FROM (
-SELECT *, {t_quantile_0}, {cuped_t_quantile_0} FROM (
+-- Student's t quantile for the intervals.
+SELECT *, {t_quantile}, {cuped_t_quantile} FROM (
     SELECT
         *,
         if(higher_is_better = 1, 1, -1) AS better_sign,
@@ -299,6 +297,4 @@ SELECT *, {t_quantile_0}, {cuped_t_quantile_0} FROM (
         ) AS roles USING (experiment_id)
     ) AS settings USING (experiment_id, phase)
 ) AS statistics
-) AS start
-) AS step_1
-) AS step_2
+) AS quantiles

@@ -30,12 +30,17 @@ FROM (
             t0 AS first_exposure,
             top AS max_time_on_page,
             {to_ms}(t0) AS first_exposure_ms,
-            -- The hour of the first exposure to another arm than the first.
-            if(n > 1, arrayReduce('min', arrayMap(a -> a.2, arrayFilter(a -> a.1 != v0, arms)))
-                * 3600000, toInt64(0)) AS multiple_from_ms,
+            -- The hour of the first exposure to another arm than the first. (On 18.x a
+            -- lambda reads the columns of its arrays only: the first arm and the first
+            -- exposure go in as arrays.)
+            if(n > 1, arrayReduce('min', arrayMap(a -> a.2, arrayFilter((a, first) -> a.1 != first,
+                arms, arrayResize([v0], length(arms), v0)))) * 3600000, toInt64(0))
+                AS multiple_from_ms,
             -- The first conversion at or after the first exposure (0: none): conversions
             -- before it, or after it in any number, change nothing.
-            arrayFilter(c -> c >= first_exposure_ms, arrayMap(c -> {to_ms}(c), conversion_times))
+            arrayMap(c -> {to_ms}(c), conversion_times) AS conversions_ms,
+            arrayFilter((c, first) -> c >= first, conversions_ms,
+                arrayResize([first_exposure_ms], length(conversions_ms), first_exposure_ms))
                 AS after_exposure,
             if(empty(after_exposure), toInt64(0), arrayReduce('min', after_exposure))
                 AS candidate_ms

@@ -691,10 +691,12 @@ async fn the_command_shows_every_metric_in_order_and_per_segment() {
         .unwrap_or_else(|| panic!("the harmed guardrail flagged:\n{text}"));
     assert!(flag < order[0], "flagged above the metrics:\n{text}");
     assert!(text.contains("load time, ms"), "units:\n{text}");
-    assert!(
-        text.contains("Secondary metrics: p adj. and always-valid p multiplied by their number (2, Bonferroni)"),
-        "the correction stated:\n{text}"
+    let secondaries = metrics.iter().filter(|m| m.role == "secondary").count();
+    let stated = format!(
+        "Secondary metrics: p adj. and always-valid p multiplied by their number \
+         ({secondaries}, Bonferroni)"
     );
+    assert!(text.contains(&stated), "the correction stated:\n{text}");
 
     let json: Value = serde_json::from_str(
         &command_text(&args(&["--json", "--by", "utm_source"]))
@@ -709,10 +711,13 @@ async fn the_command_shows_every_metric_in_order_and_per_segment() {
     // visitors alone.
     // A secondary metric's p-values come corrected for the number of secondary metrics
     // (Bonferroni, by the view) before the segments' correction.
-    let secondaries = metrics.iter().filter(|m| m.role == "secondary").count() as f64;
     for id in ["clicks", "load_time"] {
         let mut family = Vec::new();
-        let k = if id == "clicks" { secondaries } else { 1.0 };
+        let k = if id == "clicks" {
+            secondaries as f64
+        } else {
+            1.0
+        };
         for segment in ["ads", "mail", ""] {
             let mine: Vec<Event> = events
                 .iter()
