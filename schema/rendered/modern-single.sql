@@ -1533,7 +1533,11 @@ SELECT *, arrayMap((t, nu) -> t - (((t)
     * pow(1 + pow(t, 2) / nu, -(nu + 1) / 2)),
     [1.959963984540054
     + (pow(1.959963984540054, 3) + 1.959963984540054) / (4 * (dof))
-    + (5 * pow(1.959963984540054, 5) + 16 * pow(1.959963984540054, 3) + 3 * 1.959963984540054) / (96 * pow(dof, 2))], [dof]), [dof])[1] AS t_quantile, arrayMap((t, nu) -> t - (((t)
+    + (5 * pow(1.959963984540054, 5) + 16 * pow(1.959963984540054, 3) + 3 * 1.959963984540054) / (96 * pow(dof, 2))
+    ],
+    [dof]),
+    [dof])[1]
+    AS t_quantile, arrayMap((t, nu) -> t - (((t)
     * if(((nu) / 2) < 500, exp(lgamma(((nu) / 2) + 0.5) - lgamma(((nu) / 2))),
         sqrt(((nu) / 2)) * (1 - 1 / (8 * ((nu) / 2)) + 1 / (128 * pow(((nu) / 2), 2))
         + 5 / (1024 * pow(((nu) / 2), 3)) - 21 / (32768 * pow(((nu) / 2), 4))))
@@ -1573,7 +1577,11 @@ SELECT *, arrayMap((t, nu) -> t - (((t)
     * pow(1 + pow(t, 2) / nu, -(nu + 1) / 2)),
     [1.959963984540054
     + (pow(1.959963984540054, 3) + 1.959963984540054) / (4 * (cuped_dof))
-    + (5 * pow(1.959963984540054, 5) + 16 * pow(1.959963984540054, 3) + 3 * 1.959963984540054) / (96 * pow(cuped_dof, 2))], [cuped_dof]), [cuped_dof])[1] AS cuped_t_quantile FROM (
+    + (5 * pow(1.959963984540054, 5) + 16 * pow(1.959963984540054, 3) + 3 * 1.959963984540054) / (96 * pow(cuped_dof, 2))
+    ],
+    [cuped_dof]),
+    [cuped_dof])[1]
+    AS cuped_t_quantile FROM (
     SELECT
         *,
         if(higher_is_better = 1, 1, -1) AS better_sign,

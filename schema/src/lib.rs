@@ -386,11 +386,14 @@ fn t_quantile_975(nu: &str, name: &str) -> String {
                * pow(1 + pow(t, 2) / nu, -(nu + 1) / 2))";
     let step = |before: String| {
         format!(
-            "arrayMap((t, nu) -> t - ({}\n    - 0.475) / {pdf},\n    {before}, [{nu}])",
+            "arrayMap((t, nu) -> t - ({}\n    - 0.475) / {pdf},\n    {before},\n    [{nu}])",
             t_half("t", "nu", 100)
         )
     };
-    format!("{}[1] AS {name}", step(step(format!("[{start}]"))))
+    format!(
+        "{}[1]\n    AS {name}",
+        step(step(format!("[{start}\n    ]")))
+    )
 }
 
 /// What the topology changes in the statements.
