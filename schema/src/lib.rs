@@ -209,21 +209,19 @@ pub fn metric_values_refresh(
     // A row per visitor, experiment and phase, its metrics in arrays (the select's row
     // of metric '' records a visitor with none). The metrics go through one array of
     // tuples, so that the four arrays keep one order: by metric id, the order in which
-    // `experiment_metric_results` lists the definitions (parts/metric_arms.sql).
+    // `experiment_metric_results` lists the definitions (parts/metric_arms.sql). One
+    // SELECT: 18.x analyzes the select below again for each level above it.
     params.render(&format!(
         "INSERT INTO {{db}}.visitor_metric_values (public_key, experiment_id, phase, \
          visitor_id, variant_id, first_exposure_ms, metrics.metric_id, metrics.value, \
          metrics.denominator, metrics.pre_value, events_seen, settings_hash, refresh_id) \
-         SELECT public_key, experiment_id, phase, visitor_id, variant_id, first_exposure_ms, \
-         arrayMap(m -> m.1, metrics), arrayMap(m -> m.2, metrics), \
-         arrayMap(m -> m.3, metrics), arrayMap(m -> m.4, metrics), events_seen, \
-         settings_hash, {refresh_id} FROM (\
-         SELECT public_key, experiment_id, phase, visitor_id, any(variant_id) AS variant_id, \
-         any(first_exposure_ms) AS first_exposure_ms, any(events_seen) AS events_seen, \
-         any(current_settings_hash) AS settings_hash, \
-         arraySort(groupArrayIf((metric_id, value, denominator, pre_value), \
-         metric_id != '')) AS metrics FROM ({}) AS refreshed \
-         GROUP BY public_key, experiment_id, phase, visitor_id) AS visitors",
+         SELECT public_key, experiment_id, phase, visitor_id, any(variant_id), \
+         any(first_exposure_ms), \
+         arrayMap(m -> m.1, arraySort(groupArrayIf((metric_id, value, denominator, \
+         pre_value), metric_id != '')) AS metrics), arrayMap(m -> m.2, metrics), \
+         arrayMap(m -> m.3, metrics), arrayMap(m -> m.4, metrics), any(events_seen), \
+         any(current_settings_hash), {refresh_id} FROM ({}) AS refreshed \
+         GROUP BY public_key, experiment_id, phase, visitor_id",
         views::WITH_SETTINGS_HASH
     ))
 }
