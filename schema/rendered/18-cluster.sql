@@ -436,12 +436,14 @@ DROP TABLE IF EXISTS analytics.experiment_metric_values ON CLUSTER analytics;
 DROP TABLE IF EXISTS analytics.experiment_metric_values_local ON CLUSTER analytics;
 
 -- 53. runs each shard, with allow_experimental_low_cardinality_type = 1
-ALTER TABLE analytics.experiment_visitors_local ADD COLUMN arm_hours AggregateFunction(groupUniqArrayIf, Tuple(String, Int64), UInt8),
+ALTER TABLE analytics.experiment_visitors_local ADD COLUMN least_arm AggregateFunction(minIf, UInt64, UInt8),
+    ADD COLUMN greatest_arm AggregateFunction(maxIf, UInt64, UInt8),
     ADD COLUMN conversions AggregateFunction(groupUniqArrayIf, Int64, UInt8),
     ADD COLUMN exposure_excluded AggregateFunction(maxIf, UInt8, UInt8);
 
 -- 54. runs each server, with allow_experimental_low_cardinality_type = 1
-ALTER TABLE analytics.experiment_visitors ADD COLUMN arm_hours AggregateFunction(groupUniqArrayIf, Tuple(String, Int64), UInt8),
+ALTER TABLE analytics.experiment_visitors ADD COLUMN least_arm AggregateFunction(minIf, UInt64, UInt8),
+    ADD COLUMN greatest_arm AggregateFunction(maxIf, UInt64, UInt8),
     ADD COLUMN conversions AggregateFunction(groupUniqArrayIf, Int64, UInt8),
     ADD COLUMN exposure_excluded AggregateFunction(maxIf, UInt8, UInt8);
 
@@ -463,8 +465,12 @@ CREATE MATERIALIZED VIEW IF NOT EXISTS analytics.experiment_visitors_mv3 ON CLUS
     maxState(toUInt8(isNotNull(time_on_page))) AS has_time_on_page,
     minIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
         AS first_conversion,
-    groupUniqArrayIfState((toString(variant_id), intDiv((event_time), 3600000)),
-        event_name = 'impression' AND variant_id != '') AS arm_hours,
+    minIfState(bitShiftLeft(cityHash64(toString(variant_id)) % 4294967296, 32)
+        + toUInt64(intDiv((event_time), 3600000)),
+        event_name = 'impression' AND variant_id != '') AS least_arm,
+    maxIfState(toUInt64(bitShiftLeft(cityHash64(toString(variant_id)) % 4294967296, 32)
+        + (4294967295 - toUInt64(intDiv((event_time), 3600000)))),
+        event_name = 'impression' AND variant_id != '') AS greatest_arm,
     groupUniqArrayIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
         AS conversions,
     maxIfState(greatest(test, is_bot), event_name = 'impression' AND variant_id != '')
@@ -476,10 +482,14 @@ GROUP BY public_key, experiment_id, phase, visitor_id;
 DROP TABLE IF EXISTS analytics.experiment_visitors_mv2 ON CLUSTER analytics;
 
 -- 57. runs each shard, with allow_experimental_low_cardinality_type = 1
-INSERT INTO analytics.experiment_visitors_local (public_key, experiment_id, phase, visitor_id, arm_hours, conversions, exposure_excluded)
+INSERT INTO analytics.experiment_visitors_local (public_key, experiment_id, phase, visitor_id, least_arm, greatest_arm, conversions, exposure_excluded)
 SELECT public_key, experiment_id, phase, visitor_id,
-    groupUniqArrayIfState((toString(variant_id), intDiv((event_time), 3600000)),
-        event_name = 'impression' AND variant_id != '') AS arm_hours,
+    minIfState(bitShiftLeft(cityHash64(toString(variant_id)) % 4294967296, 32)
+        + toUInt64(intDiv((event_time), 3600000)),
+        event_name = 'impression' AND variant_id != '') AS least_arm,
+    maxIfState(toUInt64(bitShiftLeft(cityHash64(toString(variant_id)) % 4294967296, 32)
+        + (4294967295 - toUInt64(intDiv((event_time), 3600000)))),
+        event_name = 'impression' AND variant_id != '') AS greatest_arm,
     groupUniqArrayIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
         AS conversions,
     maxIfState(greatest(test, is_bot), event_name = 'impression' AND variant_id != '')
@@ -594,14 +604,19 @@ FROM (
             t0 AS first_exposure,
             top AS max_time_on_page,
             (t0) AS first_exposure_ms,
-            -- The hour of the first exposure to another arm than the first. (On 18.x a
-            -- lambda reads the columns of its arrays only: the first arm and the first
-            -- exposure go in as arrays.)
-            if(n > 1, arrayReduce('min', arrayMap(a -> a.2, arrayFilter((a, first) -> a.1 != first,
-                arms, arrayResize([v0], length(arms), v0)))) * 3600000, toInt64(0))
+            -- The hour of the first exposure to another arm than the first: of the arm
+            -- first or last by its hash that is not the first (exactly the second arm's
+            -- for a visitor of two; the earlier of those two for more).
+            cityHash64(v0) % 4294967296 AS first_hash,
+            toInt64(least_arm % 4294967296) AS least_arm_hour,
+            toInt64(4294967295 - greatest_arm % 4294967296) AS greatest_arm_hour,
+            if(n > 1, multiIf(intDiv(least_arm, 4294967296) = first_hash, greatest_arm_hour,
+                intDiv(greatest_arm, 4294967296) = first_hash, least_arm_hour,
+                least(least_arm_hour, greatest_arm_hour)) * 3600000, toInt64(0))
                 AS multiple_from_ms,
             -- The first conversion at or after the first exposure (0: none): conversions
-            -- before it, or after it in any number, change nothing.
+            -- before it, or after it in any number, change nothing. (On 18.x a lambda
+            -- reads the columns of its arrays only: the first exposure goes in as one.)
             arrayMap(c -> (c), conversion_times) AS conversions_ms,
             arrayFilter((c, first) -> c >= first, conversions_ms,
                 arrayResize([first_exposure_ms], length(conversions_ms), first_exposure_ms))
@@ -617,7 +632,8 @@ FROM (
                 uniqExactIfMerge(variants) AS n,
                 argMinIfMerge(first_variant) AS v0,
                 minIfMerge(first_exposure) AS t0,
-                groupUniqArrayIfMerge(arm_hours) AS arms,
+                minIfMerge(least_arm) AS least_arm,
+                maxIfMerge(greatest_arm) AS greatest_arm,
                 groupUniqArrayIfMerge(conversions) AS conversion_times,
                 maxIfMerge(exposure_excluded) AS out,
                 if(maxMerge(has_time_on_page) = 1, toNullable(maxIfMerge(max_time_on_page)),
@@ -701,15 +717,15 @@ FROM (
                 groupArray(mature_converted) AS new_mature_converted,
                 min(first_ms) AS first_exposure_ms
             FROM (
-                -- Each visitor's steps: at each hour their standing changes (their first
-                -- exposure, their conversion within the window, the end of their window
-                -- once past, their second arm), what they add to their arm from then on,
-                -- and what they no longer add to the arm they stood in before. A standing:
-                -- (arm, exposed, converted, mature, mature and converted, the time they
-                -- entered the arm). Only their own events up to an hour decide it, so an
-                -- hour's counts never change once every event before its end is in.
+                -- A visitor steps in at the hour of their first exposure, their conversion
+                -- (within the window) and the end of their window (once past), each counted
+                -- from then on in the arm they stand in then: their first, or
+                -- `__multiple__` from the hour they saw a second arm. At that hour they
+                -- move: what they added to their first arm before it goes to
+                -- `__multiple__`. Only their own events up to an hour decide its counts, so
+                -- an hour's row never changes once every event before its end is in.
                 SELECT
-                    public_key, experiment_id, phase, step.1 AS variant_id, step.2 AS hour_s,
+                    public_key, experiment_id, phase, step.2 AS variant_id, step.1 AS hour_s,
                     sum(step.3) AS exposed,
                     sum(step.4) AS converted,
                     sum(step.5) AS mature,
@@ -718,32 +734,30 @@ FROM (
                 FROM (
                     SELECT
                         public_key, experiment_id, phase,
+                        intDiv(multiple_from_ms, 1000) AS moved_s,
                         if(converted = 1, intDiv(conversion_ms, 3600000) * 3600, 0)
-                            AS conversion_hour_s,
-                        if(mature = 1, intDiv(window_end_ms, 3600000) * 3600, 0)
-                            AS maturity_hour_s,
-                        arraySort(arrayDistinct(arrayFilter(h -> h > 0, [
-                            intDiv(first_exposure_ms, 3600000) * 3600, conversion_hour_s,
-                            maturity_hour_s, intDiv(multiple_from_ms, 1000)]))) AS changes,
-                        -- The visitor's own figures beside each hour: on 18.x a lambda
-                        -- reads the columns of its arrays only.
-                        arrayResize([(first_variant_id, multiple_from_ms, conversion_hour_s,
-                            maturity_hour_s, first_exposure_ms)], length(changes),
-                            (first_variant_id, multiple_from_ms, conversion_hour_s,
-                            maturity_hour_s, first_exposure_ms)) AS own,
-                        arrayMap((h, o) -> (
-                            if(o.2 > 0 AND h * 1000 >= o.2, '__multiple__', o.1),
-                            toInt64(1),
-                            toInt64(o.3 > 0 AND h >= o.3),
-                            toInt64(o.4 > 0 AND h >= o.4),
-                            toInt64(o.4 > 0 AND o.3 > 0 AND h >= o.4),
-                            if(o.2 > 0 AND h * 1000 >= o.2, o.2, o.5)), changes, own)
-                            AS standings,
-                        arrayJoin(arrayConcat(
-                            arrayMap((h, s) -> (s.1, h, s.2, s.3, s.4, s.5, s.6),
-                                changes, standings),
-                            arrayMap((h, s) -> (s.1, h, -s.2, -s.3, -s.4, -s.5, s.6),
-                                arrayPopFront(changes), arrayPopBack(standings)))) AS step
+                            AS conversion_s,
+                        if(mature = 1, intDiv(window_end_ms, 3600000) * 3600, 0) AS maturity_s,
+                        toInt64(conversion_s > 0 AND conversion_s < moved_s) AS converted_before,
+                        toInt64(maturity_s > 0 AND maturity_s < moved_s) AS mature_before,
+                        arrayJoin(arrayFilter(s -> s.1 > 0, [
+                            (intDiv(first_exposure_ms, 3600000) * 3600, first_variant_id,
+                                toInt64(1), toInt64(0), toInt64(0), toInt64(0),
+                                first_exposure_ms),
+                            (conversion_s, if(moved_s > 0 AND conversion_s >= moved_s,
+                                '__multiple__', first_variant_id),
+                                toInt64(0), toInt64(1), toInt64(0), toInt64(0),
+                                first_exposure_ms),
+                            (maturity_s, if(moved_s > 0 AND maturity_s >= moved_s,
+                                '__multiple__', first_variant_id),
+                                toInt64(0), toInt64(0), toInt64(1), toInt64(converted),
+                                first_exposure_ms),
+                            (moved_s, first_variant_id, toInt64(-1), -converted_before,
+                                -mature_before, -(mature_before * converted),
+                                first_exposure_ms),
+                            (moved_s, '__multiple__', toInt64(1), converted_before,
+                                mature_before, mature_before * converted, multiple_from_ms)
+                        ])) AS step
                     FROM analytics.experiment_visitor_exposures
                 ) AS steps
                 GROUP BY public_key, experiment_id, phase, variant_id, hour_s

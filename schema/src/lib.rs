@@ -1082,7 +1082,7 @@ mod tests {
         // So does migration 20 its arms' hours, conversions and exposures' exclusion.
         assert!(
             each_server[5]
-                .starts_with("ALTER TABLE analytics.experiment_visitors ADD COLUMN arm_hours"),
+                .starts_with("ALTER TABLE analytics.experiment_visitors ADD COLUMN least_arm"),
             "{}",
             each_server[5]
         );

@@ -30,22 +30,30 @@ pub(super) const FIRST_CONVERSION_11: &str = ",
 
 /// What [`MIGRATIONS`] 20 adds after [`FIRST_CONVERSION_11`], last of the columns: what
 /// fixes each visitor's past hour by hour, and excludes them by their exposures only.
-/// `arm_hours`: each arm they were exposed to, with each hour of it (hours since the
-/// epoch), so that the hour of a second arm is known. `conversions`: every conversion's
-/// time (distinct), so that the first one at or after the first exposure is known however
-/// late an earlier or later one arrives. `exposure_excluded`: an impression of theirs was
-/// a test's or a bot's (a conversion sent from a server, with its User-Agent, is not).
+/// `least_arm` and `greatest_arm`: of the arms they were exposed to, the first and the
+/// last by a hash of the name (its 32 high bits), each with the hour (since the epoch) they
+/// were first exposed to it (the low bits; `greatest_arm` keeps 2^32 - 1 - the hour), so
+/// that the hour of a second arm is known: exactly for two arms, the earlier of those two
+/// for more. (Numbers, not tuples: 18.x merges a tuple's min through its generic, slow
+/// path.) `conversions`: every conversion's time (distinct), so that the first one at or
+/// after the first exposure is known however late an earlier or later one arrives.
+/// `exposure_excluded`: an impression of theirs was a test's or a bot's (a conversion sent
+/// from a server, with its User-Agent, is not).
 pub(super) const EXPOSURES_20: &str = ",
-    groupUniqArrayIfState((toString(variant_id), intDiv({to_ms}(event_time), 3600000)),
-        event_name = 'impression' AND variant_id != '') AS arm_hours,
+    minIfState(bitShiftLeft(cityHash64(toString(variant_id)) % 4294967296, 32)
+        + toUInt64(intDiv({to_ms}(event_time), 3600000)),
+        event_name = 'impression' AND variant_id != '') AS least_arm,
+    maxIfState(toUInt64(bitShiftLeft(cityHash64(toString(variant_id)) % 4294967296, 32)
+        + (4294967295 - toUInt64(intDiv({to_ms}(event_time), 3600000)))),
+        event_name = 'impression' AND variant_id != '') AS greatest_arm,
     groupUniqArrayIfState(event_time, event_name = 'conversion' OR ifNull(conversion, 0) = 1)
         AS conversions,
     maxIfState(greatest(test, is_bot), event_name = 'impression' AND variant_id != '')
         AS exposure_excluded";
 
 /// The columns of [`EXPOSURES_20`], as `ALTER TABLE ... ADD COLUMN` adds them.
-pub(super) const EXPOSURES_20_COLUMNS: &str =
-    "arm_hours AggregateFunction(groupUniqArrayIf, Tuple(String, Int64), UInt8),
+pub(super) const EXPOSURES_20_COLUMNS: &str = "least_arm AggregateFunction(minIf, UInt64, UInt8),
+    ADD COLUMN greatest_arm AggregateFunction(maxIf, UInt64, UInt8),
     ADD COLUMN conversions AggregateFunction(groupUniqArrayIf, {millis}, UInt8),
     ADD COLUMN exposure_excluded AggregateFunction(maxIf, UInt8, UInt8)";
 
@@ -444,7 +452,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 20,
-        description: "a fixed past: each arm's hours and every conversion; exclusion by exposure",
+        description: "a fixed past: arms' first hours and every conversion; exclusion by exposure",
         // As 11: the columns, the view that fills them first, then the old view dropped
         // (an insert in between is counted by both, which the aggregates absorb), then
         // the rows already stored.
@@ -463,8 +471,8 @@ pub(super) const MIGRATIONS: &[Migration] = &[
             Step::Once("DROP TABLE IF EXISTS {db}.experiment_visitors_mv2{on_cluster}"),
             Step::EachShard(
                 "INSERT INTO {db}.experiment_visitors{local} \
-                 (public_key, experiment_id, phase, visitor_id, arm_hours, conversions, \
-                 exposure_excluded)\n\
+                 (public_key, experiment_id, phase, visitor_id, least_arm, greatest_arm, \
+                 conversions, exposure_excluded)\n\
                  SELECT public_key, experiment_id, phase, visitor_id{exposures_20}\n\
                  FROM {db}.events{local} \
                  GROUP BY public_key, experiment_id, phase, visitor_id",

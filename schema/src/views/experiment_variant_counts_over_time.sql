@@ -37,15 +37,15 @@ FROM (
                 groupArray(mature_converted) AS new_mature_converted,
                 min(first_ms) AS first_exposure_ms
             FROM (
-                -- Each visitor's steps: at each hour their standing changes (their first
-                -- exposure, their conversion within the window, the end of their window
-                -- once past, their second arm), what they add to their arm from then on,
-                -- and what they no longer add to the arm they stood in before. A standing:
-                -- (arm, exposed, converted, mature, mature and converted, the time they
-                -- entered the arm). Only their own events up to an hour decide it, so an
-                -- hour's counts never change once every event before its end is in.
+                -- A visitor steps in at the hour of their first exposure, their conversion
+                -- (within the window) and the end of their window (once past), each counted
+                -- from then on in the arm they stand in then: their first, or
+                -- `__multiple__` from the hour they saw a second arm. At that hour they
+                -- move: what they added to their first arm before it goes to
+                -- `__multiple__`. Only their own events up to an hour decide its counts, so
+                -- an hour's row never changes once every event before its end is in.
                 SELECT
-                    public_key, experiment_id, phase, step.1 AS variant_id, step.2 AS hour_s,
+                    public_key, experiment_id, phase, step.2 AS variant_id, step.1 AS hour_s,
                     sum(step.3) AS exposed,
                     sum(step.4) AS converted,
                     sum(step.5) AS mature,
@@ -54,32 +54,30 @@ FROM (
                 FROM (
                     SELECT
                         public_key, experiment_id, phase,
+                        intDiv(multiple_from_ms, 1000) AS moved_s,
                         if(converted = 1, intDiv(conversion_ms, 3600000) * 3600, 0)
-                            AS conversion_hour_s,
-                        if(mature = 1, intDiv(window_end_ms, 3600000) * 3600, 0)
-                            AS maturity_hour_s,
-                        arraySort(arrayDistinct(arrayFilter(h -> h > 0, [
-                            intDiv(first_exposure_ms, 3600000) * 3600, conversion_hour_s,
-                            maturity_hour_s, intDiv(multiple_from_ms, 1000)]))) AS changes,
-                        -- The visitor's own figures beside each hour: on 18.x a lambda
-                        -- reads the columns of its arrays only.
-                        arrayResize([(first_variant_id, multiple_from_ms, conversion_hour_s,
-                            maturity_hour_s, first_exposure_ms)], length(changes),
-                            (first_variant_id, multiple_from_ms, conversion_hour_s,
-                            maturity_hour_s, first_exposure_ms)) AS own,
-                        arrayMap((h, o) -> (
-                            if(o.2 > 0 AND h * 1000 >= o.2, '__multiple__', o.1),
-                            toInt64(1),
-                            toInt64(o.3 > 0 AND h >= o.3),
-                            toInt64(o.4 > 0 AND h >= o.4),
-                            toInt64(o.4 > 0 AND o.3 > 0 AND h >= o.4),
-                            if(o.2 > 0 AND h * 1000 >= o.2, o.2, o.5)), changes, own)
-                            AS standings,
-                        arrayJoin(arrayConcat(
-                            arrayMap((h, s) -> (s.1, h, s.2, s.3, s.4, s.5, s.6),
-                                changes, standings),
-                            arrayMap((h, s) -> (s.1, h, -s.2, -s.3, -s.4, -s.5, s.6),
-                                arrayPopFront(changes), arrayPopBack(standings)))) AS step
+                            AS conversion_s,
+                        if(mature = 1, intDiv(window_end_ms, 3600000) * 3600, 0) AS maturity_s,
+                        toInt64(conversion_s > 0 AND conversion_s < moved_s) AS converted_before,
+                        toInt64(maturity_s > 0 AND maturity_s < moved_s) AS mature_before,
+                        arrayJoin(arrayFilter(s -> s.1 > 0, [
+                            (intDiv(first_exposure_ms, 3600000) * 3600, first_variant_id,
+                                toInt64(1), toInt64(0), toInt64(0), toInt64(0),
+                                first_exposure_ms),
+                            (conversion_s, if(moved_s > 0 AND conversion_s >= moved_s,
+                                '__multiple__', first_variant_id),
+                                toInt64(0), toInt64(1), toInt64(0), toInt64(0),
+                                first_exposure_ms),
+                            (maturity_s, if(moved_s > 0 AND maturity_s >= moved_s,
+                                '__multiple__', first_variant_id),
+                                toInt64(0), toInt64(0), toInt64(1), toInt64(converted),
+                                first_exposure_ms),
+                            (moved_s, first_variant_id, toInt64(-1), -converted_before,
+                                -mature_before, -(mature_before * converted),
+                                first_exposure_ms),
+                            (moved_s, '__multiple__', toInt64(1), converted_before,
+                                mature_before, mature_before * converted, multiple_from_ms)
+                        ])) AS step
                     FROM {db}.experiment_visitor_exposures
                 ) AS steps
                 GROUP BY public_key, experiment_id, phase, variant_id, hour_s

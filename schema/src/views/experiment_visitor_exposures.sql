@@ -30,14 +30,19 @@ FROM (
             t0 AS first_exposure,
             top AS max_time_on_page,
             {to_ms}(t0) AS first_exposure_ms,
-            -- The hour of the first exposure to another arm than the first. (On 18.x a
-            -- lambda reads the columns of its arrays only: the first arm and the first
-            -- exposure go in as arrays.)
-            if(n > 1, arrayReduce('min', arrayMap(a -> a.2, arrayFilter((a, first) -> a.1 != first,
-                arms, arrayResize([v0], length(arms), v0)))) * 3600000, toInt64(0))
+            -- The hour of the first exposure to another arm than the first: of the arm
+            -- first or last by its hash that is not the first (exactly the second arm's
+            -- for a visitor of two; the earlier of those two for more).
+            cityHash64(v0) % 4294967296 AS first_hash,
+            toInt64(least_arm % 4294967296) AS least_arm_hour,
+            toInt64(4294967295 - greatest_arm % 4294967296) AS greatest_arm_hour,
+            if(n > 1, multiIf(intDiv(least_arm, 4294967296) = first_hash, greatest_arm_hour,
+                intDiv(greatest_arm, 4294967296) = first_hash, least_arm_hour,
+                least(least_arm_hour, greatest_arm_hour)) * 3600000, toInt64(0))
                 AS multiple_from_ms,
             -- The first conversion at or after the first exposure (0: none): conversions
-            -- before it, or after it in any number, change nothing.
+            -- before it, or after it in any number, change nothing. (On 18.x a lambda
+            -- reads the columns of its arrays only: the first exposure goes in as one.)
             arrayMap(c -> {to_ms}(c), conversion_times) AS conversions_ms,
             arrayFilter((c, first) -> c >= first, conversions_ms,
                 arrayResize([first_exposure_ms], length(conversions_ms), first_exposure_ms))
@@ -53,7 +58,8 @@ FROM (
                 uniqExactIfMerge(variants) AS n,
                 argMinIfMerge(first_variant) AS v0,
                 minIfMerge(first_exposure) AS t0,
-                groupUniqArrayIfMerge(arm_hours) AS arms,
+                minIfMerge(least_arm) AS least_arm,
+                maxIfMerge(greatest_arm) AS greatest_arm,
                 groupUniqArrayIfMerge(conversions) AS conversion_times,
                 maxIfMerge(exposure_excluded) AS out,
                 if(maxMerge(has_time_on_page) = 1, toNullable(maxIfMerge(max_time_on_page)),
