@@ -3,6 +3,7 @@
 //! undoes its effect when dropped, so a failing test leaves nothing running or frozen.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// A process started by a test, killed (SIGKILL) and reaped at the latest when dropped,
 /// so that a failing test leaves nothing running.
@@ -91,9 +92,10 @@ pub fn repo() -> PathBuf {
 }
 
 /// A ClickHouse server started as `scripts/up` starts one (stack-kit's, after whatever the
-/// test put in DIR), stopped when dropped.
+/// test put in DIR), stopped when dropped: by the process id read at its start, so that a
+/// folder removed first (a `TempDir` dropped before it) leaves no server running.
 pub struct ScriptedClickHouse {
-    dir: PathBuf,
+    pid: u32,
 }
 
 impl ScriptedClickHouse {
@@ -109,15 +111,24 @@ impl ScriptedClickHouse {
             },
         )
         .expect("ClickHouse starts");
-        Self {
-            dir: dir.to_owned(),
-        }
+        let pid = stack_kit::process::read_pid(&dir.join("clickhouse.pid"))
+            .expect("the server's process id");
+        Self { pid }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
     }
 }
 
 impl Drop for ScriptedClickHouse {
+    /// SIGTERM, then SIGKILL after 20 s.
     fn drop(&mut self) {
-        let _ = stack_kit::clickhouse::stop(&self.dir, "clickhouse");
+        let _ = stack_kit::process::signal(self.pid, "TERM");
+        if !stack_kit::process::wait_gone(self.pid, Duration::from_secs(20)) {
+            let _ = stack_kit::process::signal(self.pid, "KILL");
+            stack_kit::process::wait_gone(self.pid, Duration::from_secs(5));
+        }
     }
 }
 
@@ -147,4 +158,28 @@ pub fn compose_cluster_config() -> Vec<u8> {
         String::from_utf8_lossy(&output.stderr)
     );
     output.stdout
+}
+
+#[cfg(test)]
+mod tests {
+    /// The story tests keep their folder beside their server: whichever goes first, the
+    /// server stops (it outlived every run when the folder, with its pid file, went
+    /// first).
+    #[test]
+    fn a_server_whose_folder_is_gone_still_stops() {
+        let dir = tempfile::tempdir().expect("a folder");
+        let server = super::ScriptedClickHouse::start(
+            &dir.path().join("clickhouse"),
+            super::free_port(),
+            super::free_port(),
+        );
+        let pid = server.pid();
+        assert!(stack_kit::process::is_running(pid));
+        drop(dir);
+        drop(server);
+        assert!(
+            !stack_kit::process::is_running(pid),
+            "server {pid} still runs"
+        );
+    }
 }

@@ -29,8 +29,9 @@ const CAPS: [&str; 8] = [
 
 /// A server of the story's own, migrated and filled, with the consumer's user.
 struct Story {
-    _dir: tempfile::TempDir,
+    // The server first: fields drop in their order.
     _server: e2e::ScriptedClickHouse,
+    _dir: tempfile::TempDir,
     url: String,
     users: PathBuf,
     consumer: (String, String),
@@ -48,8 +49,8 @@ impl Story {
         let consumer_pw = std::fs::read_to_string(&secret).expect("the consumer's password");
         let server = e2e::ScriptedClickHouse::start(&root, http, tcp);
         let story = Self {
-            _dir: dir,
             _server: server,
+            _dir: dir,
             url: format!("http://127.0.0.1:{http}"),
             users: root.join("users.d"),
             consumer: ("consumer".to_owned(), consumer_pw),
