@@ -196,7 +196,8 @@ async fn an_hours_row_never_changes_and_counts_what_happened_by_its_end() {
             .filter(|r| i64::from(r.hour) * 1000 < start)
             .map(|r| ((r.hour, r.variant_id.clone()), figures(r)))
             .collect();
-        let before: BTreeMap<_, _> = seen.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        // The rows of the hours over before this one, as read then.
+        let before = &seen;
         if earlier.keys().ne(before.keys()) {
             changed.push(format!(
                 "after hour {hour}: rows {:?}, were {:?}",
