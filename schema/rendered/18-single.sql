@@ -451,7 +451,11 @@ SELECT public_key, experiment_id, phase, visitor_id,
         AS exposure_excluded
 FROM analytics.events GROUP BY public_key, experiment_id, phase, visitor_id;
 
--- 46. runs once, with allow_experimental_low_cardinality_type = 1
+-- 46. runs each shard, with allow_experimental_low_cardinality_type = 1
+ALTER TABLE analytics.visitor_metric_values ADD COLUMN metrics.pre_seen Array(Float64)
+    DEFAULT arrayMap(v -> toFloat64(v != 0), metrics.pre_value);
+
+-- 47. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_daily AS
 SELECT
     public_key,
@@ -466,7 +470,7 @@ FROM analytics.events FINAL
 WHERE test = 0
 GROUP BY public_key, experiment_id, variant_id, day;
 
--- 47. runs once, with allow_experimental_low_cardinality_type = 1
+-- 48. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_variants_current AS
 SELECT experiment_id, variant_id, version, weight, is_control, status, start_at, end_at, parts
 FROM analytics.experiment_variants FINAL
@@ -476,7 +480,7 @@ WHERE (experiment_id, version) IN (
     GROUP BY experiment_id
 );
 
--- 48. runs once, with allow_experimental_low_cardinality_type = 1
+-- 49. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_phase_variants AS
 SELECT experiment_id, phase, variant_id, weight, is_control
 FROM analytics.experiment_variants FINAL
@@ -486,7 +490,7 @@ WHERE (experiment_id, phase, version) IN (
     GROUP BY experiment_id, phase
 );
 
--- 49. runs once, with allow_experimental_low_cardinality_type = 1
+-- 50. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_phase_settings AS
 SELECT
     experiment_id, phase, conversion_window_hours, sequential_tuning,
@@ -525,7 +529,7 @@ ANY LEFT JOIN (
     GROUP BY experiment_id
 ) AS later_phases USING (experiment_id);
 
--- 50. runs once, with allow_experimental_low_cardinality_type = 1
+-- 51. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_visitor_exposures AS
 -- Each exposed visitor that `visitor_filter` keeps (the view: all), as
 -- experiment_visitor_exposures has them: their arm, first exposure, conversion within their
@@ -605,7 +609,7 @@ FROM (
     ) AS settings USING (experiment_id, phase)
 );
 
--- 51. runs once, with allow_experimental_low_cardinality_type = 1
+-- 52. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_variant_counts AS
 SELECT
     public_key, experiment_id, phase, variant_id, exposed, converted,
@@ -631,7 +635,7 @@ ANY LEFT JOIN (
     FROM analytics.experiment_phase_variants
 ) AS definitions USING (experiment_id, phase, variant_id);
 
--- 52. runs once, with allow_experimental_low_cardinality_type = 1
+-- 53. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_variant_counts_over_time AS
 SELECT
     public_key, experiment_id, phase, toDateTime(hour_s, 'UTC') AS hour, variant_id,
@@ -738,7 +742,7 @@ ANY LEFT JOIN (
 -- A variant appears from the hour of its first exposure on.
 WHERE exposed > 0;
 
--- 53. runs once, with allow_experimental_low_cardinality_type = 1
+-- 54. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_results AS
 SELECT
     public_key, experiment_id, phase, variant_id, is_control, exposed, converted,
@@ -960,7 +964,7 @@ FROM (
 ) AS statistics
 ;
 
--- 54. runs once, with allow_experimental_low_cardinality_type = 1
+-- 55. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_results_over_time AS
 SELECT
     public_key, experiment_id, phase, toDate(hour) AS day, hour, variant_id, is_control, exposed, converted,
@@ -1219,7 +1223,7 @@ ANY LEFT JOIN (
     ARRAY JOIN sorted_hours AS hour_s, running_maxima AS running_max
 ) AS srm_sequential USING (public_key, experiment_id, phase, hour);
 
--- 55. runs once, with allow_experimental_low_cardinality_type = 1
+-- 56. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_definitions AS
 -- Each experiment's metrics as last loaded: a metric added or changed applies to the
 -- events already stored.
@@ -1236,7 +1240,7 @@ WHERE (experiment_id, loaded_at) IN (
     GROUP BY experiment_id
 );
 
--- 56. runs once, with allow_experimental_low_cardinality_type = 1
+-- 57. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_freshness AS
 -- One row per visitor with stored metric values (visitor_metric_values), by
 -- `visitor_key` (a hash of the public key and the visitor id): their latest refresh, the
@@ -1300,24 +1304,24 @@ ANY LEFT JOIN (
 ) AS visitors
 WHERE top_mark > 0;
 
--- 57. runs once, with allow_experimental_low_cardinality_type = 1
+-- 58. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_stored AS
 -- One row per stored metric (visitor_metric_values) of each visitor's latest refresh, or
 -- one of metric '' for a visitor with none, with the visitor's `fresh`
 -- (experiment_metric_freshness).
 SELECT
     public_key, visitor_id, refresh_id, experiment_id, phase, metric_id, variant_id,
-    first_exposure_ms, value, denominator, pre_value, fresh
+    first_exposure_ms, value, denominator, pre_value, pre_seen, fresh
 FROM (
     SELECT
         CAST(public_key AS String) AS public_key, visitor_id, refresh_id, experiment_id,
         phase, metric_id, variant_id, first_exposure_ms, value, denominator, pre_value,
-        visitor_key
+        pre_seen, visitor_key
     FROM (
         SELECT
             *, cityHash64(public_key, visitor_id) AS visitor_key, metrics.metric_id AS metric_id,
             metrics.value AS value, metrics.denominator AS denominator,
-            metrics.pre_value AS pre_value
+            metrics.pre_value AS pre_value, metrics.pre_seen AS pre_seen
         FROM analytics.visitor_metric_values
         LEFT ARRAY JOIN metrics
     ) AS keyed
@@ -1327,7 +1331,7 @@ ANY INNER JOIN (
     FROM analytics.experiment_metric_freshness
 ) AS latest USING (visitor_key, refresh_id);
 
--- 58. runs once, with allow_experimental_low_cardinality_type = 1
+-- 59. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_stale AS
 -- The visitors whose stored values are missing or stale (experiment_metric_freshness),
 -- with their latest refresh (0: none): what the consumer refreshes.
@@ -1346,7 +1350,7 @@ ANY LEFT JOIN (
 ) AS stored USING (visitor_key)
 WHERE fresh = 0;
 
--- 59. runs once, with allow_experimental_low_cardinality_type = 1
+-- 60. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_visitors AS
 -- One row per exposed visitor and metric of their experiment: the values of the visitor's
 -- latest refresh, as the consumer stored them (visitor_metric_values: a row per visitor,
@@ -1362,14 +1366,14 @@ CREATE VIEW IF NOT EXISTS analytics.experiment_metric_visitors AS
 SELECT
     public_key, experiment_id, phase, visitor_id, variant_id, metric_id, role, position,
     kind, higher_is_better, cap_value, cap_percentile, cuped_lookback_days,
-    first_exposure_ms, value, denominator, pre_value
+    first_exposure_ms, value, denominator, pre_value, pre_seen
 FROM (
     SELECT
         public_key, experiment_id, phase, visitor_id, metric_id, variant_id,
-        first_exposure_ms, value, denominator, pre_value
+        first_exposure_ms, value, denominator, pre_value, pre_seen
     FROM (-- Each visitor's latest stored refresh per experiment and phase (visitor_metric_values
--- FINAL), its metrics in the arrays `stored_ids`, `stored_values`, `stored_denominators`
--- and `stored_pre_values`. `public_key` is cast to `String`, for the joins' same types
+-- FINAL), its metrics in the arrays `stored_ids`, `stored_values`, `stored_denominators`,
+-- `stored_pre_values` and `stored_pre_seen`. `public_key` is cast to `String`, for the joins' same types
 -- (18.x: a function of a LowCardinality column is one).
 --
 -- Read in 4 streams: 18.x merges a FINAL in one stream, and runs all that
@@ -1379,33 +1383,38 @@ FROM (
 SELECT
     CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id, variant_id,
     first_exposure_ms, metrics.metric_id AS stored_ids, metrics.value AS stored_values,
-    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values
+    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values,
+    metrics.pre_seen AS stored_pre_seen
 FROM analytics.visitor_metric_values FINAL
 PREWHERE cityHash64(visitor_id) % 4 = 0
 UNION ALL
 SELECT
     CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id, variant_id,
     first_exposure_ms, metrics.metric_id AS stored_ids, metrics.value AS stored_values,
-    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values
+    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values,
+    metrics.pre_seen AS stored_pre_seen
 FROM analytics.visitor_metric_values FINAL
 PREWHERE cityHash64(visitor_id) % 4 = 1
 UNION ALL
 SELECT
     CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id, variant_id,
     first_exposure_ms, metrics.metric_id AS stored_ids, metrics.value AS stored_values,
-    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values
+    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values,
+    metrics.pre_seen AS stored_pre_seen
 FROM analytics.visitor_metric_values FINAL
 PREWHERE cityHash64(visitor_id) % 4 = 2
 UNION ALL
 SELECT
     CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id, variant_id,
     first_exposure_ms, metrics.metric_id AS stored_ids, metrics.value AS stored_values,
-    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values
+    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values,
+    metrics.pre_seen AS stored_pre_seen
 FROM analytics.visitor_metric_values FINAL
 PREWHERE cityHash64(visitor_id) % 4 = 3) AS stored
     ARRAY JOIN
         stored_ids AS metric_id, stored_values AS value,
-        stored_denominators AS denominator, stored_pre_values AS pre_value
+        stored_denominators AS denominator, stored_pre_values AS pre_value,
+        stored_pre_seen AS pre_seen
 ) AS metric_values
 ALL INNER JOIN (
     SELECT
@@ -1414,7 +1423,7 @@ ALL INNER JOIN (
     FROM analytics.experiment_metric_definitions
 ) AS definitions USING (experiment_id, metric_id);
 
--- 60. runs once, with allow_experimental_low_cardinality_type = 1
+-- 61. runs once, with allow_experimental_low_cardinality_type = 1
 CREATE VIEW IF NOT EXISTS analytics.experiment_metric_results AS
 SELECT
     public_key, experiment_id, phase, metric_id, role, position, kind, higher_is_better,
@@ -1461,7 +1470,8 @@ SELECT
                 / sqrt(2)))),
         NULL) AS always_valid_harm_p_value,
     -- CUPED: the covariate is the same metric in the lookback before exposure, its
-    -- coefficient theta pooled over this arm and the control.
+    -- coefficient theta pooled over this arm and the control (and, where some visitors
+    -- have no history, a second one: below).
     if(cuped_testable, theta, NULL) AS cuped_theta,
     if(cuped_testable, cuped_raw_diff, NULL) AS cuped_diff,
     if(cuped_testable, cuped_raw_diff - cuped_t_quantile * cuped_se, NULL) AS cuped_ci_low,
@@ -1617,6 +1627,15 @@ SELECT *, arrayMap((t, nu) -> t - (((t)
         multiIf(kind = 'proportion', mean_x_b * (1 - mean_x_b),
             n > 1, (sxx - sx * sx / n) / (n - 1), 0) AS var_x_b,
         if(n > 1, (sxy - sy * sx / n) / (n - 1), 0) AS cov_xy_b,
+        -- The second covariate h (whether the visitor has a history): h * h = h, h * x = x.
+        if(n > 1, (sxx - sx * sx / n) / (n - 1), 0) AS sample_var_x_b,
+        if(n > 1, (sh - sh * sh / n) / (n - 1), 0) AS var_h_b,
+        if(n > 1, (sx - sx * sh / n) / (n - 1), 0) AS cov_xh_b,
+        if(n > 1, (shy - sy * sh / n) / (n - 1), 0) AS cov_hy_b,
+        -- The variance of the value less theta * x + theta_h * h (CUPED).
+        var_b + theta * theta * if(with_history, sample_var_x_b, var_x_b)
+            + theta_h * theta_h * var_h_b + 2 * theta * theta_h * cov_xh_b
+            - 2 * theta * cov_xy_b - 2 * theta_h * cov_hy_b AS cuped_var_b,
         sy_a / n_a AS mean_y_a,
         sx_a / n_a AS mean_x_a,
         sd_a / n_a AS mean_d_a,
@@ -1634,6 +1653,15 @@ SELECT *, arrayMap((t, nu) -> t - (((t)
         multiIf(kind = 'proportion', mean_x_a * (1 - mean_x_a),
             n_a > 1, (sxx_a - sx_a * sx_a / n_a) / (n_a - 1), 0) AS var_x_a,
         if(n_a > 1, (sxy_a - sy_a * sx_a / n_a) / (n_a - 1), 0) AS cov_xy_a,
+        -- The second covariate h (whether the visitor has a history): h * h = h, h * x = x.
+        if(n_a > 1, (sxx_a - sx_a * sx_a / n_a) / (n_a - 1), 0) AS sample_var_x_a,
+        if(n_a > 1, (sh_a - sh_a * sh_a / n_a) / (n_a - 1), 0) AS var_h_a,
+        if(n_a > 1, (sx_a - sx_a * sh_a / n_a) / (n_a - 1), 0) AS cov_xh_a,
+        if(n_a > 1, (shy_a - sy_a * sh_a / n_a) / (n_a - 1), 0) AS cov_hy_a,
+        -- The variance of the value less theta * x + theta_h * h (CUPED).
+        var_a + theta * theta * if(with_history, sample_var_x_a, var_x_a)
+            + theta_h * theta_h * var_h_a + 2 * theta * theta_h * cov_xh_a
+            - 2 * theta * cov_xy_a - 2 * theta_h * cov_hy_a AS cuped_var_a,
         value_b AS value,
         value_b - value_a AS raw_diff,
         var_b / n + var_a / n_a AS variance,
@@ -1653,8 +1681,28 @@ SELECT *, arrayMap((t, nu) -> t - (((t)
         if(joint_n > 1,
             (sxy + sxy_a - (sy + sy_a) * (sx + sx_a) / joint_n) / (joint_n - 1), 0)
             AS joint_cov,
-        if(joint_var_x > 0 AND joint_var_y > 0, joint_cov / joint_var_x, 0) AS theta,
-        (sy / n - theta * sx / n) - (sy_a / n_a - theta * sx_a / n_a) AS cuped_raw_diff,
+        -- Where some visitors have a history and some none, a second covariate h (1 for
+        -- a history): the coefficients of x and h by least squares on both arms' visitors
+        -- together, and x * theta + h * theta_h the covariate, a sample mean. Where every
+        -- visitor has a history, or none, or x tells h, x alone (gbstats).
+        greatest(joint_n - 1, 1) AS joint_dof,
+        (sxx + sxx_a - pow(sx + sx_a, 2) / joint_n) / joint_dof AS joint_sxx,
+        (sh + sh_a - pow(sh + sh_a, 2) / joint_n) / joint_dof AS joint_shh,
+        (sx + sx_a - (sx + sx_a) * (sh + sh_a) / joint_n) / joint_dof AS joint_sxh,
+        (shy + shy_a - (sh + sh_a) * (sy + sy_a) / joint_n) / joint_dof AS joint_shy,
+        joint_sxx * joint_shh - joint_sxh * joint_sxh AS joint_det,
+        joint_n > 1 AND joint_var_y > 0 AND joint_shh > 0
+            AND (joint_sxx = 0 OR joint_det > 1e-9 * joint_sxx * joint_shh) AS with_history,
+        multiIf(with_history,
+                if(joint_sxx > 0, (joint_shh * joint_cov - joint_sxh * joint_shy) / joint_det, 0),
+            joint_var_x > 0 AND joint_var_y > 0, joint_cov / joint_var_x,
+            0) AS theta,
+        if(with_history,
+            if(joint_sxx > 0, (joint_sxx * joint_shy - joint_sxh * joint_cov) / joint_det,
+                joint_shy / joint_shh),
+            0) AS theta_h,
+        (sy - theta * sx - theta_h * sh) / n - (sy_a - theta * sx_a - theta_h * sh_a) / n_a
+            AS cuped_raw_diff,
         cuped_var_b / n + cuped_var_a / n_a AS cuped_variance,
         sqrt(greatest(cuped_variance, 0)) AS cuped_se,
         -- The always-valid tests' standard error: the larger of the unpooled one and the
@@ -1662,15 +1710,15 @@ SELECT *, arrayMap((t, nu) -> t - (((t)
         -- method's). docs/results.md.
         if(kind = 'ratio', variance, joint_var_y * (1 / n + 1 / n_a)) AS null_variance,
         sqrt(greatest(variance, null_variance)) AS se_always_valid,
-        (joint_var_y + theta * theta * joint_var_x - 2 * theta * joint_cov) * (1 / n + 1 / n_a)
+        (joint_var_y + theta * theta * if(with_history, joint_sxx, joint_var_x)
+            + theta_h * theta_h * joint_shh + 2 * theta * theta_h * joint_sxh
+            - 2 * theta * joint_cov - 2 * theta_h * joint_shy) * (1 / n + 1 / n_a)
             AS cuped_null_variance,
         sqrt(greatest(greatest(cuped_variance, cuped_null_variance), 0)) AS cuped_se_always_valid,
         -- Welch-Satterthwaite's degrees of freedom, as gbstats has them.
         pow(variance, 2) / (pow(var_b, 2) / (pow(n, 2) * (n - 1))
             + pow(var_a, 2) / (pow(n_a, 2) * (n_a - 1))) AS dof,
         raw_diff / se AS t_stat,
-        var_b + theta * theta * var_x_b - 2 * theta * cov_xy_b AS cuped_var_b,
-        var_a + theta * theta * var_x_a - 2 * theta * cov_xy_a AS cuped_var_a,
         pow(cuped_variance, 2) / (pow(cuped_var_b, 2) / (pow(n, 2) * (n - 1))
             + pow(cuped_var_a, 2) / (pow(n_a, 2) * (n_a - 1))) AS cuped_dof,
         cuped_raw_diff / cuped_se AS cuped_t_stat,
@@ -1709,8 +1757,8 @@ SELECT *, arrayMap((t, nu) -> t - (((t)
         SELECT
             public_key, experiment_id, phase, metric_id, role, position, kind,
             higher_is_better, cuped_lookback_days, cap, phase_start_ms, controls,
-            variant_id, is_control, defined, n, sy, syy, sd, sdd, syd, sx, sxx, sxy,
-            n_a, sy_a, syy_a, sd_a, sdd_a, syd_a, sx_a, sxx_a, sxy_a
+            variant_id, is_control, defined, n, sy, syy, sd, sdd, syd, sx, sxx, sxy, sh, shy,
+            n_a, sy_a, syy_a, sd_a, sdd_a, syd_a, sx_a, sxx_a, sxy_a, sh_a, shy_a
         FROM (
             SELECT
                 public_key, experiment_id, phase, metric_id,
@@ -1726,7 +1774,8 @@ SELECT *, arrayMap((t, nu) -> t - (((t)
                 groupArray(arm_syy) AS syys, groupArray(arm_sd) AS sds,
                 groupArray(arm_sdd) AS sdds, groupArray(arm_syd) AS syds,
                 groupArray(arm_sx) AS sxs, groupArray(arm_sxx) AS sxxs,
-                groupArray(arm_sxy) AS sxys,
+                groupArray(arm_sxy) AS sxys, groupArray(arm_sh) AS shs,
+                groupArray(arm_shy) AS shys,
                 sumIf(arm_n, control_flag = 1) AS n_a,
                 sumIf(arm_sy, control_flag = 1) AS sy_a,
                 sumIf(arm_syy, control_flag = 1) AS syy_a,
@@ -1735,7 +1784,9 @@ SELECT *, arrayMap((t, nu) -> t - (((t)
                 sumIf(arm_syd, control_flag = 1) AS syd_a,
                 sumIf(arm_sx, control_flag = 1) AS sx_a,
                 sumIf(arm_sxx, control_flag = 1) AS sxx_a,
-                sumIf(arm_sxy, control_flag = 1) AS sxy_a
+                sumIf(arm_sxy, control_flag = 1) AS sxy_a,
+                sumIf(arm_sh, control_flag = 1) AS sh_a,
+                sumIf(arm_shy, control_flag = 1) AS shy_a
             FROM (
                 SELECT *, ifNull(defined_control, 0) AS control_flag, ifNull(arm_defined, 0) AS defined
                 FROM (
@@ -1754,7 +1805,9 @@ SELECT *, arrayMap((t, nu) -> t - (((t)
                         raw_sx + arraySum(xs_capped) AS arm_sx,
                         raw_sxx + arraySum(arrayMap(v -> v * v, xs_capped)) AS arm_sxx,
                         raw_sxy + arraySum(arrayMap((v, w) -> v * w, xs_capped, ys_capped))
-                            AS arm_sxy
+                            AS arm_sxy,
+                        raw_sh + arraySum(hs) AS arm_sh,
+                        raw_shy + arraySum(arrayMap((v, w) -> v * w, hs, ys_capped)) AS arm_shy
                     FROM (
                         SELECT
                             *,
@@ -1765,7 +1818,8 @@ SELECT *, arrayMap((t, nu) -> t - (((t)
                                 public_key, experiment_id, phase, metric_id, segment,
                                 variant, metric_role, metric_position, metric_kind, higher,
                                 lookback, first_ms, cap_at, arm_n, raw_sy, raw_syy, raw_sd,
-                                raw_sdd, raw_syd, raw_sx, raw_sxx, raw_sxy, ys, ds, xs,
+                                raw_sdd, raw_syd, raw_sx, raw_sxx, raw_sxy, raw_sh, raw_shy,
+                                ys, ds, xs, hs,
                                 -- No cap: none applied.
                                 if(cap_value > 0 OR by_rank, cap_at, inf) AS applied,
                                 arrayResize([applied], length(ys), applied) AS caps
@@ -1799,20 +1853,24 @@ SELECT *, arrayMap((t, nu) -> t - (((t)
                                     groupArray(arm_sd) AS sds, groupArray(arm_sdd) AS sdds,
                                     groupArray(arm_syd) AS syds, groupArray(arm_sx) AS sxs,
                                     groupArray(arm_sxx) AS sxxs, groupArray(arm_sxy) AS sxys,
+                                    groupArray(arm_sh) AS shs, groupArray(arm_shy) AS shys,
                                     groupArray(arm_ys) AS arms_ys,
                                     groupArray(arm_ds) AS arms_ds,
-                                    groupArray(arm_xs) AS arms_xs
+                                    groupArray(arm_xs) AS arms_xs,
+                                    groupArray(arm_hs) AS arms_hs
                                 FROM (
     -- Each arm's sums per metric: its visitors (`arm_visitors`), and the sums of their
-    -- values, squares and products. The values of a capped metric are kept whole in
-    -- `arm_ys`, `arm_ds` and `arm_xs` instead, until the cap is known.
+    -- values, squares and products (y the value, d the denominator, x the covariate, h
+    -- whether the visitor has a history: h * h = h, h * x = x). The values of a capped
+    -- metric are kept whole in `arm_ys`, `arm_ds`, `arm_xs` and `arm_hs` instead, until
+    -- the cap is known.
     SELECT
         public_key, experiment_id, phase, metric_id, arm_segment, arm_variant,
         toString(role) AS arm_role, position AS arm_position, toString(kind) AS arm_kind,
         higher_is_better AS arm_higher, cuped_lookback_days AS arm_lookback,
         cap_value AS m_cap_value, cap_percentile AS m_cap_percentile,
         arm_first_ms, arm_visitors, arm_sy, arm_syy, arm_sd, arm_sdd, arm_syd, arm_sx,
-        arm_sxx, arm_sxy, arm_ys, arm_ds, arm_xs
+        arm_sxx, arm_sxy, arm_sh, arm_shy, arm_ys, arm_ds, arm_xs, arm_hs
     FROM (
         SELECT
             public_key, experiment_id, phase, metric_id, arm_segment, arm_variant,
@@ -1821,9 +1879,11 @@ SELECT *, arrayMap((t, nu) -> t - (((t)
             sum(g_sy) AS arm_sy, sum(g_syy) AS arm_syy, sum(g_sd) AS arm_sd,
             sum(g_sdd) AS arm_sdd, sum(g_syd) AS arm_syd, sum(g_sx) AS arm_sx,
             sum(g_sxx) AS arm_sxx, sum(g_sxy) AS arm_sxy,
+            sum(g_sh) AS arm_sh, sum(g_shy) AS arm_shy,
             groupArrayArray(g_ys) AS arm_ys,
             groupArrayArray(g_ds) AS arm_ds,
-            groupArrayArray(g_xs) AS arm_xs
+            groupArrayArray(g_xs) AS arm_xs,
+            groupArrayArray(g_hs) AS arm_hs
         FROM (
             -- The visitors of an arm with the same list of stored metrics, summed
             -- together: a sum per metric in arrays.
@@ -1838,10 +1898,13 @@ SELECT *, arrayMap((t, nu) -> t - (((t)
                 sumForEach(xs) AS group_sx,
                 sumForEach(arrayMap(v -> v * v, xs)) AS group_sxx,
                 sumForEach(arrayMap((v, w) -> v * w, xs, ys)) AS group_sxy,
+                sumForEach(hs) AS group_sh,
+                sumForEach(arrayMap((v, w) -> v * w, hs, ys)) AS group_shy,
                 -- Per metric, the values kept whole.
                 groupArrayIfForEach(stored_values, kept) AS group_ys,
                 groupArrayIfForEach(stored_denominators, kept) AS group_ds,
-                groupArrayIfForEach(stored_pre_values, kept) AS group_xs
+                groupArrayIfForEach(stored_pre_values, kept) AS group_xs,
+                groupArrayIfForEach(stored_pre_seen, kept) AS group_hs
             FROM (
                 -- Which values are kept whole: those of a capped metric. A refresh
                 -- stores the metrics sorted by id, as the definitions are listed
@@ -1853,10 +1916,11 @@ SELECT *, arrayMap((t, nu) -> t - (((t)
                         arrayMap(i -> toUInt8(1), stored_ids)) AS kept,
                     arrayMap((v, k) -> if(k, 0., v), stored_values, kept) AS ys,
                     arrayMap((v, k) -> if(k, 0., v), stored_denominators, kept) AS ds,
-                    arrayMap((v, k) -> if(k, 0., v), stored_pre_values, kept) AS xs
+                    arrayMap((v, k) -> if(k, 0., v), stored_pre_values, kept) AS xs,
+                    arrayMap((v, k) -> if(k, 0., v), stored_pre_seen, kept) AS hs
                 FROM (SELECT *, '' AS arm_segment FROM (-- Each visitor's latest stored refresh per experiment and phase (visitor_metric_values
--- FINAL), its metrics in the arrays `stored_ids`, `stored_values`, `stored_denominators`
--- and `stored_pre_values`. `public_key` is cast to `String`, for the joins' same types
+-- FINAL), its metrics in the arrays `stored_ids`, `stored_values`, `stored_denominators`,
+-- `stored_pre_values` and `stored_pre_seen`. `public_key` is cast to `String`, for the joins' same types
 -- (18.x: a function of a LowCardinality column is one).
 --
 -- Read in 4 streams: 18.x merges a FINAL in one stream, and runs all that
@@ -1866,28 +1930,32 @@ SELECT *, arrayMap((t, nu) -> t - (((t)
 SELECT
     CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id, variant_id,
     first_exposure_ms, metrics.metric_id AS stored_ids, metrics.value AS stored_values,
-    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values
+    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values,
+    metrics.pre_seen AS stored_pre_seen
 FROM analytics.visitor_metric_values FINAL
 PREWHERE cityHash64(visitor_id) % 4 = 0
 UNION ALL
 SELECT
     CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id, variant_id,
     first_exposure_ms, metrics.metric_id AS stored_ids, metrics.value AS stored_values,
-    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values
+    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values,
+    metrics.pre_seen AS stored_pre_seen
 FROM analytics.visitor_metric_values FINAL
 PREWHERE cityHash64(visitor_id) % 4 = 1
 UNION ALL
 SELECT
     CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id, variant_id,
     first_exposure_ms, metrics.metric_id AS stored_ids, metrics.value AS stored_values,
-    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values
+    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values,
+    metrics.pre_seen AS stored_pre_seen
 FROM analytics.visitor_metric_values FINAL
 PREWHERE cityHash64(visitor_id) % 4 = 2
 UNION ALL
 SELECT
     CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id, variant_id,
     first_exposure_ms, metrics.metric_id AS stored_ids, metrics.value AS stored_values,
-    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values
+    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values,
+    metrics.pre_seen AS stored_pre_seen
 FROM analytics.visitor_metric_values FINAL
 PREWHERE cityHash64(visitor_id) % 4 = 3) AS stored) AS visitors
                 ANY LEFT JOIN (
@@ -1912,7 +1980,8 @@ PREWHERE cityHash64(visitor_id) % 4 = 3) AS stored) AS visitors
             stored_ids AS metric_id, group_sy AS g_sy, group_syy AS g_syy,
             group_sd AS g_sd, group_sdd AS g_sdd, group_syd AS g_syd,
             group_sx AS g_sx, group_sxx AS g_sxx, group_sxy AS g_sxy,
-            group_ys AS g_ys, group_ds AS g_ds, group_xs AS g_xs
+            group_sh AS g_sh, group_shy AS g_shy,
+            group_ys AS g_ys, group_ds AS g_ds, group_xs AS g_xs, group_hs AS g_hs
         GROUP BY public_key, experiment_id, phase, metric_id, arm_segment, arm_variant
     ) AS sums
     -- A metric dropped from the definitions since a visitor's refresh is left out.
@@ -1933,7 +2002,8 @@ PREWHERE cityHash64(visitor_id) % 4 = 3) AS stored) AS visitors
                                 visitor_counts AS arm_n, sys AS raw_sy, syys AS raw_syy,
                                 sds AS raw_sd, sdds AS raw_sdd, syds AS raw_syd,
                                 sxs AS raw_sx, sxxs AS raw_sxx, sxys AS raw_sxy,
-                                arms_ys AS ys, arms_ds AS ds, arms_xs AS xs
+                                shs AS raw_sh, shys AS raw_shy,
+                                arms_ys AS ys, arms_ds AS ds, arms_xs AS xs, arms_hs AS hs
                         ) AS with_caps
                     ) AS capped
                 ) AS arms
@@ -1949,7 +2019,7 @@ PREWHERE cityHash64(visitor_id) % 4 = 3) AS stored) AS visitors
             variant_ids AS variant_id, control_flags AS is_control,
             defined_flags AS defined, ns AS n, sys AS sy,
             syys AS syy, sds AS sd, sdds AS sdd, syds AS syd, sxs AS sx, sxxs AS sxx,
-            sxys AS sxy
+            sxys AS sxy, shs AS sh, shys AS shy
       ) AS arms_of_metrics
       CROSS JOIN (
         SELECT tuning_log, refreshed_as_of

@@ -38,7 +38,7 @@ pub use view_rows::{MetricResultsRow, ResultsOverTimeRow, ResultsRow};
 
 use migrations::{
     BOOTSTRAP, EXPOSURES_20, EXPOSURES_20_COLUMNS, FIRST_CONVERSION_11, MIGRATIONS,
-    SESSIONS_SELECT, Step, VISITORS_SELECT,
+    PRE_SEEN_21_COLUMN, SESSIONS_SELECT, Step, VISITORS_SELECT,
 };
 
 /// The minimum-data guard of the results views and of `experiment-results`: fewest exposed
@@ -138,6 +138,7 @@ impl ServerCaps {
             ])
             .sql("exposures_20", EXPOSURES_20)
             .sql("exposures_20_columns", EXPOSURES_20_COLUMNS)
+            .sql("pre_seen_column", PRE_SEEN_21_COLUMN)
             .sql("event_counts_select", EVENT_COUNTS_SELECT)
             // ClickHouse's own macros, in a replicated table's path: each server fills them.
             .text("shard", "{shard}")
@@ -208,18 +209,20 @@ pub fn metric_values_refresh(
         .sql("visitor_filter", filter);
     // A row per visitor, experiment and phase, its metrics in arrays (the select's row
     // of metric '' records a visitor with none). The metrics go through one array of
-    // tuples, so that the four arrays keep one order: by metric id, the order in which
+    // tuples, so that the five arrays keep one order: by metric id, the order in which
     // `experiment_metric_results` lists the definitions (parts/metric_arms.sql). One
     // SELECT: 18.x analyzes the select below again for each level above it.
     params.render(&format!(
         "INSERT INTO {{db}}.visitor_metric_values (public_key, experiment_id, phase, \
          visitor_id, variant_id, first_exposure_ms, metrics.metric_id, metrics.value, \
-         metrics.denominator, metrics.pre_value, events_seen, settings_hash, refresh_id) \
+         metrics.denominator, metrics.pre_value, metrics.pre_seen, events_seen, \
+         settings_hash, refresh_id) \
          SELECT public_key, experiment_id, phase, visitor_id, any(variant_id), \
          any(first_exposure_ms), \
          arrayMap(m -> m.1, arraySort(groupArrayIf((metric_id, value, denominator, \
-         pre_value), metric_id != '')) AS metrics), arrayMap(m -> m.2, metrics), \
-         arrayMap(m -> m.3, metrics), arrayMap(m -> m.4, metrics), any(events_seen), \
+         pre_value, pre_seen), metric_id != '')) AS metrics), arrayMap(m -> m.2, metrics), \
+         arrayMap(m -> m.3, metrics), arrayMap(m -> m.4, metrics), \
+         arrayMap(m -> m.5, metrics), any(events_seen), \
          any(current_settings_hash), {refresh_id} FROM ({}) AS refreshed \
          GROUP BY public_key, experiment_id, phase, visitor_id",
         views::WITH_SETTINGS_HASH
@@ -1058,7 +1061,7 @@ mod tests {
             .filter(|s| s.runs == "each_server" && !s.sql.contains("ENGINE = Replicated"))
             .map(|s| s.sql.as_str())
             .collect();
-        assert_eq!(each_server.len(), 6);
+        assert_eq!(each_server.len(), 7);
         assert!(
             each_server[..2]
                 .iter()
@@ -1085,6 +1088,14 @@ mod tests {
                 .starts_with("ALTER TABLE analytics.experiment_visitors ADD COLUMN least_arm"),
             "{}",
             each_server[5]
+        );
+        // And migration 21 the stored metric values' history.
+        assert!(
+            each_server[6].starts_with(
+                "ALTER TABLE analytics.visitor_metric_values ADD COLUMN metrics.pre_seen"
+            ),
+            "{}",
+            each_server[6]
         );
         assert!(sql.iter().any(|s| s.ends_with(
             "ENGINE = Distributed(analytics, analytics, experiment_visitors_local, sipHash64(visitor_id))"

@@ -57,6 +57,11 @@ pub(super) const EXPOSURES_20_COLUMNS: &str = "least_arm AggregateFunction(minIf
     ADD COLUMN conversions AggregateFunction(groupUniqArrayIf, {millis}, UInt8),
     ADD COLUMN exposure_excluded AggregateFunction(maxIf, UInt8, UInt8)";
 
+/// Migration 21's column of `visitor_metric_values`: whether the visitor had any event in
+/// the metric's lookback. Rows stored before it read a history where the covariate is not 0.
+pub(super) const PRE_SEEN_21_COLUMN: &str = "metrics.pre_seen Array(Float64)
+    DEFAULT arrayMap(v -> toFloat64(v != 0), metrics.pre_value)";
+
 /// The sharding key of the tables of migrations 1 and 4 as they were created; migration 7
 /// shards `events` by visitor ([`SHARDING_KEY`](crate::topology::SHARDING_KEY)).
 const BY_SESSION: &str = "sipHash64(session_id)";
@@ -477,6 +482,19 @@ pub(super) const MIGRATIONS: &[Migration] = &[
                  FROM {db}.events{local} \
                  GROUP BY public_key, experiment_id, phase, visitor_id",
             ),
+        ],
+    },
+    Migration {
+        version: 21,
+        description: "stored metric values: whether each visitor has a history (CUPED)",
+        // The refresh writes the column from now on. A row stored before reads its
+        // default, a history where the covariate is not 0, until the visitor's next
+        // refresh: a covariate all the same, only a weaker one.
+        steps: &[
+            Step::EachShard(
+                "ALTER TABLE {db}.visitor_metric_values{local} ADD COLUMN {pre_seen_column}",
+            ),
+            Step::EachServer("ALTER TABLE {db}.visitor_metric_values ADD COLUMN {pre_seen_column}"),
         ],
     },
 ];

@@ -189,7 +189,8 @@ fn final_streams_union() -> String {
                 "SELECT
     CAST(public_key AS String) AS public_key, experiment_id, phase, visitor_id, variant_id,
     first_exposure_ms, metrics.metric_id AS stored_ids, metrics.value AS stored_values,
-    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values
+    metrics.denominator AS stored_denominators, metrics.pre_value AS stored_pre_values,
+    metrics.pre_seen AS stored_pre_seen
 FROM {{db}}.visitor_metric_values FINAL
 PREWHERE cityHash64(visitor_id) % {FINAL_STREAMS} = {k}"
             )

@@ -238,9 +238,10 @@ FIELDS = {"time_on_page": "timeOnPage", "scroll_depth": "scrollDepth", "load_tim
 
 
 def metric_values(case, metric):
-    """Each exposed visitor's (variant, numerator, denominator, covariate) for one metric,
-    from the raw events: post-exposure events of the experiment and phase from the first
-    impression on; pre-exposure events of any experiment in the lookback before it."""
+    """Each exposed visitor's (variant, numerator, denominator, covariate, history) for one
+    metric, from the raw events: post-exposure events of the experiment and phase from the
+    first impression on; pre-exposure events of any experiment in the lookback before it
+    (the history: 1 if there is any)."""
     events = case["events"]
     first = {}
     for e in events:
@@ -283,12 +284,12 @@ def metric_values(case, metric):
         y = measure(metric["numerator"], post)
         d = measure(metric["denominator"], post) if metric.get("denominator") else 1.0
         x = measure(metric["numerator"], pre)
-        rows.append((variant, y, d, x))
+        rows.append((variant, y, d, x, 1.0 if pre else 0.0))
     cap = metric.get("cap_value", 0)
     if not cap and metric.get("cap_percentile", 0):
         cap = float(np.percentile([r[1] for r in rows], metric["cap_percentile"] * 100))
     if cap:
-        rows = [(v, min(y, cap), d, min(x, cap)) for v, y, d, x in rows]
+        rows = [(v, min(y, cap), d, min(x, cap), h) for v, y, d, x, h in rows]
     return rows, cap
 
 
@@ -297,7 +298,9 @@ def metrics(case):
     on the statistics of the raw events: TwoSidedTTest (fixed horizon),
     SequentialTwoSidedTTest at 5% / treatments (always valid), EffectBayesianABTest with
     its default prior (chance to beat the control), RegressionAdjustedStatistic with
-    compute_theta (CUPED); and the one-sided harm test of a guardrail by numerical
+    compute_theta (CUPED) or, where some visitors have a history and some none, on the
+    covariate of numpy's least squares of the value on the covariate and the history; and
+    the one-sided harm test of a guardrail by numerical
     integration of the normal mixture over harmful effects."""
     from gbstats.bayesian.tests import EffectBayesianABTest, EffectBayesianConfig
     from gbstats.frequentist.tests import FrequentistConfig, TwoSidedTTest
@@ -403,21 +406,46 @@ def metrics(case):
                 mixture = integrate.quad(ratio, lo, hi, epsabs=0, epsrel=1e-12, limit=200)[0]
                 row["harm_p_value"] = min(1.0, k / mixture)
             if a_adj is not None:
-                theta = compute_theta(a_adj, b_adj)
-                a_adj.theta = theta
-                b_adj.theta = theta
-                fixed_adj = TwoSidedTTest(a_adj, b_adj, absolute)
-                seq_adj = SequentialTwoSidedTTest(
-                    a_adj, b_adj, SequentialConfig(difference_type="absolute", alpha=alpha,
-                                                   sequential_tuning_parameter=case["tuning"]))
                 ys, xs = [r[1] for r in both], [r[3] for r in both]
-                joint_adj = RegressionAdjustedStatistic(
-                    n=len(both),
-                    post_statistic=stat(ys, len(both)),
-                    pre_statistic=stat(xs, len(both)),
-                    post_pre_sum_of_products=sum(y * x for y, x in zip(ys, xs)),
-                    theta=theta,
-                )
+                theta, covariate = compute_theta(a_adj, b_adj), None
+                design = np.column_stack([np.ones(len(both)), xs, [r[4] for r in both]])
+                x_varies = np.ptp(xs) > 0
+                if np.ptp(design[:, 2]) > 0 and np.ptp(ys) > 0 and (
+                    np.linalg.matrix_rank(design) == 3 or not x_varies
+                ):
+                    beta = np.linalg.lstsq(design, ys, rcond=None)[0]
+                    theta = float(beta[1]) if x_varies else 0.0
+
+                    def covariate(r):
+                        return theta * r[3] + float(beta[2]) * r[4]
+
+                def adjusted(mine):
+                    """The arm's (or both arms') RegressionAdjustedStatistic: on x with
+                    compute_theta's theta, or on the least squares' covariate whole."""
+                    ys = [r[1] for r in mine]
+                    if covariate is None:
+                        zs, pre, coefficient = [r[3] for r in mine], stat, theta
+                    else:
+                        zs, coefficient = [covariate(r) for r in mine], 1.0
+
+                        def pre(zs, n):
+                            return SampleMeanStatistic(
+                                n=n, sum=sum(zs), sum_squares=sum(z * z for z in zs))
+                    return RegressionAdjustedStatistic(
+                        n=len(mine),
+                        post_statistic=stat(ys, len(mine)),
+                        pre_statistic=pre(zs, len(mine)),
+                        post_pre_sum_of_products=sum(y * z for y, z in zip(ys, zs)),
+                        theta=coefficient,
+                    )
+
+                a_cuped = adjusted([r for r in rows if r[0] == metric["control"]])
+                b_cuped = adjusted([r for r in rows if r[0] == variant])
+                fixed_adj = TwoSidedTTest(a_cuped, b_cuped, absolute)
+                seq_adj = SequentialTwoSidedTTest(
+                    a_cuped, b_cuped, SequentialConfig(difference_type="absolute", alpha=alpha,
+                                                   sequential_tuning_parameter=case["tuning"]))
+                joint_adj = adjusted(both)
                 cuped_p, cuped_ci, _ = always_valid(
                     seq_adj, fixed_adj.variance,
                     joint_adj.variance * (1 / n_a + 1 / n_b), n_a + n_b,

@@ -569,7 +569,8 @@ async fn a_database_migrated_by_the_numbered_views_upgrades_in_place() {
 
 /// A database of migration 18 keeps its stored metric values through migration 19, with
 /// no sweep: a row per visitor, experiment and phase, at their latest refresh, the metrics
-/// in arrays; the table of a row per metric is gone.
+/// in arrays; the table of a row per metric is gone. After migration 21 a stored row reads
+/// a history where its covariate is not 0.
 #[tokio::test]
 async fn stored_metric_values_become_one_row_per_visitor_at_the_upgrade() {
     let database = unique("test_");
@@ -600,7 +601,7 @@ async fn stored_metric_values_become_one_row_per_visitor_at_the_upgrade() {
         visitor_id: String,
         variant_id: String,
         first_exposure_ms: i64,
-        metrics: Vec<(String, f64, f64, f64)>,
+        metrics: Vec<(String, f64, f64, f64, f64)>,
         events_seen: u64,
         settings_hash: u64,
         refresh_id: u64,
@@ -608,8 +609,9 @@ async fn stored_metric_values_become_one_row_per_visitor_at_the_upgrade() {
     let mut rows: Vec<Stored> = client
         .query(
             "SELECT experiment_id, visitor_id, variant_id, first_exposure_ms, \
-             arrayMap((m, v, d, p) -> (m, v, d, p), metrics.metric_id, metrics.value, \
-             metrics.denominator, metrics.pre_value) AS metrics, events_seen, settings_hash, \
+             arrayMap((m, v, d, p, h) -> (m, v, d, p, h), metrics.metric_id, metrics.value, \
+             metrics.denominator, metrics.pre_value, metrics.pre_seen) AS metrics, events_seen, \
+             settings_hash, \
              refresh_id FROM visitor_metric_values ORDER BY experiment_id, visitor_id",
         )
         .fetch_all()
@@ -629,7 +631,7 @@ async fn stored_metric_values_become_one_row_per_visitor_at_the_upgrade() {
             settings_hash: if experiment == "exp_2" { 9 } else { 8 },
             refresh_id: if visitor == "v2" { 30 } else { 20 },
         };
-    let metric = |id: &str, v: f64, d: f64, p: f64| (id.to_owned(), v, d, p);
+    let metric = |id: &str, v: f64, d: f64, p: f64| (id.to_owned(), v, d, p, f64::from(p != 0.));
     assert_eq!(
         rows,
         [

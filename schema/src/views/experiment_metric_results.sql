@@ -27,7 +27,8 @@ SELECT
                 / sqrt(2)))),
         NULL) AS always_valid_harm_p_value,
     -- CUPED: the covariate is the same metric in the lookback before exposure, its
-    -- coefficient theta pooled over this arm and the control.
+    -- coefficient theta pooled over this arm and the control (and, where some visitors
+    -- have no history, a second one: below).
     if(cuped_testable, theta, NULL) AS cuped_theta,
     if(cuped_testable, cuped_raw_diff, NULL) AS cuped_diff,
     if(cuped_testable, cuped_raw_diff - cuped_t_quantile * cuped_se, NULL) AS cuped_ci_low,
@@ -83,8 +84,28 @@ SELECT *, {t_quantile}, {cuped_t_quantile} FROM (
         if(joint_n > 1,
             (sxy + sxy_a - (sy + sy_a) * (sx + sx_a) / joint_n) / (joint_n - 1), 0)
             AS joint_cov,
-        if(joint_var_x > 0 AND joint_var_y > 0, joint_cov / joint_var_x, 0) AS theta,
-        (sy / n - theta * sx / n) - (sy_a / n_a - theta * sx_a / n_a) AS cuped_raw_diff,
+        -- Where some visitors have a history and some none, a second covariate h (1 for
+        -- a history): the coefficients of x and h by least squares on both arms' visitors
+        -- together, and x * theta + h * theta_h the covariate, a sample mean. Where every
+        -- visitor has a history, or none, or x tells h, x alone (gbstats).
+        greatest(joint_n - 1, 1) AS joint_dof,
+        (sxx + sxx_a - pow(sx + sx_a, 2) / joint_n) / joint_dof AS joint_sxx,
+        (sh + sh_a - pow(sh + sh_a, 2) / joint_n) / joint_dof AS joint_shh,
+        (sx + sx_a - (sx + sx_a) * (sh + sh_a) / joint_n) / joint_dof AS joint_sxh,
+        (shy + shy_a - (sh + sh_a) * (sy + sy_a) / joint_n) / joint_dof AS joint_shy,
+        joint_sxx * joint_shh - joint_sxh * joint_sxh AS joint_det,
+        joint_n > 1 AND joint_var_y > 0 AND joint_shh > 0
+            AND (joint_sxx = 0 OR joint_det > 1e-9 * joint_sxx * joint_shh) AS with_history,
+        multiIf(with_history,
+                if(joint_sxx > 0, (joint_shh * joint_cov - joint_sxh * joint_shy) / joint_det, 0),
+            joint_var_x > 0 AND joint_var_y > 0, joint_cov / joint_var_x,
+            0) AS theta,
+        if(with_history,
+            if(joint_sxx > 0, (joint_sxx * joint_shy - joint_sxh * joint_cov) / joint_det,
+                joint_shy / joint_shh),
+            0) AS theta_h,
+        (sy - theta * sx - theta_h * sh) / n - (sy_a - theta * sx_a - theta_h * sh_a) / n_a
+            AS cuped_raw_diff,
         cuped_var_b / n + cuped_var_a / n_a AS cuped_variance,
         sqrt(greatest(cuped_variance, 0)) AS cuped_se,
         -- The always-valid tests' standard error: the larger of the unpooled one and the
@@ -92,15 +113,15 @@ SELECT *, {t_quantile}, {cuped_t_quantile} FROM (
         -- method's). docs/results.md.
         if(kind = 'ratio', variance, joint_var_y * (1 / n + 1 / n_a)) AS null_variance,
         sqrt(greatest(variance, null_variance)) AS se_always_valid,
-        (joint_var_y + theta * theta * joint_var_x - 2 * theta * joint_cov) * (1 / n + 1 / n_a)
+        (joint_var_y + theta * theta * if(with_history, joint_sxx, joint_var_x)
+            + theta_h * theta_h * joint_shh + 2 * theta * theta_h * joint_sxh
+            - 2 * theta * joint_cov - 2 * theta_h * joint_shy) * (1 / n + 1 / n_a)
             AS cuped_null_variance,
         sqrt(greatest(greatest(cuped_variance, cuped_null_variance), 0)) AS cuped_se_always_valid,
         -- Welch-Satterthwaite's degrees of freedom, as gbstats has them.
         pow(variance, 2) / (pow(var_b, 2) / (pow(n, 2) * (n - 1))
             + pow(var_a, 2) / (pow(n_a, 2) * (n_a - 1))) AS dof,
         raw_diff / se AS t_stat,
-        var_b + theta * theta * var_x_b - 2 * theta * cov_xy_b AS cuped_var_b,
-        var_a + theta * theta * var_x_a - 2 * theta * cov_xy_a AS cuped_var_a,
         pow(cuped_variance, 2) / (pow(cuped_var_b, 2) / (pow(n, 2) * (n - 1))
             + pow(cuped_var_a, 2) / (pow(n_a, 2) * (n_a - 1))) AS cuped_dof,
         cuped_raw_diff / cuped_se AS cuped_t_stat,
@@ -139,8 +160,8 @@ SELECT *, {t_quantile}, {cuped_t_quantile} FROM (
         SELECT
             public_key, experiment_id, phase{segment}, metric_id, role, position, kind,
             higher_is_better, cuped_lookback_days, cap, phase_start_ms, controls,
-            variant_id, is_control, defined, n, sy, syy, sd, sdd, syd, sx, sxx, sxy,
-            n_a, sy_a, syy_a, sd_a, sdd_a, syd_a, sx_a, sxx_a, sxy_a
+            variant_id, is_control, defined, n, sy, syy, sd, sdd, syd, sx, sxx, sxy, sh, shy,
+            n_a, sy_a, syy_a, sd_a, sdd_a, syd_a, sx_a, sxx_a, sxy_a, sh_a, shy_a
         FROM (
             SELECT
                 public_key, experiment_id, phase{segment}, metric_id,
@@ -156,7 +177,8 @@ SELECT *, {t_quantile}, {cuped_t_quantile} FROM (
                 groupArray(arm_syy) AS syys, groupArray(arm_sd) AS sds,
                 groupArray(arm_sdd) AS sdds, groupArray(arm_syd) AS syds,
                 groupArray(arm_sx) AS sxs, groupArray(arm_sxx) AS sxxs,
-                groupArray(arm_sxy) AS sxys,
+                groupArray(arm_sxy) AS sxys, groupArray(arm_sh) AS shs,
+                groupArray(arm_shy) AS shys,
                 sumIf(arm_n, control_flag = 1) AS n_a,
                 sumIf(arm_sy, control_flag = 1) AS sy_a,
                 sumIf(arm_syy, control_flag = 1) AS syy_a,
@@ -165,7 +187,9 @@ SELECT *, {t_quantile}, {cuped_t_quantile} FROM (
                 sumIf(arm_syd, control_flag = 1) AS syd_a,
                 sumIf(arm_sx, control_flag = 1) AS sx_a,
                 sumIf(arm_sxx, control_flag = 1) AS sxx_a,
-                sumIf(arm_sxy, control_flag = 1) AS sxy_a
+                sumIf(arm_sxy, control_flag = 1) AS sxy_a,
+                sumIf(arm_sh, control_flag = 1) AS sh_a,
+                sumIf(arm_shy, control_flag = 1) AS shy_a
             FROM (
                 SELECT *, ifNull(defined_control, 0) AS control_flag, ifNull(arm_defined, 0) AS defined
                 FROM (
@@ -184,7 +208,9 @@ SELECT *, {t_quantile}, {cuped_t_quantile} FROM (
                         raw_sx + arraySum(xs_capped) AS arm_sx,
                         raw_sxx + arraySum(arrayMap(v -> v * v, xs_capped)) AS arm_sxx,
                         raw_sxy + arraySum(arrayMap((v, w) -> v * w, xs_capped, ys_capped))
-                            AS arm_sxy
+                            AS arm_sxy,
+                        raw_sh + arraySum(hs) AS arm_sh,
+                        raw_shy + arraySum(arrayMap((v, w) -> v * w, hs, ys_capped)) AS arm_shy
                     FROM (
                         SELECT
                             *,
@@ -195,7 +221,8 @@ SELECT *, {t_quantile}, {cuped_t_quantile} FROM (
                                 public_key, experiment_id, phase, metric_id, segment,
                                 variant, metric_role, metric_position, metric_kind, higher,
                                 lookback, first_ms, cap_at, arm_n, raw_sy, raw_syy, raw_sd,
-                                raw_sdd, raw_syd, raw_sx, raw_sxx, raw_sxy, ys, ds, xs,
+                                raw_sdd, raw_syd, raw_sx, raw_sxx, raw_sxy, raw_sh, raw_shy,
+                                ys, ds, xs, hs,
                                 -- No cap: none applied.
                                 if(cap_value > 0 OR by_rank, cap_at, inf) AS applied,
                                 arrayResize([applied], length(ys), applied) AS caps
@@ -229,9 +256,11 @@ SELECT *, {t_quantile}, {cuped_t_quantile} FROM (
                                     groupArray(arm_sd) AS sds, groupArray(arm_sdd) AS sdds,
                                     groupArray(arm_syd) AS syds, groupArray(arm_sx) AS sxs,
                                     groupArray(arm_sxx) AS sxxs, groupArray(arm_sxy) AS sxys,
+                                    groupArray(arm_sh) AS shs, groupArray(arm_shy) AS shys,
                                     groupArray(arm_ys) AS arms_ys,
                                     groupArray(arm_ds) AS arms_ds,
-                                    groupArray(arm_xs) AS arms_xs
+                                    groupArray(arm_xs) AS arms_xs,
+                                    groupArray(arm_hs) AS arms_hs
                                 FROM {metric_arms} AS arms_summed
                                 GROUP BY public_key, experiment_id, phase, metric_id
                             ) AS per_metric
@@ -243,7 +272,8 @@ SELECT *, {t_quantile}, {cuped_t_quantile} FROM (
                                 visitor_counts AS arm_n, sys AS raw_sy, syys AS raw_syy,
                                 sds AS raw_sd, sdds AS raw_sdd, syds AS raw_syd,
                                 sxs AS raw_sx, sxxs AS raw_sxx, sxys AS raw_sxy,
-                                arms_ys AS ys, arms_ds AS ds, arms_xs AS xs
+                                shs AS raw_sh, shys AS raw_shy,
+                                arms_ys AS ys, arms_ds AS ds, arms_xs AS xs, arms_hs AS hs
                         ) AS with_caps
                     ) AS capped
                 ) AS arms
@@ -259,7 +289,7 @@ SELECT *, {t_quantile}, {cuped_t_quantile} FROM (
             variant_ids AS variant_id, control_flags AS is_control,
             defined_flags AS defined, ns AS n, sys AS sy,
             syys AS syy, sds AS sd, sdds AS sdd, syds AS syd, sxs AS sx, sxxs AS sxx,
-            sxys AS sxy
+            sxys AS sxy, shs AS sh, shys AS shy
       ) AS arms_of_metrics
       CROSS JOIN (
         SELECT tuning_log, refreshed_as_of

@@ -12,15 +12,16 @@
 SELECT
     public_key, experiment_id, phase, visitor_id, variant_id, metric_id, role, position,
     kind, higher_is_better, cap_value, cap_percentile, cuped_lookback_days,
-    first_exposure_ms, value, denominator, pre_value
+    first_exposure_ms, value, denominator, pre_value, pre_seen
 FROM (
     SELECT
         public_key, experiment_id, phase, visitor_id, metric_id, variant_id,
-        first_exposure_ms, value, denominator, pre_value
+        first_exposure_ms, value, denominator, pre_value, pre_seen
     FROM ({stored_visitors}) AS stored
     ARRAY JOIN
         stored_ids AS metric_id, stored_values AS value,
-        stored_denominators AS denominator, stored_pre_values AS pre_value
+        stored_denominators AS denominator, stored_pre_values AS pre_value,
+        stored_pre_seen AS pre_seen
 ) AS metric_values
 ALL INNER JOIN (
     SELECT

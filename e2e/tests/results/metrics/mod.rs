@@ -1,7 +1,8 @@
 //! `experiment_metric_results` against an independent implementation: each metric's
 //! per-visitor values computed in Python from the same raw events (`reference.py`'s
-//! `metrics`), then gbstats' statistics on them, to 1e-9 (the harm test, integrated
-//! numerically, to 1e-7). And the metrics' rules that an analyst relies on: the guard, a
+//! `metrics`), then gbstats' statistics on them (CUPED's coefficients, where some visitors
+//! have a history and some none, by numpy's least squares), to 1e-9 (the harm test,
+//! integrated numerically, to 1e-7). And the metrics' rules that an analyst relies on: the guard, a
 //! changed definition applied to stored events, the lookback.
 
 mod simulation;
@@ -97,12 +98,16 @@ fn metrics() -> Vec<Metric> {
     };
     vec![
         plain("conversion", "goal", "proportion", ("", "", 1, "", "any")),
-        plain(
-            "signup",
-            "secondary",
-            "proportion",
-            ("conversion", "signup", 0, "", "any"),
-        ),
+        // A lookback that reaches every visitor's oldest event: all have a history.
+        Metric {
+            lookback_days: 30.0,
+            ..plain(
+                "signup",
+                "secondary",
+                "proportion",
+                ("conversion", "signup", 0, "", "any"),
+            )
+        },
         plain("clicks", "secondary", "mean", ("click", "", 0, "", "count")),
         Metric {
             cap_percentile: 0.9,

@@ -17,12 +17,14 @@ const SIMULATED: [&str; 4] = ["clicks", "clicks_per_session", "conversion", "tim
 
 /// A/A experiments of every kind, made in SQL: `experiments` experiments of `visitors`
 /// visitors each, `control_share` of them in the control A (by a draw per visitor), the
-/// rest in B. Each visitor has an activity level `a`; 80% of them were active before
-/// exposure (in another experiment) at the same level, as real returning visitors are.
+/// rest in B. Each visitor has an activity level `a`; `returning` of them were active
+/// before exposure (in another experiment) at the same level, as real returning visitors
+/// are, and the others have no history.
 struct Simulation {
     experiments: u64,
     visitors: u64,
     control_share: f64,
+    returning: f64,
     /// The experiments' `sequentialTuning` (0: the default).
     tuning: f64,
 }
@@ -42,6 +44,7 @@ impl Simulation {
             experiments,
             visitors,
             control_share,
+            returning,
             ..
         } = *self;
         let (a, active) = (draw(0), draw(1));
@@ -90,7 +93,7 @@ impl Simulation {
                 "CAST(NULL AS Nullable(UInt8))",
                 "CAST(NULL AS Nullable(Float64))",
                 format!(
-                    "if({active} < 0.8, toUInt64(floor(6 * {a} + 2 * {})), 0)",
+                    "if({active} < {returning}, toUInt64(floor(6 * {a} + 2 * {})), 0)",
                     draw(2)
                 ),
             ),
@@ -112,7 +115,7 @@ impl Simulation {
                 "'pre'",
                 "CAST(NULL AS Nullable(UInt8))",
                 &*format!("toNullable(round(20000 * {a} + 8000 * {}))", draw(5)),
-                format!("toUInt64({active} < 0.8)"),
+                format!("toUInt64({active} < {returning})"),
             ),
             (
                 "'conversion'",
@@ -132,7 +135,10 @@ impl Simulation {
                 "'pre'",
                 "toNullable(toUInt8(1))",
                 "CAST(NULL AS Nullable(Float64))",
-                format!("toUInt64({active} < 0.8 AND {} < 0.1 + 0.3 * {a})", draw(7)),
+                format!(
+                    "toUInt64({active} < {returning} AND {} < 0.1 + 0.3 * {a})",
+                    draw(7)
+                ),
             ),
         ];
         for (name, experiment, variant, offset, session, conversion, time_on_page, count) in kinds {
@@ -214,9 +220,12 @@ struct Tally {
     reduction: f64,
 }
 
-/// 400 A/A experiments of 2 x 60 visitors: for each kind, the fixed-horizon test (plain
-/// and CUPED) calls within the 99.9% band of 5%, the always-valid test no more than its
-/// top, and CUPED cuts the variance where the visitors' activity carries over.
+/// 400 A/A experiments of 2 x 60 visitors, a fifth of them with a history: for each kind,
+/// the fixed-horizon test (plain and CUPED) calls within the 99.9% band of 5%, the
+/// always-valid test no more than its top, and CUPED cuts the variance where the visitors'
+/// activity carries over. With the history as a second covariate it cuts 16.0% of the
+/// clicks' and 15.6% of the time on page's variance; with the covariate alone, 4.6% and
+/// 3.5% (the theory's most: a fifth of the squared correlation, about 16%).
 #[tokio::test]
 async fn a_a_tests_of_every_kind_hold_their_error_rate_with_and_without_cuped() {
     const EXPERIMENTS: u64 = 400;
@@ -225,6 +234,7 @@ async fn a_a_tests_of_every_kind_hold_their_error_rate_with_and_without_cuped() 
         experiments: EXPERIMENTS,
         visitors: 120,
         control_share: 0.5,
+        returning: 0.2,
         tuning: 0.0,
     }
     .run(&db)
@@ -276,8 +286,8 @@ async fn a_a_tests_of_every_kind_hold_their_error_rate_with_and_without_cuped() 
             .expect(id)
             .reduction
     };
-    assert!(reduction("clicks") > 0.2, "{tallies:?}");
-    assert!(reduction("time_on_page") > 0.2, "{tallies:?}");
+    assert!(reduction("clicks") > 0.12, "{tallies:?}");
+    assert!(reduction("time_on_page") > 0.12, "{tallies:?}");
 }
 
 /// What the looks at one experiment's metric showed: the smallest fixed-horizon,
@@ -305,6 +315,7 @@ async fn a_a_tests_of_every_kind_hold_their_error_rate_under_looks_on_a_ramp() {
         experiments: EXPERIMENTS,
         visitors: VISITORS,
         control_share: 0.1,
+        returning: 0.8,
         // Tuned to the experiments' size, as their plan would have it; the default, 5 000,
         // is more than three times what they reach.
         tuning: VISITORS as f64,

@@ -143,8 +143,8 @@ async fn results_are_those_of_each_visitors_latest_refresh() {
     let alter = "INSERT INTO visitor_metric_values SELECT public_key, experiment_id, phase, \
                  visitor_id, variant_id, first_exposure_ms, metrics.metric_id, \
                  arrayMap(v -> v + 1000, metrics.value), metrics.denominator, \
-                 metrics.pre_value, events_seen, settings_hash, refresh_id + 1 \
-                 FROM visitor_metric_values WHERE visitor_id = ? AND refresh_id = \
+                 metrics.pre_value, events_seen, settings_hash, refresh_id + 1, \
+                 metrics.pre_seen FROM visitor_metric_values WHERE visitor_id = ? AND refresh_id = \
                  (SELECT max(refresh_id) FROM visitor_metric_values WHERE visitor_id = ?)";
     let alter_odd = || async {
         let query = db.client.query(alter).bind(&odd).bind(&odd);
@@ -275,8 +275,8 @@ async fn refreshes_and_events_landing_during_a_query_neither_drop_nor_double_a_v
     // Refreshes of every visitor: a copy of the latest read as stale, then a real one.
     let stale_copy = "INSERT INTO visitor_metric_values SELECT public_key, experiment_id, \
          phase, visitor_id, variant_id, first_exposure_ms, metrics.metric_id, metrics.value, \
-         metrics.denominator, metrics.pre_value, events_seen + 1000, settings_hash, ? \
-         FROM visitor_metric_values \
+         metrics.denominator, metrics.pre_value, events_seen + 1000, settings_hash, ?, \
+         metrics.pre_seen FROM visitor_metric_values \
          WHERE refresh_id = (SELECT max(refresh_id) FROM visitor_metric_values)";
     let refreshes = async {
         while running() {

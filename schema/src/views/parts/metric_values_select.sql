@@ -3,8 +3,10 @@
 -- `value` and the denominator `denominator` (1 but for a ratio) from their events in the
 -- experiment and phase within their window, and `pre_value` the same numerator from their
 -- events of the key (any experiment) in the metric's lookback before their first exposure
--- (CUPED's covariate). Uncapped; a visitor with no matching event counts 0. A visitor with
--- no exposure, or an exposure to an experiment with no metric, has one row of metric ''.
+-- (CUPED's covariate); `pre_seen` is 1 when they had any event of the key in that lookback
+-- (CUPED's second covariate: whether the visitor has a history). Uncapped; a visitor with
+-- no matching event counts 0. A visitor with no exposure, or an exposure to an experiment
+-- with no metric, has one row of metric ''.
 -- `events_seen`: the visitor's rows of `events` read, every one (so that a stored value
 -- is known to be stale when a row comes after it).
 --
@@ -20,6 +22,7 @@ SELECT
     {value_of_n} AS value,
     if(d_agg = '', 1, {value_of_d}) AS denominator,
     {value_of_p} AS pre_value,
+    toFloat64(p_seen > 0) AS pre_seen,
     events_seen
 FROM (
     SELECT *
@@ -33,6 +36,7 @@ FROM (
             sumForEach(p_sums) AS p_sums_all, sumForEach(p_values) AS p_values_all,
             maxForEach(p_maxes) AS p_maxes_all,
             sumForEach(arrayMap(x -> toFloat64(x > 0), p_sums)) AS p_sessions_all,
+            sumForEach(p_rows) AS p_seen_all,
             sumForEach(d_sums) AS d_sums_all, sumForEach(d_values) AS d_values_all,
             maxForEach(d_maxes) AS d_maxes_all,
             sumForEach(arrayMap(x -> toFloat64(x > 0), d_sums)) AS d_sessions_all
@@ -44,6 +48,7 @@ FROM (
                 maxForEach(n_top) AS n_maxes,
                 sumForEach(p_add) AS p_sums, sumForEach(p_had) AS p_values,
                 maxForEach(p_top) AS p_maxes,
+                sumForEach(arrayMap(x -> toFloat64(x), pres)) AS p_rows,
                 sumForEach(d_add) AS d_sums, sumForEach(d_had) AS d_values,
                 maxForEach(d_top) AS d_maxes
             FROM (
@@ -154,6 +159,6 @@ LEFT ARRAY JOIN
     n_sums_all AS n_sum, n_values_all AS n_values, n_maxes_all AS n_max,
     n_sessions_all AS n_sessions,
     p_sums_all AS p_sum, p_values_all AS p_values, p_maxes_all AS p_max,
-    p_sessions_all AS p_sessions,
+    p_sessions_all AS p_sessions, p_seen_all AS p_seen,
     d_sums_all AS d_sum, d_values_all AS d_values, d_maxes_all AS d_max,
     d_sessions_all AS d_sessions

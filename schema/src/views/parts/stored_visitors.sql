@@ -1,6 +1,6 @@
 -- Each visitor's latest stored refresh per experiment and phase (visitor_metric_values
--- FINAL), its metrics in the arrays `stored_ids`, `stored_values`, `stored_denominators`
--- and `stored_pre_values`. `public_key` is cast to `String`, for the joins' same types
+-- FINAL), its metrics in the arrays `stored_ids`, `stored_values`, `stored_denominators`,
+-- `stored_pre_values` and `stored_pre_seen`. `public_key` is cast to `String`, for the joins' same types
 -- (18.x: a function of a LowCardinality column is one).
 --
 -- Read in {final_streams} streams: 18.x merges a FINAL in one stream, and runs all that
