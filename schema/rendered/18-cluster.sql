@@ -1317,8 +1317,11 @@ FROM (
                 SELECT experiment_id, phase, current_settings_hash
                 FROM (SELECT
     *,
-    -- Everything besides the events that a visitor's stored values depend on.
-    sipHash64(definitions_hash, conversion_window_hours, phase_end_ms) AS current_settings_hash
+    -- Everything besides the events that a visitor's stored values depend on, and the
+    -- migration that last changed what a refresh stores (21: `pre_seen`): a stored value
+    -- of an older one is stale, and the sweep computes it again.
+    sipHash64(definitions_hash, conversion_window_hours, phase_end_ms, 21)
+        AS current_settings_hash
 FROM (
     SELECT *
     FROM (
@@ -1522,6 +1525,7 @@ SELECT
     -- coefficient theta pooled over this arm and the control (and, where some visitors
     -- have no history, a second one: below).
     if(cuped_testable, theta, NULL) AS cuped_theta,
+    if(cuped_testable, theta_h, NULL) AS cuped_history_theta,
     if(cuped_testable, cuped_raw_diff, NULL) AS cuped_diff,
     if(cuped_testable, cuped_raw_diff - cuped_t_quantile * cuped_se, NULL) AS cuped_ci_low,
     if(cuped_testable, cuped_raw_diff + cuped_t_quantile * cuped_se, NULL) AS cuped_ci_high,
@@ -1740,7 +1744,9 @@ SELECT *, arrayMap((t, nu) -> t - (((t)
         (sx + sx_a - (sx + sx_a) * (sh + sh_a) / joint_n) / joint_dof AS joint_sxh,
         (shy + shy_a - (sh + sh_a) * (sy + sy_a) / joint_n) / joint_dof AS joint_shy,
         joint_sxx * joint_shh - joint_sxh * joint_sxh AS joint_det,
-        joint_n > 1 AND joint_var_y > 0 AND joint_shh > 0
+        -- Some have a history and some none: decided on the counts (exact), not on
+        -- joint_shh, which rounding may leave above 0 when all have one.
+        joint_n > 1 AND joint_var_y > 0 AND sh + sh_a > 0 AND sh + sh_a < joint_n
             AND (joint_sxx = 0 OR joint_det > 1e-9 * joint_sxx * joint_shh) AS with_history,
         multiIf(with_history,
                 if(joint_sxx > 0, (joint_shh * joint_cov - joint_sxh * joint_shy) / joint_det, 0),

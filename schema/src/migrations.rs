@@ -488,8 +488,8 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         version: 21,
         description: "stored metric values: whether each visitor has a history (CUPED)",
         // The refresh writes the column from now on. A row stored before reads its
-        // default, a history where the covariate is not 0, until the visitor's next
-        // refresh: a covariate all the same, only a weaker one.
+        // default, a history where the covariate is not 0, until the sweep stores it
+        // again: the settings hash names this migration, so every stored row is stale.
         steps: &[
             Step::EachShard(
                 "ALTER TABLE {db}.visitor_metric_values{local} ADD COLUMN {pre_seen_column}",

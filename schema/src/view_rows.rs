@@ -148,6 +148,7 @@ view_row! {
         chance_to_beat_control: Option<f64> = "Nullable(Float64)",
         always_valid_harm_p_value: Option<f64> = "Nullable(Float64)",
         cuped_theta: Option<f64> = "Nullable(Float64)",
+        cuped_history_theta: Option<f64> = "Nullable(Float64)",
         cuped_diff: Option<f64> = "Nullable(Float64)",
         cuped_ci_low: Option<f64> = "Nullable(Float64)",
         cuped_ci_high: Option<f64> = "Nullable(Float64)",

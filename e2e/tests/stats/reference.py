@@ -452,6 +452,7 @@ def metrics(case):
                 )
                 row["cuped"] = {
                     "theta": float(theta),
+                    "history_theta": 0.0 if covariate is None else float(beta[2]),
                     "diff": float(fixed_adj.point_estimate),
                     "ci": [float(c) for c in fixed_adj.confidence_interval],
                     "p_value": float(fixed_adj.p_value),

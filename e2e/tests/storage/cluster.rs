@@ -381,12 +381,22 @@ async fn metric_results_answer_on_the_cluster() {
     assert_eq!(swept, 2);
     for n in 1..=4 {
         let client = cluster.client(n, &database);
-        let fresh: u64 = client
-            .query("SELECT uniqExactIf(visitor_id, fresh = 1) FROM experiment_metric_stored")
-            .fetch_one()
-            .await
-            .expect("stored");
-        assert_eq!(fresh, 2, "server {n}: both visitors stored and fresh");
+        // A replica fetches the other's parts a moment after the insert.
+        e2e::eventually(
+            Duration::from_secs(30),
+            &format!("server {n}: both visitors stored and fresh"),
+            || async {
+                let fresh: u64 = client
+                    .query(
+                        "SELECT uniqExactIf(visitor_id, fresh = 1) FROM experiment_metric_stored",
+                    )
+                    .fetch_one()
+                    .await
+                    .ok()?;
+                (fresh == 2).then_some(())
+            },
+        )
+        .await;
         let rows: Vec<(String, u64, f64)> = e2e::eventually(
             Duration::from_secs(30),
             "both arms on every server",

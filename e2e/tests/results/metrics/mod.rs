@@ -109,6 +109,13 @@ fn metrics() -> Vec<Metric> {
             )
         },
         plain("clicks", "secondary", "mean", ("click", "", 0, "", "count")),
+        // Its covariate is whether the visitor has a history: CUPED on it alone.
+        plain(
+            "dwelled",
+            "secondary",
+            "proportion",
+            ("dwell_time", "", 0, "", "any"),
+        ),
         Metric {
             cap_percentile: 0.9,
             ..plain(
@@ -478,6 +485,11 @@ async fn every_metric_kind_and_its_cuped_equal_gbstats_on_the_raw_events() {
         }
         same(&format!("{what}: theta"), got.cuped_theta, &cuped["theta"]);
         same(
+            &format!("{what}: history's theta"),
+            got.cuped_history_theta,
+            &cuped["history_theta"],
+        );
+        same(
             &format!("{what}: CUPED diff"),
             got.cuped_diff,
             &cuped["diff"],
@@ -535,6 +547,11 @@ async fn every_metric_kind_and_its_cuped_equal_gbstats_on_the_raw_events() {
             > 0.05
     );
     assert_eq!(row("load_time", "B").cuped_theta, Some(0.0));
+    // The history is at work where some visitors have none, not where the covariate is it.
+    assert_ne!(row("clicks", "B").cuped_history_theta, Some(0.0));
+    assert_ne!(row("load_time", "B").cuped_history_theta, Some(0.0));
+    assert_eq!(row("dwelled", "B").cuped_history_theta, Some(0.0));
+    assert_eq!(row("signup", "B").cuped_history_theta, Some(0.0));
     assert!(row("time_on_page", "C").cap < 86_400_000.0);
     assert!(
         row("load_time", "B")

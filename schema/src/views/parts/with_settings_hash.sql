@@ -1,7 +1,10 @@
 SELECT
     *,
-    -- Everything besides the events that a visitor's stored values depend on.
-    sipHash64(definitions_hash, conversion_window_hours, phase_end_ms) AS current_settings_hash
+    -- Everything besides the events that a visitor's stored values depend on, and the
+    -- migration that last changed what a refresh stores (21: `pre_seen`): a stored value
+    -- of an older one is stale, and the sweep computes it again.
+    sipHash64(definitions_hash, conversion_window_hours, phase_end_ms, 21)
+        AS current_settings_hash
 FROM (
     SELECT *
     FROM ({rows}) AS hashed_rows
