@@ -34,9 +34,9 @@ COPY sdk/package.json sdk/package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY sdk/ ./
 RUN node build.mjs
-# The front's locations of the SDK's immutable, versioned path.
+# The front's location of the SDK's immutable, versioned paths (sdk/releases/).
 COPY deploy/nginx/sdk-versioned.conf.in ./
-RUN sed -e 's|@SDK_DIST@|/usr/share/nginx/sdk|g' \
+RUN sed -e 's|@SDK_RELEASES@|/usr/share/nginx/sdk/releases|g' \
         -e 's|@SDK_HEADERS@|/etc/nginx/sdk-headers.conf|g' \
         sdk-versioned.conf.in > dist/sdk-versioned.conf
 
@@ -51,6 +51,7 @@ LABEL org.opencontainers.image.title="split-pipeline-sdk" \
 COPY deploy/nginx/sdk.conf /etc/nginx/conf.d/default.conf
 COPY deploy/nginx/sdk-headers.conf /etc/nginx/sdk-headers.conf
 COPY --from=sdk-build /sdk/dist/split.min.js /sdk/dist/split-autotrack.min.js /usr/share/nginx/sdk/
+COPY sdk/releases/ /usr/share/nginx/sdk/releases/
 EXPOSE 8080
 
 # The front (`docker build --target front`): the SDK's nginx with the contract's routes,

@@ -6,8 +6,11 @@
 //
 // `node build.mjs types`: the declarations (`tsc -p tsconfig.build.json`), one file,
 // as dist/index.d.mts and dist/index.d.cts (the types of each format).
-// `node build.mjs sri`: the script tag of this version's immutable path, with its
-// Subresource Integrity hash (docs/sdk.md holds it; sdk/test/package.test.ts checks it).
+// `node build.mjs sri`: the script tag of each released version's immutable path, with its
+// Subresource Integrity hash, the current version's first (docs/sdk.md holds them;
+// sdk/test/package.test.ts checks them).
+// `node build.mjs release`: the build as this version's release, sdk/releases/<version>/
+// (the fronts serve every release at /sdk/v<version>/; a release never changes).
 import { build } from "esbuild";
 import { minify } from "terser";
 import { execFileSync } from "node:child_process";
@@ -24,10 +27,18 @@ if (task === "types") {
   for (const out of ["dist/index.d.mts", "dist/index.d.cts"]) copyFileSync("build/types/index.d.ts", out);
 } else if (task === "sri") {
   const { version } = JSON.parse(readFileSync("package.json", "utf8"));
-  const hash = createHash("sha384").update(readFileSync("dist/split.min.js")).digest("base64");
-  console.log(
-    `<script src="https://split.example.com/sdk/v${version}/split.min.js" integrity="sha384-${hash}" crossorigin="anonymous"></script>`,
-  );
+  const releases = readdirSync("releases").sort((a, b) => (a === version ? -1 : b === version ? 1 : b.localeCompare(a)));
+  for (const v of releases) {
+    const file = v === version ? "dist/split.min.js" : `releases/${v}/split.min.js`;
+    const hash = createHash("sha384").update(readFileSync(file)).digest("base64");
+    console.log(
+      `<script src="https://split.example.com/sdk/v${v}/split.min.js" integrity="sha384-${hash}" crossorigin="anonymous"></script>`,
+    );
+  }
+} else if (task === "release") {
+  const { version } = JSON.parse(readFileSync("package.json", "utf8"));
+  mkdirSync(`releases/${version}`, { recursive: true });
+  for (const file of ["split.min.js", "split-autotrack.min.js"]) copyFileSync(`dist/${file}`, `releases/${version}/${file}`);
 } else {
   // A fresh clone has no dist/ (git-ignored): esbuild makes its own folders, writeFileSync not.
   mkdirSync("dist", { recursive: true });

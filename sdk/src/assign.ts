@@ -6,19 +6,7 @@
 // weight are laid end to end in the order the service lists them, each as wide as its
 // weight over the sum of the weights; the visitor gets the one their bucket falls in.
 
-export interface Variant {
-  id: string;
-  weight: number;
-  control?: boolean;
-  parts?: Record<string, string>;
-}
-
-export interface Experiment {
-  id: string;
-  variants: Variant[];
-  /** The experiment's phase (1 when the service does not say): a new phase re-randomizes. */
-  phase?: number;
-}
+import type { Experiment, Variant } from "./index";
 
 /** A stored assignment: the variant id and the phase it was made in. */
 export type Seen = Record<string, [string, number] | string>;
@@ -26,7 +14,8 @@ export type Seen = Record<string, [string, number] | string>;
 /** A stored assignment as `[variantId, phase]` (a bare variant id is phase 1's), if any. */
 export function prior(seen: Seen, experimentId: string): [string, number] | undefined {
   const p = seen[experimentId];
-  return typeof p === "string" ? [p, 1] : p;
+  // A string: an id stored by version 0 (phase 1), unless a page's toJSON wrote the pair.
+  return Array.isArray(p) ? p : typeof p === "string" && p[0] !== "[" ? [p, 1] : undefined;
 }
 
 /** The experiment's phase, 1 unless the service gives a whole number >= 2. */

@@ -5,6 +5,24 @@
 // (counting the keepalive bytes still in flight), and what does not fit at unload is kept
 // for the next page view.
 
+/**
+ * JSON.stringify with a page's `toJSON` on Array.prototype or Object.prototype (Prototype
+ * 1.6 turns every array into a string so) set aside while it runs.
+ */
+export function stringify(value: unknown): string {
+  const saved = [Array, Object].map((c) => {
+    const p = c.prototype as { toJSON?: unknown };
+    const f = p.toJSON;
+    if (f) delete p.toJSON;
+    return () => f && (p.toJSON = f);
+  });
+  try {
+    return JSON.stringify(value);
+  } finally {
+    saved.forEach((restore) => restore());
+  }
+}
+
 /** Bytes of `text` as UTF-8. */
 export function utf8Length(text: string): number {
   return new TextEncoder().encode(text).length;
@@ -24,19 +42,19 @@ export function beaconBodies<T>(
 ): { bodies: { body: string; events: T[] }[]; rest: T[] } {
   const bodies: { body: string; events: T[] }[] = [];
   const rest: T[] = [];
-  const head = utf8Length(JSON.stringify({ pkey, sentAt, events: [] }));
+  const head = utf8Length(stringify({ pkey, sentAt, events: [] }));
   let current: T[] = [];
   let size = head;
   const close = () => {
     if (current.length) {
-      bodies.push({ body: JSON.stringify({ pkey, sentAt, events: current }), events: current });
+      bodies.push({ body: stringify({ pkey, sentAt, events: current }), events: current });
       budget -= size;
     }
     current = [];
     size = head;
   };
   for (const event of events) {
-    const length = utf8Length(JSON.stringify(event)) + 1; // and its comma
+    const length = utf8Length(stringify(event)) + 1; // and its comma
     if (size + length > limit) close();
     if (size + length > Math.min(limit, budget)) rest.push(event);
     else {
@@ -82,7 +100,10 @@ export interface Transport {
   beacon(body: string): boolean;
   /** Resolves after `ms` milliseconds. */
   wait(ms: number): Promise<void>;
-  /** Keeps the events that could not be sent at unload for the next page view (replacing those kept before). */
+  /**
+   * Keeps the events not yet sent for the next page view (replacing those this page kept
+   * before): called at every change of the queue, so that a tab killed keeps them too.
+   */
   keep(events: unknown[]): void;
 }
 
@@ -92,9 +113,12 @@ export const FLUSH_MS = 5000;
 export const BUDGET = 65536;
 /** Events kept in memory at most; the oldest go first (logged). */
 export const MAX_QUEUE = 500;
-/** Attempts of one batch before it is given up on (logged). */
+/**
+ * Attempts of one batch before the sender rests (about 2 minutes): its events stay queued
+ * and kept, and go at the next flush (the browser back online, the next page view).
+ */
 export const MAX_ATTEMPTS = 8;
-/** Events kept for the next page view at most. */
+/** Events kept for the next page view at most (the newest). */
 export const MAX_KEPT = 100;
 /** `flush()` settles within this, whatever the service does. */
 export const FLUSH_BOUND_MS = 10000;
@@ -107,7 +131,10 @@ export interface Sender<E> {
   held: boolean;
   /** Queues an event: a full batch of 5 goes at once, fewer within 5 s. */
   add(event: E): void;
-  /** Sends everything queued; settles when the queue is empty, given up on or after 10 s. */
+  /**
+   * Sends everything queued (after a rest too); settles when the queue is empty, the
+   * sender rests, or after 10 s.
+   */
   flush(): Promise<void>;
   /**
    * Page unload: what is queued goes by beacon, within what the browser's budget has left
@@ -121,7 +148,8 @@ export interface Sender<E> {
 export function sender<E>(
   pkey: string,
   transport: Transport,
-  log: (message: string, detail?: unknown) => void,
+  /** `dropped`: how many events this drops, for good. */
+  log: (message: string, detail?: unknown, dropped?: number) => void,
 ): Sender<E> {
   /** The armed timer's token (0: none). */
   let timer = 0;
@@ -131,14 +159,22 @@ export function sender<E>(
   /** Bytes of keepalive requests in flight: they count against the browser's budget. */
   let keepalive = 0;
   let sending: Promise<void> | null = null;
+  /** MAX_ATTEMPTS failed: nothing is sent until the next flush. */
+  let resting = false;
+  /** Ends the wait before a retry now (a flush: back online, the page's own). */
+  let wake = () => {};
   const self: Sender<E> = { queue: [], held: false, add, flush, unload };
   /** Events not in a request now. */
   const waiting = () => self.queue.length - flying.length;
 
+  /** The queue kept for the next page view as it is now. */
+  const keep = () => transport.keep(self.queue.slice(-MAX_KEPT));
+
   function add(event: E): void {
     self.queue.push(event);
-    if (self.queue.length > MAX_QUEUE) log("queue full, dropped", self.queue.shift());
-    if (self.held) return;
+    if (self.queue.length > MAX_QUEUE) log("queue full", self.queue.shift(), 1);
+    keep();
+    if (self.held || resting) return;
     if (waiting() >= BATCH_SIZE) {
       timer = 0;
       void send(false);
@@ -148,7 +184,7 @@ export function sender<E>(
 
   /** Arms the 5-second timer when events wait and none is armed. */
   function arm(): void {
-    if (timer || self.held || !waiting()) return;
+    if (timer || self.held || resting || !waiting()) return;
     const mine = (timer = ++timers);
     void transport.wait(FLUSH_MS).then(() => {
       if (timer !== mine) return;
@@ -160,6 +196,8 @@ export function sender<E>(
   function flush(): Promise<void> {
     if (self.held) return Promise.resolve();
     timer = 0;
+    resting = false;
+    wake();
     return Promise.race([send(true), transport.wait(FLUSH_BOUND_MS)]);
   }
 
@@ -167,9 +205,11 @@ export function sender<E>(
   function send(all: boolean): Promise<void> {
     const next = (sending || Promise.resolve()).then(() => drain(all));
     sending = next;
-    void next.finally(() => {
+    // then(f, f), not finally: old Promise polyfills have no finally.
+    const done = () => {
       if (sending === next) sending = null;
-    });
+    };
+    void next.then(done, done);
     return next;
   }
 
@@ -180,20 +220,21 @@ export function sender<E>(
     } catch (e) {
       // An event the service cannot take (its JSON throws): the batch is dropped, the rest
       // goes on, and nothing rejects into the page.
-      log("send failed, dropped", [e, flying]);
+      log("unsendable", [e, flying], flying.length);
       self.queue = self.queue.filter((x) => !flying.includes(x));
       flying = [];
+      keep();
       arm();
     }
   }
 
   async function batches(all: boolean): Promise<void> {
     let attempt = 0;
-    while (!self.held && self.queue.length >= (all ? 1 : BATCH_SIZE)) {
+    while (!self.held && !resting && self.queue.length >= (all ? 1 : BATCH_SIZE)) {
       const batch = (flying = self.queue.slice(0, BATCH_SIZE));
       // sentAt: this client's clock now, so that the service corrects each event's
       // timestamp by the clock's offset (a retry gets its own).
-      const body = JSON.stringify({ sentAt: Date.now(), events: batch });
+      const body = stringify({ sentAt: Date.now(), events: batch });
       const bytes = utf8Length(body);
       // keepalive only within the budget that requests in flight leave.
       const alive = keepalive + bytes <= BUDGET;
@@ -207,16 +248,24 @@ export function sender<E>(
       if (alive) keepalive -= bytes;
       flying = [];
       const { status, retryAfter, rejected } = answer;
-      if (!retryable(status) || ++attempt >= MAX_ATTEMPTS) {
+      if (!retryable(status)) {
         self.queue = self.queue.filter((e) => !batch.includes(e));
         attempt = 0;
-        log(status > 299 || !status ? "given up " + status : "sent", batch);
-        for (const r of rejected || []) log("rejected: " + r.error, batch[r.index]);
+        keep();
+        log(status > 299 ? "refused " + status : "sent", batch, status > 299 ? batch.length : 0);
+        for (const r of rejected || []) log("rejected: " + r.error, batch[r.index], 1);
         continue;
+      }
+      if (++attempt >= MAX_ATTEMPTS) {
+        resting = true;
+        return log("resting", batch);
       }
       const delay = retryDelay(attempt, retryAfter, Math.random(), Date.now());
       log("retry in " + delay, status);
-      await transport.wait(delay);
+      await new Promise<void>((go) => {
+        wake = go;
+        void transport.wait(delay).then(go);
+      });
     }
   }
 

@@ -3,6 +3,7 @@
 // too. Calls queued by the two-line snippet before the script loaded are replayed.
 
 import { assignments, convert, flush, identify, init, refresh, setConsent, track, variant } from "./index";
+import type { Options } from "./index";
 
 const api = { init, variant, track, convert, flush, refresh, assignments, setConsent, identify };
 type Queued = { q?: [keyof typeof api, unknown[]][] };
@@ -19,3 +20,7 @@ for (const stub of queued)
     } catch {
       // a queued call with a wrong method name: nothing to replay
     }
+// No inline script (a CSP of script-src 'self'): the tag's data attributes start it, e.g.
+// data-base-url, data-public-key, data-consent, data-experiment-ids="a,b".
+const data = (document.currentScript as HTMLScriptElement | null)?.dataset;
+if (data?.publicKey) init({ ...data, experimentIds: data.experimentIds?.split(",") } as unknown as Options);

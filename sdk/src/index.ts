@@ -6,10 +6,26 @@
 // consent, and sends analytics events in batches.
 // Nothing here throws into the host page: every entry point catches and logs.
 
-import { assign, phaseOf, prior, type Experiment, type Seen, type Variant } from "./assign";
-import { sender as newSender, type Answer, type Sender } from "./batch";
+import { assign, phaseOf, prior, type Seen } from "./assign";
+import { sender as newSender, stringify, type Answer, type Sender } from "./batch";
 
 export type Consent = "granted" | "pending" | "denied";
+
+/** A variant as the service serves it (`/api/v1/experiments`). */
+export interface Variant {
+  id: string;
+  weight: number;
+  control?: boolean;
+  parts?: Record<string, string>;
+}
+
+/** An experiment as the service serves it. */
+export interface Experiment {
+  id: string;
+  variants: Variant[];
+  /** The experiment's phase (1 when the service does not say): a new phase re-randomizes. */
+  phase?: number;
+}
 
 export interface Options {
   /** The service's base URL, e.g. `https://split.example.com`. */
@@ -43,6 +59,17 @@ export interface Options {
    * one is fetched (default 86400, a day); the fresh one applies from the next view.
    */
   maxStale?: number;
+  /**
+   * A server-rendered page's experiments (the `experiments` of `/api/v1/experiments`)
+   * and, optionally, its assignments (experiment id to variant id): applied at once,
+   * nothing fetched.
+   */
+  bootstrap?: { experiments: Experiment[]; assignments?: Record<string, string> };
+  /**
+   * Called with each error the SDK caught (it never throws into the page), and with an
+   * Error `split: N events dropped …` when events are lost for good.
+   */
+  onError?: (error: unknown) => void;
 }
 
 /** What a visitor got in one experiment. */
@@ -99,6 +126,9 @@ const PART = "[data-split-part]";
 const APPLIED = "data-split-applied";
 const DAY_S = 86400;
 const KEYS = ["split_vid", "split_session", "split_seen"];
+/** This page's key of its kept events (`split_kept:…`); the next page view sends them. */
+const KEPT = "split_kept";
+const mine = KEPT + ":" + Math.random();
 
 let options: Options | undefined;
 /** The experiments this page view uses; undefined until the answer (or the cache) came. */
@@ -131,16 +161,27 @@ const originals = new Map<Element, string | null>();
  */
 const hidden = new Map<HTMLElement, string>();
 
-function log(message: string, detail?: unknown): void {
+/** Logs (`debug`); events lost for good (`dropped`) go to `onError` too. */
+function log(message: string, detail?: unknown, dropped?: number): void {
   if (options?.debug) console.log("[split] " + message, detail ?? "");
+  if (dropped) report(new Error(`split: ${dropped} events dropped: ${message}`));
 }
 
-/** Runs `body`, turning any exception into a log line and `fallback`. */
+function report(error: unknown): void {
+  try {
+    options?.onError?.(error);
+  } catch {
+    // the page's hook threw: nothing more to do
+  }
+}
+
+/** Runs `body`, turning any exception into a log line, `onError` and `fallback`. */
 function guard<T>(body: () => T, fallback?: T): T {
   try {
     return body();
   } catch (e) {
     log("error", e);
+    report(e);
     return fallback as T;
   }
 }
@@ -158,17 +199,20 @@ function save(key: string, value: string): void {
   if (consent === "granted") guard(() => localStorage.setItem(key, value));
 }
 
+/** A stored object (or array); anything else (unreadable, another shape) is none. */
 function loadJson<T>(key: string): T | undefined {
-  return guard(() => JSON.parse(load(key) || "null") ?? undefined);
+  return guard(() => {
+    const value = JSON.parse(load(key) || "null");
+    return typeof value === "object" ? value ?? undefined : undefined;
+  });
 }
 
 /**
- * A random UUID v4 (RFC 9562): 122 random bits. crypto.randomUUID where the page has it
- * (secure contexts), else crypto.getRandomValues (http pages too): one byte per hex digit
- * of the template's 31 free ones, of which the digit keeps 4 bits (2 for the variant's).
+ * A random UUID v4 (RFC 9562): 122 random bits, from crypto.getRandomValues (http pages
+ * have it too, not crypto.randomUUID): one byte per hex digit of the template's 31 free
+ * ones, of which the digit keeps 4 bits (2 for the variant's).
  */
 function uuid(): string {
-  if (crypto.randomUUID) return crypto.randomUUID();
   const b = crypto.getRandomValues(new Uint8Array(31));
   let i = 0;
   return "10000000-1000-4000-8000-100000000000".replace(/[018]/g, (c) =>
@@ -186,17 +230,19 @@ function cookieId(): string | undefined {
 
 /**
  * The unit of assignment: the site's id (`visitorId`, `identify`), else the `split_vid`
- * cookie, else the stored one, else a new random one. Another id than the stored one is
- * a new visitor: their assignments and session start afresh.
+ * cookie, else the stored one, else a new random one. Another id than the stored one
+ * keeps the assignments made on this browser and the session (a login keeps the variant).
  */
 function visitorId(): string {
   const was = load("split_vid");
   const id = siteId || cookieId() || was || (random = uuid());
-  if (id !== was) {
-    if (was) for (const key of ["split_seen", "split_session"]) save(key, "");
-    save("split_vid", id);
-  }
+  if (id !== was) save("split_vid", id);
   return id;
+}
+
+/** This page's events so far are visitor `to`'s, not `from`'s (another tab's id won). */
+function rename(from: string, to: string): void {
+  for (const e of held.concat(sender?.queue || [])) if (e.visitorId === from) e.visitorId = to;
 }
 
 /** With consent and `cookieDomain`: the visitor id in a cookie there too (400 days). */
@@ -224,7 +270,7 @@ function session(): Session {
   if (!s || !(now - s.last < SESSION_IDLE_MS)) s = { id: uuid(), last: now, utm: landingUtm };
   else if (Object.keys(landingUtm).length) s.utm = landingUtm;
   s.last = now;
-  save("split_session", JSON.stringify(s));
+  save("split_session", stringify(s));
   return s;
 }
 
@@ -249,7 +295,7 @@ function assignment(experimentId: string, now?: boolean): (Assignment & { varian
       variant = experiment.variants.find((v) => v.id === was[0]) || { id: was[0], weight: 0 };
     } else {
       variant = assign(experiment, vid, seen);
-      save("split_seen", JSON.stringify(seen));
+      save("split_seen", stringify(seen));
     }
   }
   return (
@@ -306,7 +352,7 @@ function show(el: HTMLElement): void {
 /** Applies every root on the page; tells listeners (the auto-capture) of the view. */
 function applyAll(): void {
   if (experiments) document.querySelectorAll(ROOT).forEach(applyRoot);
-  dispatchEvent(new Event("split:view"));
+  dispatchEvent(new CustomEvent("split:view")); // not Event: MooTools replaces it
 }
 
 /** Applies the roots that nodes added to the page belong to or hold (while parsing, SPA renders). */
@@ -351,11 +397,35 @@ function release(): void {
   events.forEach(send);
 }
 
-/** Fills in what the answer tells (variant, phase, test for a forced variant) and queues. */
+/**
+ * Events that page views kept (closed, killed, offline, or given a rest), each of a day at
+ * most (older: dropped, counted), queued here once. Pending: read, left stored (removed
+ * once granted) so that no decision loses them.
+ */
+function adopt(): void {
+  const now = Date.now();
+  guard(() =>
+    Object.keys(localStorage).forEach((key) => {
+      if (!key.startsWith(KEPT) || key === mine) return;
+      const events = loadJson<Event[]>(key);
+      if (consent === "granted") localStorage.removeItem(key);
+      if (!Array.isArray(events)) return;
+      const fresh = events.filter((e) => now - (e.timestamp as number) < DAY_S * 1000);
+      log("expired", key, events.length - fresh.length);
+      for (const e of fresh) if (!sender!.queue.some((q) => q.eventId === e.eventId)) sender!.add(e);
+    }),
+  );
+}
+
+/**
+ * Fills in what the answer tells (variant, phase, test for a forced variant) and queues.
+ * The variant is the one this view showed, if it showed one: another tab may have stored
+ * another since.
+ */
 function send(event: Event): void {
   const a = assignment(event.experimentId as string);
   if (a) {
-    event.variantId ??= a.variantId;
+    event.variantId ??= shown[event.experimentId]?.variantId ?? a.variantId;
     event.phase = a.phase;
     if (a.forced) event.test = true;
   }
@@ -405,7 +475,7 @@ async function start(opts: Options): Promise<void> {
       const [e, v] = pair.split(":");
       if (e && v) forced[e] = v;
     }
-    guard(() => sessionStorage.setItem("split_force", JSON.stringify(forced)));
+    guard(() => sessionStorage.setItem("split_force", stringify(forced)));
   }
   sender = newSender<Event>(
     pkey,
@@ -425,23 +495,34 @@ async function start(opts: Options): Promise<void> {
         ),
       beacon: (body) => guard(() => navigator.sendBeacon(base + "/api/v1/analytics", body), false),
       wait: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
-      keep: (events) => save("split_kept", JSON.stringify(events)),
+      keep: (events) => (events.length ? save(mine, stringify(events)) : guard(() => localStorage.removeItem(mine))),
     },
     log,
   );
   sender.held = consent !== "granted";
   // split:unload first: listeners (the auto-capture) queue their last events synchronously.
-  const unload = () => guard(() => dispatchEvent(new Event("split:unload")) && sender?.unload());
+  const unload = () => {
+    guard(() => dispatchEvent(new CustomEvent("split:unload")));
+    guard(() => sender?.unload());
+  };
   addEventListener("pagehide", unload);
   document.addEventListener("visibilitychange", () => document.visibilityState === "hidden" && unload());
   if (consent === "denied") return setConsent("denied");
   if (opts.visitorId) siteId = String(opts.visitorId);
   persist();
-  // Events the last page view could not send within the browser's budget.
-  // Pending: read, left stored (removed once granted) so that no decision loses them.
-  const kept = loadJson<Event[]>("split_kept");
-  if (consent === "granted") guard(() => localStorage.removeItem("split_kept"));
-  kept?.forEach((e) => sender?.add(e));
+  adopt();
+  // Back online: what waited goes now.
+  addEventListener("online", () => void flush());
+  // Two new tabs at once: each made up an id, the one stored last is the visitor.
+  addEventListener(
+    "storage",
+    (e) =>
+      e.key === "split_vid" &&
+      random &&
+      e.newValue &&
+      e.newValue === load("split_vid") &&
+      rename(random, (random = e.newValue)),
+  );
 
   // SPA: a route change is a new view.
   path = location.pathname;
@@ -468,7 +549,7 @@ async function start(opts: Options): Promise<void> {
   setTimeout(() => {
     if (!experiments) {
       off = true;
-      log("failsafe: originals kept");
+      log("failsafe");
       release();
     }
     reveal();
@@ -478,8 +559,19 @@ async function start(opts: Options): Promise<void> {
   const cacheKey = `split_cache:${pkey}:${ids.join(",")}`;
   // A returning visitor sees their variant at once: the stored answer applies within its
   // lifetime and maxStale past it; the fresh one, fetched meanwhile, from the next view.
+  const boot = opts.bootstrap;
+  if (boot) {
+    // The server rendered these variants: they are the visitor's.
+    const seen = loadJson<Seen>("split_seen") || {};
+    for (const x of boot.experiments) {
+      const v = boot.assignments?.[x.id];
+      if (v) seen[x.id] = [v, phaseOf(x)];
+    }
+    save("split_seen", stringify(seen));
+    return decide(boot.experiments);
+  }
   const cached = testMode ? undefined : loadJson<{ t: number; a: number; e: Experiment[] }>(cacheKey);
-  if (cached && Date.now() - cached.t < (cached.a + (options.maxStale ?? DAY_S)) * 1000) decide(cached.e);
+  if (cached?.e?.map && Date.now() - cached.t < (cached.a + (options.maxStale ?? DAY_S)) * 1000) decide(cached.e);
   const headers: Record<string, string> = { "X-public-key": pkey, Accept: "application/json" };
   if (ids.length) headers["X-experiment-ids"] = ids.join(",");
   if (testMode) headers["X-service-test"] = "true";
@@ -489,7 +581,7 @@ async function start(opts: Options): Promise<void> {
     if (!response.ok) throw response.status;
     const list = (await response.json()).experiments;
     const age = /max-age=(\d+)/.exec(response.headers.get("Cache-Control") || "");
-    if (!testMode && age) save(cacheKey, JSON.stringify({ t: Date.now(), a: +age[1], e: list }));
+    if (!testMode && age) save(cacheKey, stringify({ t: Date.now(), a: +age[1], e: list }));
     log("experiments", list);
     decide(list);
   } catch (e) {
@@ -506,9 +598,9 @@ export function variant(experimentId: string): string | null {
 /** Queues an event of the experiment; `fields` are the contract's optional fields. */
 export function track(eventName: string, experimentId: string, fields?: Fields): void {
   guard(() => {
-    if (!sender || consent === "denied") return log("track: no init or consent");
+    if (!sender || consent === "denied") return log("track: off");
     if (!eventName || !experimentId || typeof eventName + typeof experimentId !== "stringstring")
-      return log("track: bad arguments");
+      return log("track: bad");
     const s = session();
     const event: Event = {
       pathname: location.pathname,
@@ -524,13 +616,13 @@ export function track(eventName: string, experimentId: string, fields?: Fields):
     };
     if (testMode) event.test = true;
     try {
-      JSON.stringify(event);
+      stringify(event);
     } catch (e) {
-      return log("track: refused, a field cannot be serialized", e);
+      return log("track: unserializable", e);
     }
     if (experiments || off) send(event);
     else if (held.length < MAX_HELD) held.push(event);
-    else log("held: full, dropped", event);
+    else log("held full", event, 1);
   });
 }
 
@@ -563,12 +655,12 @@ export function assignments(): Assignment[] {
 
 /**
  * The site's own id of the visitor from now on (after a login, say); assignment and events
- * use it. A different id than before is a new visitor: fresh assignments and session,
- * impressions counted afresh on this view.
+ * use it. The assignments made on this browser stay (the visitor keeps the variant they
+ * saw); impressions are counted afresh on this view, under the new id.
  */
 export function identify(id: string): void {
   guard(() => {
-    if (!id || typeof id !== "string") return log("identify: bad id");
+    if (!id || typeof id !== "string") return log("identify: bad");
     const was = load("split_vid");
     siteId = id;
     visitorId();
@@ -590,13 +682,16 @@ export function setConsent(state: Consent): void {
     consent = state;
     if (state === "granted") {
       const stored = guard(() => localStorage.getItem("split_vid"));
-      // Another page stored a visitor while this one waited: it stays the visitor.
-      if (random && stored && stored !== random) for (const key of KEYS) delete memory[key];
-      else for (const key of KEYS) if (key in memory) save(key, memory[key]);
+      // Another page stored a visitor while this one waited: it stays the visitor, and
+      // this page's events so far are theirs.
+      if (random && stored && stored !== random) {
+        for (const key of KEYS) delete memory[key];
+        rename(random, stored);
+      } else for (const key of KEYS) if (key in memory) save(key, memory[key]);
       random = undefined;
       persist();
       if (sender) {
-        guard(() => localStorage.removeItem("split_kept")); // queued now: kept again at unload
+        adopt(); // the kept events, read while pending, now removed from storage
         sender.held = false;
         sender.flush();
       }

@@ -1,6 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { assign, bucket, murmur3, pick, type Experiment, type Seen } from "../src/assign";
+import { assign, bucket, murmur3, pick, type Seen } from "../src/assign";
+import type { Experiment } from "../src/index";
 
 test("murmur3 matches the reference MurmurHash3_x86_32", () => {
   assert.equal(murmur3(""), 0);

@@ -177,23 +177,33 @@ test("408, 429, 5xx and network errors are retried with the same events; other 4
   s.queue = [ev(9)];
   await s.flush();
   assert.equal(s.queue.length, 0, "a 400 is not retried");
-  assert.ok(logs.some((m) => m.startsWith("given up 400")));
+  assert.ok(logs.some((m) => m.startsWith("refused 400")));
 });
 
-test("retries stop after MAX_ATTEMPTS: the batch is given up on (logged), the next one goes", async () => {
+test("after MAX_ATTEMPTS the sender rests: nothing is dropped, every event kept, and the next flush sends them", async () => {
   const b = browser(Array(MAX_ATTEMPTS).fill(503));
   const logs: string[] = [];
   const s = sender("pk_x", b.transport, (m) => logs.push(m));
-  s.queue = Array.from({ length: 6 }, (_, i) => ev(i));
+  for (let i = 0; i < 6; i++) s.add(ev(i));
   const done = s.flush();
   for (let i = 0; i < MAX_ATTEMPTS - 1; i++) {
-    while (b.waits.filter((w) => w.ms !== FLUSH_BOUND_MS).length <= i) await tick();
-    b.waits.filter((w) => w.ms !== FLUSH_BOUND_MS)[i].go();
+    while (b.waits.filter((w) => w.ms !== FLUSH_BOUND_MS && w.ms !== 5000).length <= i) await tick();
+    b.waits.filter((w) => w.ms !== FLUSH_BOUND_MS && w.ms !== 5000)[i].go();
   }
   await done;
-  assert.equal(b.posts.length, MAX_ATTEMPTS + 1);
-  assert.deepEqual(ids(b.posts.at(-1)!.body), ["id-5"]);
-  assert.ok(logs.includes("given up 503"));
+  assert.equal(b.posts.length, MAX_ATTEMPTS, "the first batch, tried MAX_ATTEMPTS times");
+  assert.ok(logs.some((m) => m.startsWith("resting")), logs.join());
+  assert.equal(s.queue.length, 6, "nothing dropped");
+  assert.equal(b.kept.at(-1)!.length, 6, "every event kept for the next page view");
+  s.add(ev(6));
+  b.fire(5000);
+  await tick();
+  assert.equal(b.posts.length, MAX_ATTEMPTS, "resting: a new event sends nothing");
+  assert.equal(b.kept.at(-1)!.length, 7);
+  await s.flush(); // back online, or the page's own flush
+  assert.deepEqual(b.posts.slice(MAX_ATTEMPTS).flatMap((p) => ids(p.body)), ["id-0", "id-1", "id-2", "id-3", "id-4", "id-5", "id-6"]);
+  assert.equal(s.queue.length, 0);
+  assert.deepEqual(b.kept.at(-1), [], "nothing left to keep");
 });
 
 test("the service's rejected events are logged", async () => {
@@ -227,7 +237,7 @@ test("the queue is bounded: the oldest event goes first, logged", () => {
   for (let i = 0; i <= MAX_QUEUE; i++) s.add(ev(i));
   assert.equal(s.queue.length, MAX_QUEUE);
   assert.equal((s.queue[0] as { eventId: string }).eventId, "id-1");
-  assert.ok(logs.includes("queue full, dropped"));
+  assert.ok(logs.includes("queue full"));
   assert.equal(b.posts.length + b.waits.length, 0, "held: nothing sent, no timer");
 });
 
@@ -314,7 +324,7 @@ test("an event whose JSON throws at send time: its batch is dropped, later ones 
     await tick();
     assert.deepEqual(b.posts.flatMap((p) => ids(p.body)), ["id-4", "id-5", "id-6", "id-7", "id-8"]);
     assert.deepEqual(s.queue, []);
-    assert.ok(lines.includes("send failed, dropped"), lines.join());
+    assert.ok(lines.includes("unsendable"), lines.join());
   } finally {
     process.off("unhandledRejection", note);
   }

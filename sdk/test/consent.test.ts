@@ -104,7 +104,7 @@ test("denied removes what is stored, keeps memory only, and is remembered", asyn
 
 test("events kept for the next page are not deleted unread while pending; sent once granted", async () => {
   const b = new Browser();
-  const kept = [{ eventName: "click", experimentId: "exp_a", eventId: "kept-1", visitorId: "v", timestamp: 1 }];
+  const kept = [{ eventName: "click", experimentId: "exp_a", eventId: "kept-1", visitorId: "v", timestamp: Date.now() }];
   b.local.setItem("split_kept", JSON.stringify(kept));
   const p = page(b);
   await p.Split.init(PENDING);

@@ -3,7 +3,8 @@
 // subdomains share (or that the site's server sets).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { pick, type Experiment } from "../src/assign";
+import { pick } from "../src/assign";
+import type { Experiment } from "../src/index";
 import { Browser, EXPERIMENTS, INIT, page } from "./page";
 
 const EXP = EXPERIMENTS[0] as Experiment;
@@ -24,25 +25,27 @@ test("init({visitorId}): assignment and events use the site's id", async () => {
   assert.equal(b.local.getItem("split_vid"), ID_A);
 });
 
-test("identify(id): a new visitor from then on, assigned by the new id, impression afresh", async () => {
+test("identify(id) after a login: the new id from then on, the variant already seen kept, impression afresh", async () => {
   const b = new Browser();
   const p = page(b);
   await p.Split.init({ ...INIT, visitorId: ID_A });
-  assert.equal(p.Split.variant("exp_a"), pick(EXP, ID_A)?.id);
+  const seen = pick(EXP, ID_A)?.id;
+  assert.notEqual(seen, pick(EXP, ID_B)?.id, "the two ids fall in different variants");
+  assert.equal(p.Split.variant("exp_a"), seen);
   p.Split.identify(ID_B);
-  assert.equal(p.Split.variant("exp_a"), pick(EXP, ID_B)?.id, "not the old visitor's stored assignment");
+  assert.equal(p.Split.variant("exp_a"), seen, "the variant the visitor saw, not the new id's");
   await p.Split.flush();
   assert.deepEqual(
     p.events().map((e) => [e.eventName, e.visitorId, e.variantId]),
     [
-      ["impression", ID_A, pick(EXP, ID_A)?.id],
-      ["impression", ID_B, pick(EXP, ID_B)?.id],
+      ["impression", ID_A, seen],
+      ["impression", ID_B, seen],
     ],
   );
-  // The next page without the site's id still knows the visitor.
+  // The next page without the site's id still knows the visitor, and their variant.
   const next = page(b);
   await next.Split.init(INIT);
-  assert.equal(next.Split.variant("exp_a"), pick(EXP, ID_B)?.id);
+  assert.equal(next.Split.variant("exp_a"), seen);
   assert.equal(b.local.getItem("split_vid"), ID_B);
 });
 

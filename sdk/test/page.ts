@@ -160,6 +160,7 @@ export function page(browser: Browser, opts: PageOptions = {}): Page {
       observe() {}
     },
     Event,
+    CustomEvent,
     URLSearchParams,
     TextEncoder,
     performance: { now: () => performance.now(), getEntriesByType: () => [] },

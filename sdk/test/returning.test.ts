@@ -22,6 +22,7 @@ test("past its lifetime, the stored answer applies at once; a changed one from t
   const first = page(b, { experiments: only("var_a"), maxAge: 30 });
   await first.Split.init(INIT);
   assert.equal(first.Split.variant("exp_a"), "var_a");
+  await first.Split.flush();
   age(b, 3600); // an hour later: 59.5 minutes past the answer's 30 s lifetime
 
   const second = page(b, { experiments: only("var_b"), maxAge: 30, answerDelay: 1500 });
@@ -85,6 +86,7 @@ test("an event counts in the phase of the visitor's assignment, even once a new 
   const one = page(b, { experiments: phase1 });
   await one.Split.init(INIT);
   const v1 = one.Split.variant("exp_a");
+  await one.Split.flush();
 
   // Phase 2 began; the visitor converts on a page without the experiment, then sees it.
   const phase2 = [{ ...phase1[0], phase: 2 }];

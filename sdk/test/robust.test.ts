@@ -37,7 +37,7 @@ for (const [kind, bad] of [
       await p.Split.init(INIT);
       assert.ok(p.Split.variant("exp_a"), "assigned: an impression queued");
       assert.doesNotThrow(() => p.Split.track("add_to_cart", "exp_a", { detail: bad() }));
-      assert.ok(p.logs.some((l) => /track: refused/.test(l)), p.logs.join("\n"));
+      assert.ok(p.logs.some((l) => /track: unserializable/.test(l)), p.logs.join("\n"));
       for (let i = 0; i < 10; i++) p.Split.track("click", "exp_a", { clickTarget: "#b" + i });
       await p.Split.flush();
       const names = p.events().map((e) => e.eventName);
@@ -78,7 +78,7 @@ test("a missing sendBeacon: the unload keeps the events for the next page instea
     await p.Split.init(INIT);
     p.Split.track("click", "exp_a", { clickTarget: "#kept" });
     assert.doesNotThrow(() => p.leave());
-    const kept = JSON.parse(b.local.getItem("split_kept") || "[]");
+    const kept = b.stored().flatMap((k) => (k.startsWith("split_kept") ? JSON.parse(b.local.getItem(k)!) : []));
     assert.ok(kept.some((e: { clickTarget: string }) => e.clickTarget === "#kept"), JSON.stringify(kept));
   });
 });
@@ -114,4 +114,25 @@ test("bad options and a frozen JSON: init never throws or rejects; the page keep
     await ok.Split.flush();
     assert.deepEqual(ok.events().map((e) => e.eventName), ["impression"]);
   });
+});
+
+test("kept events older than a day are dropped and counted to onError; a younger one goes, once", async () => {
+  const b = new Browser();
+  const now = Date.now();
+  const event = (eventId: string, hours: number) => ({
+    eventName: "click",
+    experimentId: "exp_a",
+    sessionId: "s",
+    eventId,
+    timestamp: now - hours * 3600_000,
+  });
+  b.local.setItem("split_kept:other-tab", JSON.stringify([event("old", 25), event("young", 23)]));
+  b.local.setItem("split_kept:third-tab", JSON.stringify([event("young", 23)]));
+  const errors: string[] = [];
+  const p = page(b);
+  await p.Split.init({ ...INIT, onError: (e: Error) => errors.push(e.message) });
+  await p.Split.flush();
+  assert.deepEqual(p.events().map((e) => e.eventId), ["young"]);
+  assert.deepEqual(errors, ["split: 1 events dropped: expired"]);
+  assert.deepEqual(b.stored().filter((k) => k.startsWith("split_kept")), [], "read, sent, removed");
 });

@@ -41,6 +41,7 @@ pub fn render(
         .replace("@CONFIG_API@", config_api)
         .replace("@ROUTES@", &path(&nginx.join("routes.conf")))
         .replace("@SDK_DIST@", &path(&repo.join("sdk/dist")))
+        .replace("@SDK_RELEASES@", &path(&repo.join("sdk/releases")))
         .replace("@SDK_HEADERS@", &path(&nginx.join("sdk-headers.conf"))))
 }
 

@@ -120,6 +120,14 @@ async fn the_sdk_survives_a_hostile_page_and_keeps_one_visitor_across_subdomains
     browser_run(&["test/browser/hostile.mjs", "test/browser/subdomains.mjs"]).await;
 }
 
+/// The real web: old page libraries and the state they broke, a start with no inline
+/// script, a server-rendered page, a login, the error hook; many tabs, an outage and a
+/// killed tab.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_loses_nothing_to_old_libraries_many_tabs_outages_or_killed_tabs() {
+    browser_run(&["test/browser/realweb.mjs", "test/browser/tabs.mjs"]).await;
+}
+
 /// Runs the browser test `files` (node's test runner, one file at a time) against a
 /// pipeline of their own: consumer, ingest, config-api and the nginx front, its own
 /// topic and database.

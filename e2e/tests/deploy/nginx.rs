@@ -1,4 +1,4 @@
-//! The nginx fronts pass `nginx -t`.
+//! The nginx fronts pass `nginx -t`, and serve every released version of the SDK.
 
 use super::*;
 
@@ -31,7 +31,10 @@ fn container_nginx(file: &str, dir: &std::path::Path) -> String {
     }
     // Rendered into the front image by the Dockerfile, the same way.
     let versioned = read("deploy/nginx/sdk-versioned.conf.in")
-        .replace("@SDK_DIST@", &repo().join("sdk/dist").display().to_string())
+        .replace(
+            "@SDK_RELEASES@",
+            &repo().join("sdk/releases").display().to_string(),
+        )
         .replace(
             "@SDK_HEADERS@",
             &repo()
@@ -72,7 +75,7 @@ fn every_nginx_front_passes_nginx_t() {
     let versioned = read("deploy/nginx/sdk-versioned.conf.in");
     let location = versioned
         .lines()
-        .find(|l| l.starts_with("location = "))
+        .find(|l| l.starts_with("location "))
         .expect("a location");
     assert!(
         dump.contains(location),
@@ -87,4 +90,99 @@ fn every_nginx_front_passes_nginx_t() {
         "127.0.0.1:8082",
     );
     nginx_check("local.conf", &local);
+}
+
+/// The versions released so far (`sdk/releases/<version>/`), at least two.
+fn releases() -> Vec<String> {
+    let mut versions: Vec<String> = std::fs::read_dir(repo().join("sdk/releases"))
+        .expect("sdk/releases")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    versions.sort();
+    assert!(versions.len() >= 2, "{versions:?}");
+    versions
+}
+
+/// Every released version's files at `/sdk/v<version>/`, immutable, side by side; a version
+/// never released answers 404.
+async fn serves_every_release(base: &str) {
+    let http = reqwest::Client::new();
+    for version in releases() {
+        for file in ["split.min.js", "split-autotrack.min.js"] {
+            let url = format!("{base}/sdk/v{version}/{file}");
+            let answer = http.get(&url).send().await.expect("the front answers");
+            assert_eq!(answer.status(), 200, "{url}");
+            assert_eq!(
+                answer.headers()["cache-control"],
+                "public, max-age=31536000, immutable",
+                "{url}"
+            );
+            let want = std::fs::read(repo().join(format!("sdk/releases/{version}/{file}")))
+                .expect("release file");
+            assert_eq!(answer.bytes().await.expect("body"), want, "{url}");
+        }
+    }
+    let missing = format!("{base}/sdk/v9.9.9/split.min.js");
+    let answer = http.get(&missing).send().await.expect("the front answers");
+    assert_eq!(answer.status(), 404, "{missing}");
+}
+
+/// scripts/up's front and the SDK image's own nginx (its files where the Dockerfile puts
+/// them) serve each released version at its immutable path.
+#[tokio::test]
+async fn the_fronts_serve_every_released_sdk_version_side_by_side() {
+    // Upstreams that nothing answers: only the SDK's paths are read.
+    let nowhere: std::net::SocketAddr = "127.0.0.1:9".parse().expect("address");
+    let front = e2e::Front::start(nowhere, nowhere).await;
+    serves_every_release(&front.url()).await;
+
+    let dir = tempfile::tempdir().expect("folder");
+    let port = e2e::free_port();
+    let sdk = repo().join("sdk");
+    let conf = container_nginx("sdk.conf", dir.path())
+        .replace("listen 8080;", &format!("listen 127.0.0.1:{port};"))
+        .replace("/var/log/nginx/", &format!("{}/", dir.path().display()))
+        .replace(
+            "/usr/share/nginx/sdk/releases/",
+            &format!("{}/", sdk.join("releases").display()),
+        );
+    let path = dir.path().join("sdk.conf");
+    std::fs::write(&path, conf).expect("written");
+    let nginx = |args: &[&str]| {
+        let mut command = std::process::Command::new("nginx");
+        command
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-c")
+            .arg(&path)
+            .args(args);
+        command.stdout(std::process::Stdio::null());
+        command.stderr(std::process::Stdio::null());
+        command
+    };
+    /// Stops the server (master and workers) when the test ends, passed or not.
+    struct Stop(std::process::Command, std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.status();
+            let _ = self.1.wait();
+        }
+    }
+    let _server = Stop(
+        nginx(&["-s", "stop"]),
+        nginx(&["-g", "daemon off;"]).spawn().expect("nginx starts"),
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    e2e::eventually(
+        std::time::Duration::from_secs(10),
+        "the image's nginx",
+        || async {
+            reqwest::get(format!("{base}/healthz"))
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await;
+    serves_every_release(&base).await;
 }
