@@ -37,10 +37,10 @@ impl ClientContext for StatsContext {
         }
         for (topic, t) in statistics.topics {
             for (partition, p) in t.partitions {
-                if partition >= 0 && p.consumer_lag >= 0 {
+                if partition >= 0 {
                     metrics::gauge!("consumer_lag_messages", "topic" => topic.clone(),
                         "partition" => partition.to_string())
-                    .set(p.consumer_lag as f64);
+                    .set(owned_lag(&p.fetch_state, p.consumer_lag));
                 }
             }
         }
@@ -48,6 +48,16 @@ impl ClientContext for StatsContext {
 }
 
 impl ConsumerContext for StatsContext {}
+
+/// A partition's lag as this consumer reports it: 0 for one it does not fetch (revoked at
+/// a rebalance, or not yet known), so that the sum over the group counts each partition
+/// at its owner only.
+fn owned_lag(fetch_state: &str, consumer_lag: i64) -> f64 {
+    match fetch_state {
+        "none" | "stopping" | "stopped" => 0.0,
+        _ => consumer_lag.max(0) as f64,
+    }
+}
 
 /// The consumer's librdkafka settings: ours, then `KAFKA_PROPERTIES`, then what the
 /// commit-after-insert design and the liveness check need.
@@ -147,6 +157,18 @@ fn client(
 mod tests {
     use super::*;
     use clap::Parser;
+
+    /// After a rebalance the former owner reports 0 for the partitions it gave up (their
+    /// lag is the new owner's), and no owner a negative lag.
+    #[test]
+    fn a_partition_not_fetched_reports_no_lag() {
+        assert_eq!(owned_lag("active", 1200), 1200.0);
+        assert_eq!(owned_lag("offset-query", 7), 7.0);
+        for gone in ["none", "stopping", "stopped"] {
+            assert_eq!(owned_lag(gone, 1200), 0.0, "{gone}");
+        }
+        assert_eq!(owned_lag("active", -1), 0.0);
+    }
 
     #[test]
     fn the_fetch_backoff_is_short_and_the_operator_may_change_it() {

@@ -256,6 +256,7 @@ fn record_loaded(prefix: &str, previous: Option<&str>, snapshot: &Snapshot) {
         .unwrap_or_default()
         .as_secs_f64();
     metrics::gauge!(format!("{prefix}_snapshot_loaded_timestamp_seconds")).set(now);
+    metrics::gauge!(format!("{prefix}_snapshot_refused")).set(0.0);
     if let Some(previous) = previous {
         metrics::gauge!(format!("{prefix}_snapshot_info"), "version" => previous.to_owned())
             .set(0.0);
@@ -310,6 +311,8 @@ async fn watch<T: Send + Sync + 'static>(
                 tracing::error!(source = %options.source.describe(), problems = ?e.problems,
                     "Snapshot rejected; the last good one keeps serving.");
                 metrics::counter!(reloads.clone(), "result" => "invalid").increment(1);
+                // 1 until a good one is loaded: the file stays refused, the alert stays.
+                metrics::gauge!(format!("{}_snapshot_refused", options.metrics_prefix)).set(1.0);
             }
         }
         last = bytes;
@@ -355,6 +358,15 @@ mod tests {
             .lines()
             .find_map(|l| l.strip_prefix(&name)?.trim().parse().ok())
             .unwrap_or(0)
+    }
+
+    /// The watcher's `_snapshot_refused` gauge: 1 while the file it reads is refused.
+    fn refused(prefix: &str) -> Option<f64> {
+        let name = format!("{prefix}_snapshot_refused ");
+        crate::telemetry::metrics_handle()
+            .render()
+            .lines()
+            .find_map(|l| l.strip_prefix(&name)?.trim().parse().ok())
     }
 
     /// Replaces the file by `bytes` (by rename: a rewrite in place could be read half
@@ -405,9 +417,21 @@ mod tests {
         assert_eq!(current.load().as_str(), "3", "weights off were taken");
         write_rejected(&path, prefix, "not JSON", "{ not json").await;
         assert_eq!(current.load().as_str(), "3", "a file not JSON was taken");
+        assert_eq!(
+            refused(prefix),
+            Some(1.0),
+            "refused while the file stays so"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            refused(prefix),
+            Some(1.0),
+            "still refused: the file did not change"
+        );
         // The next valid one is taken.
         std::fs::write(&path, snapshot_json(5)).expect("write");
         wait_for_version(&current, "5").await;
+        assert_eq!(refused(prefix), Some(0.0));
         task.abort();
     }
 

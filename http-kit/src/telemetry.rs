@@ -283,6 +283,18 @@ pub const METRICS: &[Metric] = &[
         "When the snapshot mirrored was loaded (Unix time).",
     ),
     gauge(
+        "ingest_snapshot_refused",
+        "1 while the snapshot file read is refused (the last good one serves).",
+    ),
+    gauge(
+        "config_api_snapshot_refused",
+        "1 while the snapshot file read is refused (the last good one serves).",
+    ),
+    gauge(
+        "consumer_snapshot_refused",
+        "1 while the snapshot file read is refused (the last mirrored stays).",
+    ),
+    gauge(
         "ingest_snapshot_info",
         "1 for the version of the snapshot served.",
     ),

@@ -92,6 +92,10 @@ fn the_dashboard_and_rules_use_only_metrics_the_services_export() {
     let mut used = BTreeSet::new();
     for expr in dashboard_exprs.iter().chain(&rule_exprs) {
         let names = metric_names(expr);
+        // Prometheus's own `up`: whether it scrapes the services at all.
+        if expr.contains("up{job") {
+            continue;
+        }
         assert!(!names.is_empty(), "no metric of ours in {expr}");
         for name in names {
             let exported = METRICS.iter().find_map(|m| match m.kind {
@@ -289,4 +293,176 @@ fn the_operating_page_names_every_metric_and_only_those() {
     assert!(unknown.is_empty(), "docs/operating.md names {unknown:?}");
     let missing: Vec<_> = listed.difference(&named).collect();
     assert!(missing.is_empty(), "docs/operating.md misses {missing:?}");
+}
+
+/// Every alert rule of alerts.yaml, as YAML.
+fn alert_rules() -> Vec<Value> {
+    documents("deploy/monitoring/alerts.yaml")[0]["groups"]
+        .as_sequence()
+        .expect("groups")
+        .iter()
+        .flat_map(|g| g["rules"].as_sequence().cloned().unwrap_or_default())
+        .collect()
+}
+
+/// `promtool test rules` on the alerts' unit tests, with alerts.yaml replaced by `alerts`.
+fn promtool_test_rules(alerts: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().expect("folder");
+    std::fs::write(dir.path().join("alerts.yaml"), alerts).expect("written");
+    std::fs::write(
+        dir.path().join("alerts.test.yaml"),
+        read("deploy/monitoring/alerts.test.yaml"),
+    )
+    .expect("written");
+    let output = std::process::Command::new("promtool")
+        .args(["test", "rules", "alerts.test.yaml"])
+        .current_dir(dir.path())
+        .output()
+        .expect("promtool runs");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr),
+    )
+}
+
+/// Each alert fires in its unit test's namespace past its threshold and stays quiet in the
+/// other and before its `for`; a rule that sums over every namespace fails them.
+#[test]
+fn every_alert_fires_and_stays_quiet_as_its_promtool_tests_say() {
+    let alerts = read("deploy/monitoring/alerts.yaml");
+    let (ok, report) = promtool_test_rules(&alerts);
+    assert!(ok, "{report}");
+    let broken = alerts.replace("sum by (namespace, job) (up{job", "sum by (job) (up{job");
+    assert_ne!(broken, alerts);
+    assert!(
+        !promtool_test_rules(&broken).0,
+        "promtool's tests missed a broken rule"
+    );
+
+    let tests = documents("deploy/monitoring/alerts.test.yaml");
+    let evals: Vec<&Value> = tests[0]["tests"]
+        .as_sequence()
+        .expect("tests")
+        .iter()
+        .flat_map(|t| t["alert_rule_test"].as_sequence().expect("evals"))
+        .collect();
+    for rule in alert_rules() {
+        let name = str_of(&rule["alert"], "alert");
+        let of = |firing: bool| {
+            evals.iter().any(|e| {
+                e["alertname"] == name
+                    && e["exp_alerts"]
+                        .as_sequence()
+                        .expect("exp_alerts")
+                        .is_empty()
+                        != firing
+            })
+        };
+        assert!(of(true), "{name}: no unit test where it fires");
+        assert!(of(false), "{name}: no unit test where it stays quiet");
+    }
+}
+
+/// The conventions of Alertmanager's routes and of runbooks: each alert's severity is
+/// `critical` or `warning`, its runbook a section of docs/operating.md named after it, and
+/// its sums are per namespace (one Prometheus may watch several pipelines).
+#[test]
+fn every_alert_has_a_severity_a_runbook_and_sums_per_namespace() {
+    let operating = read("docs/operating.md");
+    let rules = alert_rules();
+    assert!(rules.len() >= 18, "{} alerts", rules.len());
+    for rule in &rules {
+        let name = str_of(&rule["alert"], "alert");
+        let severity = str_of(&rule["labels"]["severity"], "severity");
+        assert!(
+            ["critical", "warning"].contains(&severity),
+            "{name}: {severity}"
+        );
+        let anchor = name.to_lowercase();
+        assert_eq!(
+            rule["annotations"]["runbook_url"].as_str(),
+            Some(format!("docs/operating.md#{anchor}").as_str()),
+            "{name}"
+        );
+        assert!(
+            operating.contains(&format!("\n#### {name}\n")),
+            "docs/operating.md has no runbook section #### {name}"
+        );
+        let expr = str_of(&rule["expr"], "expr");
+        if expr.starts_with("absent(") {
+            continue;
+        }
+        for aggregation in ["sum", "max", "count", "min", "avg"] {
+            for (at, _) in expr.match_indices(&format!("{aggregation} ")) {
+                assert!(
+                    expr[at..].starts_with(&format!("{aggregation} by (namespace")),
+                    "{name}: an aggregation not per namespace in {expr}"
+                );
+            }
+            let bare = expr
+                .match_indices(&format!("{aggregation}("))
+                .any(|(at, _)| {
+                    !expr[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+                });
+            assert!(!bare, "{name}: an aggregation not per namespace in {expr}");
+        }
+    }
+}
+
+/// The monitoring component builds (where kubectl is installed): the ServiceMonitor and
+/// the PrometheusRule with the label that kube-prometheus-stack selects, and the dashboard
+/// as a ConfigMap for Grafana's sidecar.
+#[test]
+fn the_monitoring_component_builds_with_its_selector_labels() {
+    let dir = tempfile::tempdir().expect("folder");
+    let overlay = dir.path().join("overlay");
+    std::fs::create_dir(&overlay).expect("folder");
+    let component = dir.path().join("monitoring");
+    std::fs::create_dir(&component).expect("folder");
+    for entry in std::fs::read_dir(repo().join("deploy/monitoring")).expect("folder") {
+        let path = entry.expect("entry").path();
+        std::fs::copy(&path, component.join(path.file_name().expect("name"))).expect("copied");
+    }
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+         namespace: split-pipeline\ncomponents:\n  - ../monitoring\n",
+    )
+    .expect("written");
+    let Ok(output) = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(&overlay)
+        .output()
+    else {
+        return eprintln!("no kubectl: the component is read, not built");
+    };
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let docs: Vec<Value> =
+        serde_yaml::Deserializer::from_str(&String::from_utf8_lossy(&output.stdout))
+            .map(|d| Value::deserialize(d).expect("YAML"))
+            .collect();
+    let kind = |k: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == k)
+            .unwrap_or_else(|| panic!("no {k}"))
+    };
+    for k in ["ServiceMonitor", "PrometheusRule"] {
+        assert_eq!(
+            kind(k)["metadata"]["labels"]["release"],
+            "kube-prometheus-stack",
+            "{k}"
+        );
+    }
+    let dashboard = kind("ConfigMap");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert!(
+        dashboard["data"]["split-pipeline.json"]
+            .as_str()
+            .is_some_and(|d| d.contains("\"panels\""))
+    );
 }
