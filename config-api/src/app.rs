@@ -20,6 +20,8 @@ pub struct Application {
     http: Http,
     api: routes::Api,
     watcher: JoinHandle<()>,
+    /// How long /readyz answers 503 at shutdown while requests are still served.
+    drain: std::time::Duration,
 }
 
 impl Application {
@@ -58,21 +60,25 @@ impl Application {
             http_kit::ops::ops_router(http.readiness().clone())
                 .fallback(|| async { RouteError::NotFound }),
         );
-        Ok(Self { http, api, watcher })
+        Ok(Self {
+            http,
+            api,
+            watcher,
+            drain: std::time::Duration::from_millis(config.shutdown_drain_ms),
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.http.local_addr()
     }
 
-    /// Serves until `shutdown` resolves, then finishes the requests in flight.
+    /// Serves until `shutdown` resolves; then /readyz turns 503 for the drain period while
+    /// requests are still served, and the requests in flight finish.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        self.http
-            .serve_ready(self.api, std::time::Duration::ZERO, shutdown)
-            .await;
+        self.http.serve_ready(self.api, self.drain, shutdown).await;
         self.watcher.abort();
         tracing::info!("Config-api stopped cleanly.");
         Ok(())

@@ -19,4 +19,9 @@ pub struct Config {
     /// `max-age` of the Cache-Control header of live responses, in seconds.
     #[arg(long, env = "CONFIG_API_CACHE_MAX_AGE", default_value_t = 30)]
     pub cache_max_age: u32,
+
+    /// At shutdown, how long /readyz answers 503 while requests are still served, so that
+    /// load balancers stop sending traffic first, in milliseconds.
+    #[arg(long, env = "CONFIG_API_SHUTDOWN_DRAIN_MS", default_value_t = 0)]
+    pub shutdown_drain_ms: u64,
 }

@@ -55,7 +55,8 @@ fn compose_cluster_override_merges_into_a_checked_cluster() {
     );
 }
 
-/// Long-running services have a health check and wait for what they need to be healthy;
+/// Long-running services have a health check, a restart policy and rotated logs, and wait
+/// for what they need to be healthy;
 /// a one-shot service (`restart: "no"`: the migrations) is waited for until it completed;
 /// a service of a profile (the tools) runs only on demand. Images are pinned, and every
 /// variable of ours is one the binary reads.
@@ -66,6 +67,15 @@ fn check_compose_services(compose: &Value) {
     for (name, service) in services {
         let on_demand = service.get("profiles").is_some();
         let name = str_of(name, "service name");
+        // A long-running service comes back after a crash or a reboot, its logs rotated.
+        if !one_shot(&name.into()) && !on_demand {
+            assert_eq!(service["restart"], "unless-stopped", "{name}: restart");
+            assert_eq!(service["logging"]["driver"], "json-file", "{name}: logging");
+            assert!(
+                service["logging"]["options"]["max-size"].is_string(),
+                "{name}: logs not rotated"
+            );
+        }
         assert!(
             service["healthcheck"]["test"].is_sequence() || one_shot(&name.into()) || on_demand,
             "service {name} has no healthcheck"

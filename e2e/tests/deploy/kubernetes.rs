@@ -708,3 +708,76 @@ fn kubernetes_manifests_pass_kubernetes_validate_and_the_crds_schemas() {
         "{report}"
     );
 }
+
+/// Drains lose nothing: every Deployment spreads its replicas over zones and nodes; every
+/// PodDisruptionBudget lets a pod that is not ready go (an outage never blocks a node
+/// drain); the front waits before its stop signal while the endpoints drop it; the
+/// config-api and the ingest turn unready and keep serving for a drain shorter than their
+/// grace period.
+#[test]
+fn drains_and_scale_downs_lose_no_request() {
+    let docs = k8s_documents();
+    let of = |kind: &str| -> Vec<&Value> { docs.iter().filter(|d| d["kind"] == kind).collect() };
+    let deployments = of("Deployment");
+    assert_eq!(deployments.len(), 4);
+    for d in &deployments {
+        let name = name_of(d);
+        let app = &d["spec"]["template"]["metadata"]["labels"]["app"];
+        let spec = &d["spec"]["template"]["spec"];
+        let keys: BTreeSet<&str> = spec["topologySpreadConstraints"]
+            .as_sequence()
+            .unwrap_or_else(|| panic!("{name}: no topologySpreadConstraints"))
+            .iter()
+            .map(|c| {
+                assert_eq!(c["labelSelector"]["matchLabels"]["app"], *app, "{name}");
+                str_of(&c["topologyKey"], "topologyKey")
+            })
+            .collect();
+        assert_eq!(
+            keys,
+            BTreeSet::from(["topology.kubernetes.io/zone", "kubernetes.io/hostname"]),
+            "{name}"
+        );
+    }
+    let budgets = of("PodDisruptionBudget");
+    assert_eq!(budgets.len(), 4);
+    for b in budgets {
+        assert_eq!(
+            b["spec"]["unhealthyPodEvictionPolicy"],
+            "AlwaysAllow",
+            "{}",
+            name_of(b)
+        );
+    }
+    let container = |name: &str| {
+        let d = deployments
+            .iter()
+            .find(|d| d["metadata"]["name"] == name)
+            .expect("deployment");
+        let spec = &d["spec"]["template"]["spec"];
+        let grace = spec["terminationGracePeriodSeconds"].as_u64().unwrap_or(30);
+        (spec["containers"][0].clone(), grace)
+    };
+    let (front, _) = container("front");
+    assert_eq!(
+        front["lifecycle"]["preStop"]["exec"]["command"],
+        serde_yaml::from_str::<Value>("[sleep, \"5\"]").expect("YAML")
+    );
+    for (service, variable) in [
+        ("config-api", "CONFIG_API_SHUTDOWN_DRAIN_MS"),
+        ("ingest", "INGEST_SHUTDOWN_DRAIN_MS"),
+    ] {
+        let (c, grace) = container(service);
+        let drain: u64 = c["env"]
+            .as_sequence()
+            .expect("env")
+            .iter()
+            .find(|e| e["name"] == variable)
+            .and_then(|e| e["value"].as_str()?.parse().ok())
+            .unwrap_or_else(|| panic!("{service}: no {variable}"));
+        assert!(
+            (1000..grace * 1000 / 2).contains(&drain),
+            "{service}: a drain of {drain} ms in a grace of {grace} s"
+        );
+    }
+}

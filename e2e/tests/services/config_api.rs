@@ -600,3 +600,57 @@ async fn url_source_polls_with_etag_and_serves_its_disk_copy_when_upstream_is_do
         .expect("no snapshot, no start");
     assert!(format!("{err:#}").contains("no usable copy"), "{err:#}");
 }
+
+/// At shutdown the config-api turns /readyz to 503 for its drain period and still answers
+/// every request, so that a load balancer stops sending before the process goes: no
+/// client gets a refusal while it drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_with_readyz_503_and_every_request_answered() {
+    use clap::Parser;
+    let file = SnapshotFile::new(&document(1));
+    let api = e2e::start_config_api_with(config_api::Config::parse_from([
+        "config-api".to_owned(),
+        "--listen=127.0.0.1:0".into(),
+        format!("--snapshot={}", file.path.display()),
+        // Long enough for /readyz to be seen 503 during it on a loaded machine.
+        "--shutdown-drain-ms=3000".into(),
+    ]))
+    .await;
+    let (url, readyz) = (api.url(URL), api.url("/readyz"));
+    let http = reqwest::Client::new();
+    let client = {
+        let (http, url) = (http.clone(), url.clone());
+        tokio::spawn(async move {
+            let (mut answered, mut refused) = (0, 0);
+            // Until the server is gone: a refused connection ends the loop.
+            for _ in 0..100_000 {
+                match http.get(&url).header("X-public-key", "pk_cfg").send().await {
+                    Ok(r) if r.status() == StatusCode::OK => answered += 1,
+                    Ok(_) => refused += 1,
+                    Err(_) => break,
+                }
+            }
+            (answered, refused)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stopping = tokio::spawn(api.stop());
+    e2e::eventually(
+        Duration::from_secs(10),
+        "/readyz 503 while draining",
+        || async {
+            let status = http.get(&readyz).send().await.ok()?.status();
+            (status == StatusCode::SERVICE_UNAVAILABLE).then_some(())
+        },
+    )
+    .await;
+    let during = http.get(&url).header("X-public-key", "pk_cfg").send().await;
+    assert_eq!(
+        during.expect("answered while draining").status(),
+        StatusCode::OK
+    );
+    stopping.await.expect("stop task").expect("clean stop");
+    let (answered, refused) = client.await.expect("client");
+    assert_eq!(refused, 0, "no request was refused while draining");
+    assert!(answered > 10, "{answered} answered");
+}
