@@ -1,7 +1,7 @@
 // Many tabs and outages, in real Chromium through the real pipeline, counting events
 // tracked and events stored: one visitor when two new tabs open at once and when two
 // tabs wait for consent then get it; events that outlive an outage the SDK was told to
-// wait an hour out, and a tab killed before it could send.
+// wait an hour out, a tab killed before it could send, and events sent twice (stored once).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { EXP, FRONT, PARTS, T, context, head, heroRoot, open, origin, rowsWhen, site, sleep } from "./kit.mjs";
@@ -102,5 +102,32 @@ test("a tab killed before it sent: the next page view sends its events", T, asyn
     "#killed-2",
   ]);
   assert.deepEqual(rows.map((r) => r.event_name).sort(), ["click", "click", "click", "impression", "impression"]);
+  await ctx.close();
+});
+
+test("the same events sent twice (two views send one kept queue) are stored once", T, async () => {
+  const name = `twice-${Date.now()}`;
+  const { ctx, posts } = await context();
+  const page = await open(ctx, `/landing?utm_campaign=${name}`);
+  await page.evaluate((e) => Split.variant(e), EXP);
+  for (let i = 0; i < 3; i++) await click(page, `#twice-${i}`);
+  // Another view's copy of this queue, as a tab that adopted it and then died would leave.
+  await page.evaluate(() => {
+    for (const k of Object.keys(localStorage))
+      if (k.startsWith("split_kept:")) localStorage.setItem("split_kept:copy", localStorage.getItem(k));
+    return Split.flush();
+  });
+  await open(ctx, "/landing").then((p) => p.evaluate(() => Split.flush()));
+  const sent = posts.flatMap((p) => p.events).filter((e) => e.utm_campaign === name);
+  const ids = new Set(sent.map((e) => e.eventId));
+  assert.ok(sent.length >= 2 * 4, `${sent.length} sent`);
+  const rows = await rowsWhen(
+    "the events, once each",
+    `SELECT event_id, count() AS n FROM events FINAL WHERE utm_campaign = '${name}' GROUP BY event_id`,
+    (r) => r.length >= ids.size,
+    30,
+  );
+  assert.equal(rows.length, ids.size, JSON.stringify(rows));
+  assert.ok(rows.every((r) => Number(r.n) === 1), JSON.stringify(rows));
   await ctx.close();
 });
