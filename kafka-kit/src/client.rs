@@ -90,6 +90,19 @@ pub struct KafkaArgs {
     #[arg(long, env = "KAFKA_PROPERTIES", hide_env_values = true, value_parser = PropertiesParser)]
     pub kafka_properties: Option<Properties>,
 
+    /// The SASL user name (librdkafka's `sasl.username`, over one in KAFKA_PROPERTIES):
+    /// each service its own, where KAFKA_PROPERTIES is shared.
+    #[arg(long, env = "KAFKA_SASL_USERNAME")]
+    pub kafka_sasl_username: Option<String>,
+
+    /// The SASL password (librdkafka's `sasl.password`, over one in KAFKA_PROPERTIES): a
+    /// setting of its own, so that it comes from a Secret while KAFKA_PROPERTIES (the
+    /// mechanism) stays in a ConfigMap. Set it in the environment, not on the command line
+    /// (which `ps` shows).
+    #[arg(long, env = "KAFKA_SASL_PASSWORD", hide_env_values = true,
+        value_parser = |s: &str| Ok::<_, String>(Secret(s.to_owned())))]
+    pub kafka_sasl_password: Option<Secret>,
+
     /// librdkafka debug contexts (say, `cgrp,fetch`), logged at debug level.
     #[arg(long, env = "KAFKA_DEBUG")]
     pub kafka_debug: Option<String>,
@@ -107,6 +120,8 @@ impl KafkaArgs {
             replication_factor: 1,
             create_topics: true,
             kafka_properties: None,
+            kafka_sasl_username: None,
+            kafka_sasl_password: None,
             kafka_debug: None,
         }
     }
@@ -173,6 +188,12 @@ impl KafkaArgs {
     pub fn apply_properties(&self, config: &mut ClientConfig) {
         for (name, value) in self.kafka_properties.iter().flat_map(|p| &p.0) {
             config.set(name, value);
+        }
+        if let Some(username) = &self.kafka_sasl_username {
+            config.set("sasl.username", username);
+        }
+        if let Some(Secret(password)) = &self.kafka_sasl_password {
+            config.set("sasl.password", password);
         }
     }
 
@@ -297,8 +318,32 @@ impl clap::builder::TypedValueParser for PropertiesParser {
 }
 
 /// Operator-given librdkafka properties (`KAFKA_PROPERTIES`), in their order.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Properties(pub Vec<(String, String)>);
+
+/// The properties with the values of passwords and secrets left out.
+impl std::fmt::Debug for Properties {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secret = |name: &str| name.contains("password") || name.contains("secret");
+        f.debug_list()
+            .entries(
+                self.0
+                    .iter()
+                    .map(|(name, value)| (name, if secret(name) { "…" } else { value.as_str() })),
+            )
+            .finish()
+    }
+}
+
+/// A secret setting: its `Debug` shows no value, so no log of the settings holds it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(…)")
+    }
+}
 
 impl std::str::FromStr for Properties {
     type Err = String;
@@ -516,6 +561,33 @@ mod tests {
     fn topics(args: &[&str]) -> Result<KafkaArgs, clap::Error> {
         use clap::Parser;
         Topics::try_parse_from(["x"].iter().chain(args)).map(|t| t.kafka)
+    }
+
+    /// KAFKA_SASL_PASSWORD sets `sasl.password`, over KAFKA_PROPERTIES's, and the settings'
+    /// `Debug` never shows it.
+    #[test]
+    fn the_sasl_password_is_a_setting_of_its_own_and_never_printed() {
+        let args = topics(&[
+            "--kafka-properties=sasl.mechanism=SCRAM-SHA-512;sasl.username=any;sasl.password=old",
+            "--kafka-sasl-username=ingest",
+            "--kafka-sasl-password=hunter2",
+        ])
+        .expect("parses");
+        let config = args.client_config("ingest");
+        assert_eq!(config.get("sasl.password"), Some("hunter2"));
+        assert_eq!(config.get("sasl.username"), Some("ingest"));
+        assert_eq!(config.get("sasl.mechanism"), Some("SCRAM-SHA-512"));
+        let printed = format!("{args:?}");
+        assert!(
+            !printed.contains("hunter2") && !printed.contains("old"),
+            "{printed}"
+        );
+        assert!(printed.contains("SCRAM-SHA-512"), "{printed}");
+        let without = topics(&["--kafka-properties=sasl.password=old"]).expect("parses");
+        assert_eq!(
+            without.client_config("ingest").get("sasl.password"),
+            Some("old")
+        );
     }
 
     #[test]

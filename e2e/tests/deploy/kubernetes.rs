@@ -631,6 +631,7 @@ fn kubernetes_manifests_pass_kubernetes_validate_and_the_crds_schemas() {
         "Kafka",
         "KafkaNodePool",
         "KafkaTopic",
+        "KafkaUser",
         "ClickHouseInstallation",
         "ClickHouseKeeperInstallation",
     ];

@@ -19,23 +19,47 @@ fn kustomization_files(dir: &str) -> Vec<Value> {
 }
 
 /// The base's manifests with a component of deploy/k8s turned on: its patches of
-/// ConfigMaps merged key by key into their `data`, as kustomize's strategic merge does.
+/// ConfigMaps merged key by key into their `data`, and of Deployments' containers their
+/// `env` added, as kustomize's strategic merge does.
 fn with_component(mut docs: Vec<Value>, component: &str) -> Vec<Value> {
     let dir = format!("deploy/k8s/{component}");
     let kustomization = documents(&format!("{dir}/kustomization.yaml"));
     assert_eq!(kustomization[0]["kind"], "Component");
     for patch in kustomization[0]["patches"].as_sequence().expect("patches") {
         for doc in documents(&format!("{dir}/{}", str_of(&patch["path"], "patch path"))) {
-            assert_eq!(
-                doc["kind"], "ConfigMap",
-                "{component}: only ConfigMaps merged here"
-            );
             let target = docs
                 .iter_mut()
                 .find(|d| {
-                    d["kind"] == "ConfigMap" && d["metadata"]["name"] == doc["metadata"]["name"]
+                    d["kind"] == doc["kind"] && d["metadata"]["name"] == doc["metadata"]["name"]
                 })
                 .unwrap_or_else(|| panic!("{component}: {} patches nothing", name_of(&doc)));
+            if doc["kind"] == "Deployment" {
+                let path = ["spec", "template", "spec", "containers"];
+                let patched = path
+                    .iter()
+                    .fold(&doc, |v, k| &v[*k])
+                    .as_sequence()
+                    .expect("containers");
+                let mut node = &mut *target;
+                for k in path {
+                    node = &mut node[k];
+                }
+                for container in patched {
+                    let into = node
+                        .as_sequence_mut()
+                        .expect("containers")
+                        .iter_mut()
+                        .find(|c| c["name"] == container["name"])
+                        .expect("the container patched");
+                    let env = into["env"].as_sequence_mut().expect("env");
+                    env.extend(container["env"].as_sequence().expect("env").iter().cloned());
+                }
+                continue;
+            }
+            assert_eq!(
+                doc["kind"], "ConfigMap",
+                "{component}: only ConfigMaps and Deployments merged here"
+            );
             let data = target["data"].as_mapping_mut().expect("data");
             for (key, value) in doc["data"].as_mapping().expect("data") {
                 data.insert(key.clone(), value.clone());
@@ -202,6 +226,7 @@ fn each_custom_resource_passes_its_crd_and_a_broken_copy_fails() {
             "Kafka",
             "KafkaNodePool",
             "KafkaTopic",
+            "KafkaUser",
         ])
     );
     let (accepted, report) = validate_custom_resources(operators);
@@ -212,7 +237,14 @@ fn each_custom_resource_passes_its_crd_and_a_broken_copy_fails() {
         "{report}"
     );
     // A broken copy of each kind.
-    let breakages: [(&str, &str, &str, Value, &str); 6] = [
+    let breakages: [(&str, &str, &str, Value, &str); 7] = [
+        (
+            "KafkaUser",
+            "/spec/authentication",
+            "type",
+            "scram-sha-256".into(),
+            "allowed values",
+        ),
         (
             "Kafka",
             "/spec/kafka/listeners/0",
@@ -573,12 +605,123 @@ fn the_component_s_settings_are_read_and_its_policies_let_them_through() {
         ])
     );
     // Kafka and ClickHouse live outside the pipeline's namespace (Pod Security
-    // "restricted", default-deny policies).
+    // "restricted", default-deny policies); the Kafka users in it, beside their Secrets.
     for doc in &m.operators {
-        assert!(
-            ["kafka", "clickhouse"].contains(&namespace(doc).as_str()),
-            "{}",
-            name_of(doc)
+        let home = if doc["kind"] == "KafkaUser" {
+            vec!["split-pipeline"]
+        } else {
+            vec!["kafka", "clickhouse"]
+        };
+        assert!(home.contains(&namespace(doc).as_str()), "{}", name_of(doc));
+    }
+}
+
+/// Kafka is not open to every pod: every listener asks for SCRAM-SHA-512, ACLs authorize,
+/// and each client logs in as its own KafkaUser, allowed only what it does (ingest writes
+/// the events; the consumer reads them in its group and writes the dead letters; the tools
+/// read those in theirs and write them back). Each Deployment takes its password from its
+/// user's Secret, which the user operator makes where it watches; no ConfigMap holds one.
+#[test]
+fn kafka_asks_every_client_to_log_in_and_allows_each_only_what_it_does() {
+    let m = Manifests::read();
+    let kafka = m.one("Kafka");
+    for listener in kafka["spec"]["kafka"]["listeners"]
+        .as_sequence()
+        .expect("listeners")
+    {
+        assert_eq!(
+            listener["authentication"]["type"], "scram-sha-512",
+            "{listener:?}"
         );
+    }
+    assert_eq!(kafka["spec"]["kafka"]["authorization"]["type"], "simple");
+    let watched = &kafka["spec"]["entityOperator"]["userOperator"]["watchedNamespace"];
+    let acls = |user: &str| -> BTreeSet<String> {
+        let doc = m
+            .of_kind("KafkaUser")
+            .into_iter()
+            .find(|d| d["metadata"]["name"] == user)
+            .unwrap_or_else(|| panic!("no KafkaUser {user}"));
+        assert_eq!(&doc["metadata"]["namespace"], watched, "{user}");
+        assert_eq!(doc["spec"]["authentication"]["type"], "scram-sha-512");
+        doc["spec"]["authorization"]["acls"]
+            .as_sequence()
+            .expect("acls")
+            .iter()
+            .flat_map(|acl| {
+                let r = &acl["resource"];
+                assert_eq!(r["patternType"], "literal", "{user}: {r:?}");
+                acl["operations"]
+                    .as_sequence()
+                    .expect("operations")
+                    .iter()
+                    .map(move |op| {
+                        format!(
+                            "{} {} {}",
+                            str_of(op, "operation"),
+                            str_of(&r["type"], "type"),
+                            str_of(&r["name"], "name")
+                        )
+                    })
+            })
+            .collect()
+    };
+    let set = |ops: &[&str]| ops.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
+    assert_eq!(
+        acls("ingest"),
+        set(&[
+            "Describe topic analytics-events",
+            "Write topic analytics-events"
+        ])
+    );
+    assert_eq!(
+        acls("consumer"),
+        set(&[
+            "Describe group analytics-consumer",
+            "Describe topic analytics-events",
+            "Describe topic analytics-events-dlq",
+            "Read group analytics-consumer",
+            "Read topic analytics-events",
+            "Write topic analytics-events-dlq",
+        ])
+    );
+    assert_eq!(
+        acls("tools"),
+        set(&[
+            "Describe group analytics-dlq-replay",
+            "Describe topic analytics-events",
+            "Describe topic analytics-events-dlq",
+            "Read group analytics-dlq-replay",
+            "Read topic analytics-events-dlq",
+            "Write topic analytics-events",
+        ])
+    );
+    assert_eq!(
+        m.setting("kafka-settings", "KAFKA_PROPERTIES"),
+        "security.protocol=SASL_PLAINTEXT;sasl.mechanism=SCRAM-SHA-512"
+    );
+    for app in ["ingest", "consumer"] {
+        let deployment = m
+            .pipeline
+            .iter()
+            .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == app)
+            .expect("deployment");
+        let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+        let var = |name: &str| {
+            env.as_sequence()
+                .expect("env")
+                .iter()
+                .find(|e| e["name"] == name)
+                .unwrap_or_else(|| panic!("{app}: no {name}"))
+                .clone()
+        };
+        assert_eq!(var("KAFKA_SASL_USERNAME")["value"], app);
+        let secret = &var("KAFKA_SASL_PASSWORD")["valueFrom"]["secretKeyRef"];
+        assert_eq!(secret["name"], app);
+        assert_eq!(secret["key"], "password");
+    }
+    for doc in m.pipeline.iter().filter(|d| d["kind"] == "ConfigMap") {
+        let text = serde_yaml::to_string(&doc["data"]).expect("YAML");
+        assert!(!text.contains("sasl.password"), "{}", name_of(doc));
     }
 }
