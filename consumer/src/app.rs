@@ -61,9 +61,60 @@ impl Application {
         Ok(topology)
     }
 
+    /// Waits until the database holds the schema this binary needs ([`schema::is_current`]),
+    /// checking every 2 s, while /healthz answers 200 and /readyz 503 (the cause: waiting for
+    /// the schema) on the consumer's address: a consumer that does not migrate
+    /// (`CONSUMER_MIGRATE=false`) stays alive and unready until the migration Job is done.
+    pub async fn wait_for_schema(config: &Config) -> anyhow::Result<Topology> {
+        let topology = Topology::from_args(&config.clickhouse)?;
+        let database = config.clickhouse.clickhouse_database.clone();
+        let readiness = http_kit::ops::Readiness::default();
+        readiness
+            .dependency()
+            .fail("waiting for the schema's migrations (the migration Job)");
+        let listener = tokio::net::TcpListener::bind(config.listen).await?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let limits = config.http.clone();
+        let server = tokio::spawn(async move {
+            let router: Router = http_kit::ops::ops_router(readiness.clone());
+            http_kit::serve::serve_ready(
+                listener,
+                router,
+                &limits,
+                &readiness,
+                Duration::ZERO,
+                async {
+                    let _ = stopped.await;
+                },
+            )
+            .await;
+        });
+        let mut told = false;
+        loop {
+            match schema::is_current(&topology, &database).await {
+                Ok(true) => break,
+                Ok(false) if !told => {
+                    tracing::info!(%database, "Waiting for the schema's migrations.");
+                    told = true;
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %format!("{e:#}"), "Cannot read the schema."),
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        let _ = stop.send(());
+        let _ = server.await;
+        tracing::info!(%database, "The schema is current.");
+        Ok(topology)
+    }
+
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         http_kit::telemetry::install_metrics();
-        let topology = Self::migrate(&config).await?;
+        let topology = if config.migrate {
+            Self::migrate(&config).await?
+        } else {
+            Self::wait_for_schema(&config).await?
+        };
         let snapshot = definitions::watch(&config)
             .await?
             .map(|watched| (watched, topology.servers().cloned().collect()));

@@ -19,6 +19,12 @@ pub struct Config {
     #[arg(long)]
     pub migrate_only: bool,
 
+    /// At start, apply the schema's migrations (`true`), or wait, unready, until something
+    /// else has (`false`: a migration Job with its own user; the consumer's user then needs
+    /// no DDL rights). Waiting, /healthz answers 200 and /readyz 503.
+    #[arg(long, env = "CONSUMER_MIGRATE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub migrate: bool,
+
     /// Apply the migrations, store the metric values of every visitor whose values are
     /// missing or stale (the consumer's sweep), then exit: after rows were inserted by
     /// anything but a consumer, when no consumer runs.

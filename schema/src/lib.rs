@@ -736,18 +736,7 @@ async fn migrate_layout(
     let ours = |applied: &[u32]| applied.iter().all(|v| *v <= latest);
     let nothing_left = || async {
         let applied = applied().await?;
-        let migrated = MIGRATIONS
-            .iter()
-            .all(|m| m.version > last || applied.contains(&m.version));
-        anyhow::Ok(
-            migrated
-                && (!with_views || !ours(&applied) || {
-                    let caps = caps_of_tables(&server, database, caps).await?;
-                    let (pending, retired) =
-                        views::pending(&server, caps, database, layout).await?;
-                    pending.is_empty() && retired.is_empty()
-                }),
-        )
+        up_to(&server, caps, layout, database, &applied, last).await
     };
     let lock = table_lock::TableLock::take_unless(
         topology,
@@ -780,6 +769,59 @@ async fn migrate_layout(
     };
     lock.release().await;
     migrated
+}
+
+/// Whether `database`, whose `schema_migrations` holds `applied`, needs nothing more up to
+/// migration `last`: each applied, and (up to the latest) its views as this binary makes
+/// them, unless a newer binary migrated it (its views are then kept).
+async fn up_to(
+    server: &Client,
+    caps: ServerCaps,
+    layout: &Layout,
+    database: &str,
+    applied: &[u32],
+    last: u32,
+) -> anyhow::Result<bool> {
+    let latest = MIGRATIONS.last().map_or(0, |m| m.version);
+    let migrated = MIGRATIONS
+        .iter()
+        .all(|m| m.version > last || applied.contains(&m.version));
+    let newer = applied.iter().any(|v| *v > latest);
+    Ok(migrated
+        && (last < latest || newer || {
+            let caps = caps_of_tables(server, database, caps).await?;
+            let (pending, retired) = views::pending(server, caps, database, layout).await?;
+            pending.is_empty() && retired.is_empty()
+        }))
+}
+
+/// Whether `database` on `topology` holds the schema this binary needs, every migration
+/// applied and its views made (or a newer binary's schema), without changing anything:
+/// what a consumer that does not migrate waits for.
+pub async fn is_current(topology: &Topology, database: &str) -> anyhow::Result<bool> {
+    let layout = Layout::new(topology.cluster.as_deref());
+    let primary = first_answering(topology.servers()).await?;
+    let server = primary.client.clone().with_database("default");
+    let caps = ServerCaps::of(&server).await?;
+    let has_record: u64 = server
+        .query(
+            "SELECT count() FROM system.tables WHERE database = ? AND name = 'schema_migrations'",
+        )
+        .bind(database)
+        .fetch_one()
+        .await
+        .context("cannot look for schema_migrations")?;
+    if has_record == 0 {
+        return Ok(false);
+    }
+    let applied: Vec<u32> = server
+        .query(&format!(
+            "SELECT DISTINCT version FROM {database}.schema_migrations"
+        ))
+        .fetch_all()
+        .await
+        .context("cannot read schema_migrations")?;
+    up_to(&server, caps, &layout, database, &applied, u32::MAX).await
 }
 
 /// `caps` as the views of `database` must see its tables: a server upgraded from before

@@ -782,3 +782,36 @@ fn drains_and_scale_downs_lose_no_request() {
         );
     }
 }
+
+/// The migrations fit the deploy tools: the Job is an Argo CD Sync hook deleted before the
+/// next one, Flux re-creates it when its template changes, and no TTL makes a tool run it
+/// again; the consumers do not migrate (no DDL at run time) and wait for it, alive.
+#[test]
+fn the_migration_job_fits_deploy_tools_and_the_consumers_wait_for_it() {
+    let docs = k8s_documents();
+    let job = docs
+        .iter()
+        .find(|d| d["kind"] == "Job" && d["metadata"]["name"] == "consumer-migrate")
+        .expect("the migration Job");
+    let annotations = &job["metadata"]["annotations"];
+    assert_eq!(annotations["argocd.argoproj.io/hook"], "Sync");
+    assert_eq!(
+        annotations["argocd.argoproj.io/hook-delete-policy"],
+        "BeforeHookCreation"
+    );
+    assert_eq!(annotations["kustomize.toolkit.fluxcd.io/force"], "enabled");
+    assert!(job["spec"]["ttlSecondsAfterFinished"].is_null());
+    let consumer = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "consumer")
+        .expect("the consumer");
+    let container = &consumer["spec"]["template"]["spec"]["containers"][0];
+    let migrate = container["env"]
+        .as_sequence()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"] == "CONSUMER_MIGRATE")
+        .expect("CONSUMER_MIGRATE");
+    assert_eq!(migrate["value"], "false");
+    assert_eq!(container["startupProbe"]["httpGet"]["path"], "/healthz");
+}

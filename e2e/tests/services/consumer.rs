@@ -653,3 +653,60 @@ async fn a_consumer_restarted_faster_than_its_session_timeout_recovers_by_itself
     child.kill();
     e2e::drop_database(&names.database).await;
 }
+
+/// A consumer that does not migrate (`CONSUMER_MIGRATE=false`, on Kubernetes) waits for
+/// the migration Job: alive and unready, creating nothing, until the schema is current;
+/// then it starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_that_does_not_migrate_waits_unready_for_the_schema() {
+    let names = ConsumerNames::unique();
+    let port = e2e::free_port();
+    let config = e2e::consumer_config(
+        &names,
+        &[&format!("--listen=127.0.0.1:{port}"), "--migrate=false"],
+    );
+    let starting = tokio::spawn(e2e::start_consumer(config));
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    e2e::eventually(
+        Duration::from_secs(20),
+        "/healthz while waiting",
+        || async {
+            let r = http.get(format!("{base}/healthz")).send().await.ok()?;
+            (r.status() == 200).then_some(())
+        },
+    )
+    .await;
+    let ready = http
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(ready.status(), 503);
+    assert!(ready.text().await.expect("body").contains("schema"));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let tables: u64 = e2e::clickhouse("default")
+        .query("SELECT count() FROM system.tables WHERE database = ?")
+        .bind(&names.database)
+        .fetch_one()
+        .await
+        .expect("tables");
+    assert_eq!(tables, 0, "the waiting consumer created something");
+    assert!(!starting.is_finished(), "it started without the schema");
+
+    // The migration Job runs: the consumer starts.
+    let client = e2e::clickhouse(&names.database);
+    schema::migrate(&client, &names.database)
+        .await
+        .expect("migrated");
+    let consumer = tokio::time::timeout(Duration::from_secs(30), starting)
+        .await
+        .expect("started within 30 s of the migration")
+        .expect("joined");
+    e2e::eventually(Duration::from_secs(30), "/readyz once started", || async {
+        let r = http.get(consumer.url("/readyz")).send().await.ok()?;
+        (r.status() == 200).then_some(())
+    })
+    .await;
+    consumer.stop().await.expect("clean stop");
+}
