@@ -45,7 +45,7 @@ impl Worker {
         let session_timeout = Duration::from_millis(self.config.kafka_session_timeout_ms);
         // Three quarters of a session timeout: a stall is reported before the dead
         // member's session ends; the rejoin waits until librdkafka has settled in the
-        // group (see crate::liveness and the README).
+        // group (see crate::liveness and docs/operating.md, "The consumer: delivery guarantees").
         let mut detector = StallDetector::new(session_timeout * 3 / 4);
         let mut look = tokio::time::interval(look_every(session_timeout));
         look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -59,7 +59,7 @@ impl RouteError {
         body(self.status_and_code().1, &self.to_string())
     }
 
-    /// One of each variant: what the README's error table is checked against.
+    /// One of each variant: what docs/api.md's error table is checked against.
     pub fn examples() -> Vec<Self> {
         vec![
             Self::NotFound,

@@ -314,7 +314,7 @@ fn the_migrations_run_in_a_job_and_the_consumer_has_a_startup_probe() {
         .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "consumer")
         .expect("consumer");
     let consumer = &consumer["spec"]["template"]["spec"]["containers"][0];
-    // The same database, user and password as the consumer.
+    // The same image and database as the consumer, a user of its own: the one with DDL.
     assert_eq!(container["image"], consumer["image"]);
     let clickhouse =
         serde_yaml::from_str::<Value>("{configMapRef: {name: clickhouse-settings}}").expect("YAML");
@@ -332,8 +332,18 @@ fn the_migrations_run_in_a_job_and_the_consumer_has_a_startup_probe() {
             .find(|e| e["name"] == "CLICKHOUSE_PASSWORD")
             .cloned()
     };
-    assert_eq!(password(container), password(consumer));
-    assert!(password(container).is_some());
+    let secret =
+        |c: &Value| password(c).expect("CLICKHOUSE_PASSWORD")["valueFrom"]["secretKeyRef"].clone();
+    assert_eq!(secret(container)["name"], secret(consumer)["name"]);
+    assert_eq!(secret(container)["key"], "migrator-password");
+    assert_eq!(secret(consumer)["key"], "password");
+    let user = container["env"]
+        .as_sequence()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"] == "CLICKHOUSE_USER")
+        .expect("the Job's own user");
+    assert_eq!(user["value"], "migrator");
 
     let startup = &consumer["startupProbe"];
     assert_eq!(startup["httpGet"]["path"], "/healthz");

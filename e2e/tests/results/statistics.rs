@@ -142,7 +142,7 @@ fn the_issues_small_sample_examples_are_fixed() {
     // 0/1 against 1/1: the view's interval was [-1, -1].
     let d = s::newcombe_diff(Arm::new(1, 0), Arm::new(1, 1)).expect("diff");
     assert!(d.high > d.low, "{d:?}");
-    // 32/80 against 30/120 (the README's example): the lift interval no longer crosses
+    // 32/80 against 30/120 (README's example): the lift interval no longer crosses
     // -100% nor contradicts the difference.
     let (v, c) = (Arm::new(80, 32), Arm::new(120, 30));
     let (d, l) = (
