@@ -435,6 +435,41 @@ mod tests {
         task.abort();
     }
 
+    /// A Kubernetes ConfigMap volume: the file is a link through `..data`, a link to a
+    /// folder of the current version, which the kubelet replaces by renaming a new link
+    /// over it (the way `kubectl apply` of a changed ConfigMap reaches a pod). The new
+    /// version is taken, as from a plain file.
+    #[tokio::test]
+    async fn reloads_a_config_map_volume_updated_as_the_kubelet_does() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let version = |n: u32| {
+            let folder = root.join(format!("..2026_11_29_{n}"));
+            std::fs::create_dir(&folder).expect("folder");
+            std::fs::write(folder.join("experiments.json"), snapshot_json(n)).expect("write");
+            folder
+        };
+        let first = version(1);
+        symlink(first.file_name().expect("name"), root.join("..data")).expect("link");
+        symlink("..data/experiments.json", root.join("experiments.json")).expect("link");
+        let options = WatchOptions {
+            source: Source::File(root.join("experiments.json")),
+            interval: Duration::from_millis(20),
+            metrics_prefix: "config_map_test",
+        };
+        let (current, task) = load_and_watch(options, Arc::new(|s: Snapshot| s.version))
+            .await
+            .expect("loads");
+        assert_eq!(current.load().as_str(), "1");
+        let second = version(2);
+        symlink(second.file_name().expect("name"), root.join("..data_tmp")).expect("link");
+        std::fs::rename(root.join("..data_tmp"), root.join("..data")).expect("swap");
+        std::fs::remove_dir_all(&first).expect("old version removed");
+        wait_for_version(&current, "2").await;
+        task.abort();
+    }
+
     #[test]
     fn sources_parse() {
         let cache = PathBuf::from("/tmp/c.json");

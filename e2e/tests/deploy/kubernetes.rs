@@ -825,3 +825,29 @@ fn the_migration_job_fits_deploy_tools_and_the_consumers_wait_for_it() {
     assert_eq!(migrate["value"], "false");
     assert_eq!(container["startupProbe"]["httpGet"]["path"], "/healthz");
 }
+
+/// The base URL is served over TLS: the Ingress names a certificate Secret for each of its
+/// hosts (cert-manager's annotation issues it), and the HTTPRoute attaches to the
+/// Gateway's HTTPS listener.
+#[test]
+fn the_ingress_and_the_http_route_serve_tls() {
+    let docs = k8s_documents();
+    let ingress = docs
+        .iter()
+        .find(|d| d["kind"] == "Ingress")
+        .expect("the Ingress");
+    let tls = ingress["spec"]["tls"].as_sequence().expect("tls");
+    for rule in ingress["spec"]["rules"].as_sequence().expect("rules") {
+        let host = &rule["host"];
+        assert!(
+            tls.iter().any(
+                |t| t["hosts"].as_sequence().is_some_and(|h| h.contains(host))
+                    && t["secretName"].is_string()
+            ),
+            "{host:?} has no certificate"
+        );
+    }
+    assert!(ingress["metadata"]["annotations"]["cert-manager.io/cluster-issuer"].is_string());
+    let route = &documents("deploy/k8s/gateway-api/httproute.yaml")[0];
+    assert_eq!(route["spec"]["parentRefs"][0]["sectionName"], "https");
+}
