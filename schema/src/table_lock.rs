@@ -91,7 +91,7 @@ impl TableLock {
             .cluster
             .as_ref()
             .map_or_else(String::new, |c| format!(" ON CLUSTER {c}"));
-        let primary = crate::first_answering(topology.servers())
+        let primary = crate::topology::first_answering(topology.servers())
             .await?
             .client
             .clone()
