@@ -384,7 +384,36 @@ fn metric(place: &str, value: &Value, problems: &mut Vec<String>) -> Option<Metr
             fields.place
         ));
     }
-    let kind = match fields.get("kind") {
+    let kind = kind(&fields, problems);
+    let (numerator, denominator) = parts(&fields, kind, problems);
+    let cap = cap(&fields, kind, problems);
+    let higher_is_better = higher_is_better(&fields, problems);
+    let cuped_lookback_days = fields
+        .number(
+            "cupedLookbackDays",
+            |x| (0.0..=MAX_CUPED_LOOKBACK_DAYS).contains(&x),
+            &format!("from 0 to {MAX_CUPED_LOOKBACK_DAYS}"),
+            problems,
+        )
+        .unwrap_or(DEFAULT_CUPED_LOOKBACK_DAYS);
+    if problems.len() > before {
+        return None;
+    }
+    Some(Metric {
+        id,
+        kind: kind?,
+        numerator: numerator?,
+        denominator,
+        cap,
+        higher_is_better,
+        cuped_lookback_days,
+        definition: value.to_string(),
+    })
+}
+
+/// A metric's `kind`.
+fn kind(fields: &Fields, problems: &mut Vec<String>) -> Option<MetricKind> {
+    match fields.get("kind") {
         Some(Value::String(k)) if k == "proportion" => Some(MetricKind::Proportion),
         Some(Value::String(k)) if k == "mean" => Some(MetricKind::Mean),
         Some(Value::String(k)) if k == "ratio" => Some(MetricKind::Ratio),
@@ -396,7 +425,15 @@ fn metric(place: &str, value: &Value, problems: &mut Vec<String>) -> Option<Metr
             ));
             None
         }
-    };
+    }
+}
+
+/// A metric's numerator and, for a ratio, its denominator: the events each counts.
+fn parts(
+    fields: &Fields,
+    kind: Option<MetricKind>,
+    problems: &mut Vec<String>,
+) -> (Option<Events>, Option<Events>) {
     const OWN: [&str; 5] = [
         "eventName",
         "clickTarget",
@@ -404,7 +441,7 @@ fn metric(place: &str, value: &Value, problems: &mut Vec<String>) -> Option<Metr
         "field",
         "aggregate",
     ];
-    let (numerator, denominator) = match kind {
+    match kind {
         Some(MetricKind::Ratio) => {
             for name in OWN {
                 fields.refuse(
@@ -454,7 +491,7 @@ fn metric(place: &str, value: &Value, problems: &mut Vec<String>) -> Option<Metr
             for name in ["numerator", "denominator"] {
                 fields.refuse(name, "is only for a ratio", problems);
             }
-            let events = events(&fields, problems);
+            let events = events(fields, problems);
             if kind == MetricKind::Proportion {
                 for name in ["field", "aggregate"] {
                     fields.refuse(name, "is not allowed on a proportion", problems);
@@ -473,7 +510,7 @@ fn metric(place: &str, value: &Value, problems: &mut Vec<String>) -> Option<Metr
                     ));
                 }
                 check_aggregate(
-                    &fields,
+                    fields,
                     &events,
                     &[
                         Aggregate::Count,
@@ -487,8 +524,12 @@ fn metric(place: &str, value: &Value, problems: &mut Vec<String>) -> Option<Metr
             (Some(events), None)
         }
         None => (None, None),
-    };
-    let cap = match fields.get("cap") {
+    }
+}
+
+/// A metric's `cap`, if any (none on a proportion).
+fn cap(fields: &Fields, kind: Option<MetricKind>, problems: &mut Vec<String>) -> Option<Cap> {
+    match fields.get("cap") {
         None => None,
         Some(_) if kind == Some(MetricKind::Proportion) => {
             problems.push(format!(
@@ -531,8 +572,12 @@ fn metric(place: &str, value: &Value, problems: &mut Vec<String>) -> Option<Metr
             ));
             None
         }
-    };
-    let higher_is_better = match fields.get("better") {
+    }
+}
+
+/// Whether higher values of a metric are better (`better`, by default higher).
+fn higher_is_better(fields: &Fields, problems: &mut Vec<String>) -> bool {
+    match fields.get("better") {
         None => true,
         Some(Value::String(b)) if b == "higher" => true,
         Some(Value::String(b)) if b == "lower" => false,
@@ -543,28 +588,7 @@ fn metric(place: &str, value: &Value, problems: &mut Vec<String>) -> Option<Metr
             ));
             true
         }
-    };
-    let cuped_lookback_days = fields
-        .number(
-            "cupedLookbackDays",
-            |x| (0.0..=MAX_CUPED_LOOKBACK_DAYS).contains(&x),
-            &format!("from 0 to {MAX_CUPED_LOOKBACK_DAYS}"),
-            problems,
-        )
-        .unwrap_or(DEFAULT_CUPED_LOOKBACK_DAYS);
-    if problems.len() > before {
-        return None;
     }
-    Some(Metric {
-        id,
-        kind: kind?,
-        numerator: numerator?,
-        denominator,
-        cap,
-        higher_is_better,
-        cuped_lookback_days,
-        definition: value.to_string(),
-    })
 }
 
 /// The snapshot's `metrics` (absent: none) and the ids it defines (also those of
