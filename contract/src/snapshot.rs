@@ -302,103 +302,11 @@ impl RawSnapshot {
         let mut variant_ids = HashSet::new();
         for (i, e) in self.experiments.into_iter().enumerate() {
             let place = format!("experiments[{i}] ({})", e.id);
-            if !is_well_formed_id(&e.id, "exp_") {
-                problems.push(format!(
-                    "{place}: id must be exp_ followed by 1 to 252 characters"
-                ));
-            }
             if index_of.insert(e.id.clone(), i).is_some() {
                 problems.push(format!("{place}: duplicate experiment id"));
             }
-            let start_at = parse_time(
-                &format!("{place}.startAt"),
-                e.start_at.as_deref(),
-                &mut problems,
-            );
-            let end_at = parse_time(
-                &format!("{place}.endAt"),
-                e.end_at.as_deref(),
-                &mut problems,
-            );
-            if let (Some(s), Some(t)) = (start_at, end_at)
-                && s >= t
-            {
-                problems.push(format!("{place}: startAt must be before endAt"));
-            }
-            if e.variants.is_empty() {
-                problems.push(format!("{place}: needs at least one variant"));
-            }
-            let mut sum = 0.0;
-            let mut controls = 0;
-            for (j, v) in e.variants.iter().enumerate() {
-                let vplace = format!("{place}.variants[{j}] ({})", v.id);
-                if !is_well_formed_id(&v.id, "var_") {
-                    problems.push(format!(
-                        "{vplace}: id must be var_ followed by 1 to 252 characters"
-                    ));
-                }
-                if !variant_ids.insert(v.id.clone()) {
-                    problems.push(format!("{vplace}: duplicate variant id"));
-                }
-                match v.weight.as_f64() {
-                    Some(w) if w.is_finite() && w >= 0.0 => sum += w,
-                    _ => problems.push(format!("{vplace}: weight must be a finite number >= 0")),
-                }
-                controls += usize::from(v.control);
-            }
-            if !e.variants.is_empty() && (sum - 100.0).abs() > WEIGHT_SUM_TOLERANCE {
-                problems.push(format!("{place}: variant weights sum to {sum}, not 100"));
-            }
-            if controls > 1 {
-                problems.push(format!(
-                    "{place}: {controls} control variants, at most one allowed"
-                ));
-            }
-            let phase = match &e.phase {
-                None => 1,
-                Some(n) => match n.as_u64().and_then(|p| u32::try_from(p).ok()) {
-                    Some(p @ 1..=MAX_PHASE) => p,
-                    _ => {
-                        problems.push(format!(
-                            "{place}: phase must be a whole number from 1 to {MAX_PHASE}, not {n}"
-                        ));
-                        1
-                    }
-                },
-            };
-            let mut positive = |field: &str, n: &Option<serde_json::Number>, max: f64| {
-                let value = n.as_ref()?.as_f64().filter(|v| *v > 0.0 && *v <= max);
-                if value.is_none() {
-                    problems.push(format!(
-                        "{place}: {field} must be a number above 0 and at most {max}, not {}",
-                        n.as_ref().map_or_else(String::new, ToString::to_string)
-                    ));
-                }
-                value
-            };
-            let conversion_window_hours = positive(
-                "conversionWindowHours",
-                &e.conversion_window_hours,
-                MAX_CONVERSION_WINDOW_HOURS,
-            );
-            let sequential_tuning = positive(
-                "sequentialTuning",
-                &e.sequential_tuning,
-                MAX_SEQUENTIAL_TUNING,
-            );
-            let metrics =
-                metric::parse_refs(&place, e.metrics.as_ref(), &metric_ids, &mut problems);
-            experiments.push(Arc::new(Experiment {
-                id: e.id,
-                phase,
-                status: e.status,
-                start_at,
-                end_at,
-                variants: e.variants,
-                conversion_window_hours,
-                sequential_tuning,
-                metrics,
-            }));
+            let checked = experiment(&place, e, &metric_ids, &mut variant_ids, &mut problems);
+            experiments.push(Arc::new(checked));
         }
 
         let mut keys = HashMap::with_capacity(self.keys.len());
@@ -454,6 +362,102 @@ impl RawSnapshot {
         } else {
             Err(SnapshotError { problems })
         }
+    }
+}
+
+/// One experiment of the snapshot at `place`, checked: its problems reported. Its variant
+/// ids go into `variant_ids` (unique across the snapshot).
+fn experiment(
+    place: &str,
+    e: RawExperiment,
+    metric_ids: &HashSet<String>,
+    variant_ids: &mut HashSet<String>,
+    problems: &mut Vec<String>,
+) -> Experiment {
+    if !is_well_formed_id(&e.id, "exp_") {
+        problems.push(format!(
+            "{place}: id must be exp_ followed by 1 to 252 characters"
+        ));
+    }
+    let start_at = parse_time(&format!("{place}.startAt"), e.start_at.as_deref(), problems);
+    let end_at = parse_time(&format!("{place}.endAt"), e.end_at.as_deref(), problems);
+    if let (Some(s), Some(t)) = (start_at, end_at)
+        && s >= t
+    {
+        problems.push(format!("{place}: startAt must be before endAt"));
+    }
+    if e.variants.is_empty() {
+        problems.push(format!("{place}: needs at least one variant"));
+    }
+    let mut sum = 0.0;
+    let mut controls = 0;
+    for (j, v) in e.variants.iter().enumerate() {
+        let vplace = format!("{place}.variants[{j}] ({})", v.id);
+        if !is_well_formed_id(&v.id, "var_") {
+            problems.push(format!(
+                "{vplace}: id must be var_ followed by 1 to 252 characters"
+            ));
+        }
+        if !variant_ids.insert(v.id.clone()) {
+            problems.push(format!("{vplace}: duplicate variant id"));
+        }
+        match v.weight.as_f64() {
+            Some(w) if w.is_finite() && w >= 0.0 => sum += w,
+            _ => problems.push(format!("{vplace}: weight must be a finite number >= 0")),
+        }
+        controls += usize::from(v.control);
+    }
+    if !e.variants.is_empty() && (sum - 100.0).abs() > WEIGHT_SUM_TOLERANCE {
+        problems.push(format!("{place}: variant weights sum to {sum}, not 100"));
+    }
+    if controls > 1 {
+        problems.push(format!(
+            "{place}: {controls} control variants, at most one allowed"
+        ));
+    }
+    let phase = match &e.phase {
+        None => 1,
+        Some(n) => match n.as_u64().and_then(|p| u32::try_from(p).ok()) {
+            Some(p @ 1..=MAX_PHASE) => p,
+            _ => {
+                problems.push(format!(
+                    "{place}: phase must be a whole number from 1 to {MAX_PHASE}, not {n}"
+                ));
+                1
+            }
+        },
+    };
+    let mut positive = |field: &str, n: &Option<serde_json::Number>, max: f64| {
+        let value = n.as_ref()?.as_f64().filter(|v| *v > 0.0 && *v <= max);
+        if value.is_none() {
+            problems.push(format!(
+                "{place}: {field} must be a number above 0 and at most {max}, not {}",
+                n.as_ref().map_or_else(String::new, ToString::to_string)
+            ));
+        }
+        value
+    };
+    let conversion_window_hours = positive(
+        "conversionWindowHours",
+        &e.conversion_window_hours,
+        MAX_CONVERSION_WINDOW_HOURS,
+    );
+    let sequential_tuning = positive(
+        "sequentialTuning",
+        &e.sequential_tuning,
+        MAX_SEQUENTIAL_TUNING,
+    );
+    let metrics = metric::parse_refs(place, e.metrics.as_ref(), metric_ids, problems);
+    Experiment {
+        id: e.id,
+        phase,
+        status: e.status,
+        start_at,
+        end_at,
+        variants: e.variants,
+        conversion_window_hours,
+        sequential_tuning,
+        metrics,
     }
 }
 
