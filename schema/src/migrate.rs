@@ -85,16 +85,7 @@ async fn migrate_layout(
     let primary = first_answering(topology.servers()).await?;
     let server = primary.client.clone().with_database("default");
     let caps = ServerCaps::of(&server).await?;
-    // In a cluster the record is replicated to every server, so any of them can tell.
-    let has_record: u64 = server
-        .query(
-            "SELECT count() FROM system.tables WHERE database = ? AND name = 'schema_migrations'",
-        )
-        .bind(database)
-        .fetch_one()
-        .await
-        .context("cannot look for schema_migrations")?;
-    if has_record == 0 {
+    if !has_record(&server, database).await? {
         for step in BOOTSTRAP {
             for (target, sql) in step.render(layout, caps, database) {
                 for target in servers_of(topology, primary, target).await? {
@@ -105,15 +96,7 @@ async fn migrate_layout(
             }
         }
     }
-    let applied = || async {
-        server
-            .query(&format!(
-                "SELECT DISTINCT version FROM {database}.schema_migrations"
-            ))
-            .fetch_all::<u32>()
-            .await
-            .context("cannot read schema_migrations")
-    };
+    let applied = || applied(&server, database);
     // The views are made as they are now only on the schema as it is now, and never by a
     // binary older than the one that migrated the database (during a rolling update, the
     // old consumers would otherwise put their views back at each start).
@@ -157,6 +140,31 @@ async fn migrate_layout(
     migrated
 }
 
+/// Whether `database` has its record of migrations (`schema_migrations`). In a cluster the
+/// record is replicated to every server, so any of them can tell.
+async fn has_record(server: &Client, database: &str) -> anyhow::Result<bool> {
+    let tables: u64 = server
+        .query(
+            "SELECT count() FROM system.tables WHERE database = ? AND name = 'schema_migrations'",
+        )
+        .bind(database)
+        .fetch_one()
+        .await
+        .context("cannot look for schema_migrations")?;
+    Ok(tables > 0)
+}
+
+/// The migrations `database` records as applied.
+async fn applied(server: &Client, database: &str) -> anyhow::Result<Vec<u32>> {
+    server
+        .query(&format!(
+            "SELECT DISTINCT version FROM {database}.schema_migrations"
+        ))
+        .fetch_all()
+        .await
+        .context("cannot read schema_migrations")
+}
+
 /// Whether `database`, whose `schema_migrations` holds `applied`, needs nothing more up to
 /// migration `last`: each applied, and (up to the latest) its views as this binary makes
 /// them, unless a newer binary migrated it (its views are then kept).
@@ -189,24 +197,10 @@ pub async fn is_current(topology: &Topology, database: &str) -> anyhow::Result<b
     let primary = first_answering(topology.servers()).await?;
     let server = primary.client.clone().with_database("default");
     let caps = ServerCaps::of(&server).await?;
-    let has_record: u64 = server
-        .query(
-            "SELECT count() FROM system.tables WHERE database = ? AND name = 'schema_migrations'",
-        )
-        .bind(database)
-        .fetch_one()
-        .await
-        .context("cannot look for schema_migrations")?;
-    if has_record == 0 {
+    if !has_record(&server, database).await? {
         return Ok(false);
     }
-    let applied: Vec<u32> = server
-        .query(&format!(
-            "SELECT DISTINCT version FROM {database}.schema_migrations"
-        ))
-        .fetch_all()
-        .await
-        .context("cannot read schema_migrations")?;
+    let applied = applied(&server, database).await?;
     up_to(&server, caps, &layout, database, &applied, u32::MAX).await
 }
 
