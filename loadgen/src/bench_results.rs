@@ -47,14 +47,14 @@ impl Settings {
     }
 }
 
-/// Exits 0 when every step ran, 1 when one failed; 130 or 143 when interrupted. The
-/// database is dropped in every case.
-pub async fn command(args: BenchResultsArgs) -> ! {
+/// The exit code: 0 when every step ran, 1 when one failed; 130 or 143 when interrupted.
+/// The database is dropped in every case.
+pub async fn command(args: BenchResultsArgs) -> i32 {
     let settings = match Settings::parse(|name| std::env::var(name).ok()) {
         Ok(settings) => settings,
         Err(e) => {
             eprintln!("error: {e:#}");
-            std::process::exit(1)
+            return 1;
         }
     };
     let client = ClickHouse::new(&settings.url);
@@ -64,7 +64,7 @@ pub async fn command(args: BenchResultsArgs) -> ! {
     let _ = client
         .statement("", &format!("DROP DATABASE IF EXISTS {DATABASE}"))
         .await;
-    std::process::exit(code)
+    code
 }
 
 async fn run(repo: &Path, settings: &Settings, clickhouse: &ClickHouse) -> anyhow::Result<()> {

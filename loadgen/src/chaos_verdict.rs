@@ -354,14 +354,14 @@ fn verdict(
     Ok((out, failures.is_empty()))
 }
 
-/// `loadgen chaos-verdict`: exits 1 on a failed verdict, 3 when it could not be made.
-pub fn command(args: &VerdictArgs) -> ! {
+/// `loadgen chaos-verdict`'s exit code: 1 on a failed verdict, 3 when it could not be made.
+pub fn command(args: &VerdictArgs) -> i32 {
     match run(args) {
-        Ok(true) => std::process::exit(0),
-        Ok(false) => std::process::exit(1),
+        Ok(true) => 0,
+        Ok(false) => 1,
         Err(e) => {
             eprintln!("the chaos verdict could not be made: {e:#}");
-            std::process::exit(3)
+            3
         }
     }
 }

@@ -35,17 +35,33 @@ use crate::cli::{Cli, Command};
 use crate::scenario::{clickhouse as ch, http, kafka as k, tools, wrk as w};
 use crate::stats::Figure;
 
+/// What a command ends with.
+enum Outcome {
+    /// A measuring command's figure (boxed: it is large, the others are not).
+    Figure(Box<Figure>),
+    /// A tool's work, done.
+    Done,
+    /// A driver's exit code (the chaos run, the bench, its verdicts).
+    Exit(i32),
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    if let Some(figure) = run(Cli::parse().command).await? {
-        eprintln!("{}", figure.summary());
-        println!("{}", serde_json::to_string(&figure)?);
+    match run(Cli::parse().command).await? {
+        Outcome::Figure(figure) => {
+            eprintln!("{}", figure.summary());
+            println!("{}", serde_json::to_string(&figure)?);
+        }
+        Outcome::Done => {}
+        // The only exit besides main's own return: the drivers' codes.
+        Outcome::Exit(code) => std::process::exit(code),
     }
     Ok(())
 }
 
-/// Runs a command: the figure of a measuring one, none of a tool's.
-async fn run(command: Command) -> anyhow::Result<Option<Figure>> {
+/// Runs a command: the figure of a measuring one, or how a tool or a driver ended.
+async fn run(command: Command) -> anyhow::Result<Outcome> {
+    let done = |()| Outcome::Done;
     let figure = match command {
         Command::Ingest(args) => http::ingest(args).await?,
         Command::Get(args) => http::get(args).await?,
@@ -56,27 +72,35 @@ async fn run(command: Command) -> anyhow::Result<Option<Figure>> {
         Command::ClickhouseDisk(args) => ch::disk(args).await?,
         Command::Rss(args) => tools::rss(args)?,
         Command::Wrk(args) => w::measure(args)?,
-        Command::KafkaEngine { action } => return k::engine(action).await.map(|()| None),
-        Command::Rows(args) => return ch::rows(args).await.map(|()| None),
-        Command::SameRows(args) => return ch::same_rows(args).await.map(|()| None),
-        Command::Settle(args) => return k::settle(args).await.map(|()| None),
-        Command::CreateTopics(args) => return k::create_topics(args).await.map(|()| None),
-        Command::WrkBatches(args) => return w::batches(args).map(|()| None),
-        Command::UnleashFeatures { answer } => {
-            return tools::unleash_features(&answer).map(|()| None);
+        Command::KafkaEngine { action } => return k::engine(action).await.map(done),
+        Command::Rows(args) => return ch::rows(args).await.map(done),
+        Command::SameRows(args) => return ch::same_rows(args).await.map(done),
+        Command::Settle(args) => return k::settle(args).await.map(done),
+        Command::CreateTopics(args) => return k::create_topics(args).await.map(done),
+        Command::WrkBatches(args) => return w::batches(args).map(done),
+        Command::UnleashFeatures { answer } => return tools::unleash_features(&answer).map(done),
+        Command::Report { file } => return tools::report(&file).map(done),
+        Command::Latencies { file } => return tools::latencies(&file).map(done),
+        Command::HalfRate(args) => return tools::half_rate(&args).map(done),
+        Command::SnapshotKey { snapshot } => return tools::snapshot_key(&snapshot).map(done),
+        // Exits 1 when the chaos run lost or duplicated an acknowledged event.
+        Command::Chaos(args) => {
+            let held = tools::chaos(args).await?;
+            return Ok(if held {
+                Outcome::Done
+            } else {
+                Outcome::Exit(1)
+            });
         }
-        Command::Report { file } => return tools::report(&file).map(|()| None),
-        Command::Latencies { file } => return tools::latencies(&file).map(|()| None),
-        Command::HalfRate(args) => return tools::half_rate(&args).map(|()| None),
-        Command::SnapshotKey { snapshot } => return tools::snapshot_key(&snapshot).map(|()| None),
-        Command::Chaos(args) => return tools::chaos(args).await.map(|()| None),
-        Command::ChaosRun(args) => chaos_run::command(args).await,
-        Command::BenchRun(args) => bench_run::command(args).await,
-        Command::BenchResults(args) => bench_results::command(args).await,
-        Command::ChaosVerdict(args) => chaos_verdict::command(&args),
-        Command::SnapshotVersion(args) => return tools::snapshot_version(&args).map(|()| None),
-        Command::Demo(args) => return demo::run(args).await.map(|()| None),
-        Command::Pipeline(args) => return pipeline::run(args).await.map(|()| None),
+        Command::ChaosRun(args) => return Ok(Outcome::Exit(chaos_run::command(args).await)),
+        Command::BenchRun(args) => return Ok(Outcome::Exit(bench_run::command(args).await)),
+        Command::BenchResults(args) => {
+            return Ok(Outcome::Exit(bench_results::command(args).await));
+        }
+        Command::ChaosVerdict(args) => return Ok(Outcome::Exit(chaos_verdict::command(&args))),
+        Command::SnapshotVersion(args) => return tools::snapshot_version(&args).map(done),
+        Command::Demo(args) => return demo::run(args).await.map(done),
+        Command::Pipeline(args) => return pipeline::run(args).await.map(done),
     };
-    Ok(Some(figure))
+    Ok(Outcome::Figure(Box::new(figure)))
 }

@@ -39,21 +39,20 @@ pub struct BenchRunArgs {
     repo: PathBuf,
 }
 
-/// Exits 0 when every round ran, 1 when something could not run (a refused round
+/// The exit code: 0 when every round ran, 1 when something could not run (a refused round
 /// included); 130 or 143 when interrupted, after stopping what it started.
-pub async fn command(args: BenchRunArgs) -> ! {
+pub async fn command(args: BenchRunArgs) -> i32 {
     let settings = Settings::parse(|name| std::env::var(name).ok())
         .and_then(|s| s.check_peers(&settings::probe).map(|()| s));
     let settings = match settings {
         Ok(settings) => settings,
         Err(refusal) => {
             eprintln!("error: {refusal}");
-            std::process::exit(1)
+            return 1;
         }
     };
-    let code = supervise::exit_code(run(&args.repo, &settings)).await;
-    // The run's future is gone by now: its guard stopped what it started.
-    std::process::exit(code)
+    // Once it returns, the run's future is gone: its guard stopped what it started.
+    supervise::exit_code(run(&args.repo, &settings)).await
 }
 
 /// The run's folder name: its UTC start.

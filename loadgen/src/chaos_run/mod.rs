@@ -35,20 +35,20 @@ pub struct ChaosRunArgs {
 
 use stack_kit::log;
 
-/// Exits 0 when the run passed, 1 when it failed or could not be made, 2 on a usage
-/// error; 130 or 143 when interrupted, after letting go of what it started or stopped.
-pub async fn command(args: ChaosRunArgs) -> ! {
+/// The exit code: 0 when the run passed, 1 when it failed or could not be made, 2 on a
+/// usage error; 130 or 143 when interrupted, after letting go of what it started or
+/// stopped.
+pub async fn command(args: ChaosRunArgs) -> i32 {
     let settings = match Settings::parse(&args.args, |name| std::env::var(name).ok()) {
         Ok(settings) => settings,
         Err(usage) => {
             eprintln!("{usage}");
-            std::process::exit(2)
+            return 2;
         }
     };
-    let code = supervise::exit_code(run(&args, &settings)).await;
-    // The run's future is gone by now: its guards continued what was stopped and killed
-    // the load.
-    std::process::exit(code)
+    // Once it returns, the run's future is gone: its guards continued what was stopped
+    // and killed the load.
+    supervise::exit_code(run(&args, &settings)).await
 }
 
 /// The first three figures of /proc/loadavg.
