@@ -22,9 +22,12 @@ macro_rules! sql {
 }
 
 pub mod backoff;
+mod bounds;
 mod caps;
+mod layout;
 mod migrate;
 mod migrations;
+mod params;
 pub mod profile;
 mod refresh;
 mod render;
@@ -41,21 +44,15 @@ pub use row::EventRow;
 pub use topology::ClickHouseArgs;
 pub use view_rows::{MetricResultsRow, ResultsOverTimeRow, ResultsRow};
 
+pub use bounds::{MARK_ALIVE, MARK_EVERY, MIN_CONVERSIONS, MIN_VISITORS, SRM_PRIOR, UNDEFINED_ARM};
 pub use caps::ServerCaps;
-pub(crate) use migrate::execute;
 pub use migrate::{
     event_columns, is_current, migrate, migrate_as_read_when, migrate_copy, migrate_topology,
     migrate_up_to, migration_versions, required_settings, view_names,
 };
 pub use refresh::{
-    MARK_ALIVE, MARK_EVERY, REFRESH_LONGEST, REFRESH_VISITORS, metric_values_refresh,
-    refresh_metric_values,
+    REFRESH_LONGEST, REFRESH_VISITORS, metric_values_refresh, refresh_metric_values,
 };
-pub(crate) use render::Layout;
 pub use render::{Statement, statements};
 pub use selects::{event_counts_select, visitors_rebuild, visitors_select};
-pub use statistics::{
-    MIN_CONVERSIONS, MIN_VISITORS, SRM_PRIOR, UNDEFINED_ARM, metric_results_as_of,
-    metric_results_by,
-};
-pub(crate) use statistics::{t_p_value, t_quantile_975};
+pub use statistics::{metric_results_as_of, metric_results_by};

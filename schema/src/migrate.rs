@@ -5,9 +5,9 @@
 use anyhow::Context;
 use clickhouse::Client;
 
-use crate::caps::ServerCaps;
+use crate::caps::{ServerCaps, execute};
+use crate::layout::{Layout, Target};
 use crate::migrations::{BOOTSTRAP, MIGRATIONS};
-use crate::render::{Layout, Target};
 use crate::row::EventRow;
 use crate::topology::{Server, Topology, first_answering, is_sql_name};
 use crate::{table_lock, views};
@@ -365,19 +365,6 @@ async fn apply_pending(
             %database, "Migration applied.");
     }
     Ok(())
-}
-
-/// Runs one statement with the setting a server of version `caps` needs.
-pub(crate) async fn execute(
-    client: &Client,
-    caps: ServerCaps,
-    sql: &str,
-) -> clickhouse::error::Result<()> {
-    let mut query = client.query(sql);
-    if let Some((name, value)) = caps.low_cardinality_setting() {
-        query = query.with_setting(name, value);
-    }
-    query.execute().await
 }
 
 /// How many times a migration is started before its failure is final.

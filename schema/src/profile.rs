@@ -3,7 +3,8 @@
 //! is kept in `schema/rendered/P.sql`, so a change of the schema shows in review as a diff
 //! of SQL, and a test fails when the kept files and the code differ.
 
-use crate::{ServerCaps, Statement, statements};
+use crate::caps::ServerCaps;
+use crate::render::{Statement, statements};
 
 /// The database the printed schema migrates (the services' default).
 const DATABASE: &str = "analytics";

@@ -5,20 +5,12 @@ use anyhow::Context;
 use clickhouse::Client;
 
 use crate::caps::ServerCaps;
-use crate::render::Layout;
+use crate::layout::Layout;
 use crate::views;
 
 /// The longest a refresh statement runs: the server stops it then
 /// ([`refresh_metric_values`]), which bounds the consumer's wait.
 pub const REFRESH_LONGEST: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// How long a consumer's refresh mark counts for `experiment_metric_results`' `as_of`
-/// after it was written: a consumer writes one at least every [`MARK_EVERY`] while it
-/// runs, so one silent longer has stopped.
-pub const MARK_ALIVE: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// The longest a running consumer goes without writing a refresh mark.
-pub const MARK_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The temporary table of a refresh's visitors, in the refresh's own session: (public key,
 /// visitor id), both `String`.

@@ -3,8 +3,8 @@
 //! erasure's rebuild).
 
 use crate::caps::ServerCaps;
+use crate::layout::Layout;
 use crate::migrations::{EXPOSURES_20, FIRST_CONVERSION_11, VISITORS_SELECT};
-use crate::render::Layout;
 
 /// Migration 13: what `visitor_event_counts` counts of inserted `events` rows.
 pub(crate) const EVENT_COUNTS_SELECT: &str = "SELECT public_key, visitor_id, count() AS events \

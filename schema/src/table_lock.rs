@@ -19,8 +19,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clickhouse::Client;
 
+use crate::caps::{ServerCaps, execute};
 use crate::topology::Topology;
-use crate::{ServerCaps, execute};
 
 /// The migrations' lock.
 pub(crate) const MIGRATIONS: &str = "schema_migrations_lock";

@@ -13,11 +13,12 @@ use anyhow::Context as _;
 use clickhouse::Client;
 use std::hash::Hasher as _;
 
-use crate::template::{Params, Value};
-use crate::{
-    Layout, MARK_ALIVE, MIN_CONVERSIONS, MIN_VISITORS, SRM_PRIOR, ServerCaps, UNDEFINED_ARM,
-    execute, t_p_value, t_quantile_975,
+use crate::bounds::{
+    MARK_ALIVE, MIN_CONVERSIONS, MIN_VISITORS, SRM_PRIOR, UNDEFINED_ARM, t_p_value, t_quantile_975,
 };
+use crate::caps::{ServerCaps, execute};
+use crate::layout::Layout;
+use crate::template::{Params, Value};
 
 /// A plain view: its name, its query and the parameters of its own.
 pub(crate) struct View {

@@ -145,7 +145,7 @@ let testMode = false;
 let landingUtm: Record<string, string> = {};
 let forced: Record<string, string> = {};
 /** This view's impressions, by experiment. */
-let shown: Record<string, Assignment> = {};
+let shown: Record<string, Assignment & { variant: Variant }> = {};
 /** Events tracked before the answer: they get their variant once it is known. */
 let held: Event[] = [];
 let path = "";
@@ -312,7 +312,8 @@ function assignment(experimentId: string, now?: boolean): (Assignment & { varian
 
 /** The assignment, with its impression logged once per view. */
 function expose(experimentId: string): Variant | null {
-  const a = assignment(experimentId, true);
+  // What this view shows stays its answer, whatever another tab stored since.
+  const a = shown[experimentId] || assignment(experimentId, true);
   if (a && !shown[experimentId]) {
     shown[experimentId] = { ...a, shown: true };
     track("impression", experimentId, { variantId: a.variantId });

@@ -2,7 +2,14 @@
 //! filled by feeds (materialized views) with their keys' rows, and logs in by a
 //! `users.d` file.
 
-use super::*;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use schema::ServerCaps;
+use schema::topology::{LOCAL_SUFFIX, Server, Topology};
+
+use super::common::{ACCESS_DB, Caps, key_list, lets_in, run_all, sha256_hex};
 
 /// 18.x: the analyst's own database, a copy of the analysts' schema.
 pub(super) fn copy_of(user: &str) -> String {

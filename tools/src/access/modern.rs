@@ -1,7 +1,7 @@
 //! Modern servers (21 and later): an analyst is a SQL user with grants, a quota and a row
 //! policy per table.
 
-use super::*;
+use super::common::{ANALYST_ROLE, Caps, default_caps, grants_table, key_list, sha256_hex};
 
 /// The tables (and views) an analyst reads: those of `database` with a `public_key`
 /// column; in a cluster, the Distributed ones rather than the shards' parts.
