@@ -6,12 +6,14 @@
 //! The crate is the ClickHouse side that the consumer, the operators' commands, the load
 //! generator and the tests share, so that the commands do not depend on the consumer. By
 //! job: the migrations (`migrations.rs`, their SQL in `migrations/`) and their runner
-//! (`migrate.rs`); the views (`views.rs`, `views/`) and the statistics' SQL
-//! (`statistics.rs`); the server's version (`caps.rs`) and the topology's mark on each
-//! statement (`render.rs`, `template.rs`); the metric values' refresh (`refresh.rs`); the
-//! selects other commands run again (`selects.rs`); the row of `events` ([`row`]), the
-//! servers and their flags ([`topology`]), and the retries' waits ([`backoff`]). It has
-//! no Kafka and no service in it. This file only declares and re-exports.
+//! (`migrate.rs`); the views (`views.rs`, `views/`), the statistics' SQL (`statistics.rs`)
+//! and the numbers they share (`bounds.rs`); the server's version (`caps.rs`) and the
+//! parameters it gives each statement (`params.rs`, `template.rs`); the topology's mark
+//! (`layout.rs`) and every statement of a migration (`render.rs`); the metric values'
+//! refresh (`refresh.rs`); the selects other commands run again (`selects.rs`); the row of
+//! `events` ([`row`]), the servers and their flags ([`topology`]), and the retries' waits
+//! ([`backoff`]). It has no Kafka and no service in it. This file only declares and
+//! re-exports. No module imports one above it (`e2e/tests/services/imports.rs`).
 
 /// The text of a file of the crate's SQL (`migrations/`, `views/`), without the blanks
 /// around it.
