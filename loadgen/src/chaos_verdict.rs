@@ -119,7 +119,7 @@ fn listed(counter: &BTreeMap<String, u64>) -> String {
 struct Process {
     service: String,
     /// The resident memory after its warm-up (its first sample while it has fewer).
-    first: u64,
+    baseline: u64,
     last: u64,
     peak: u64,
     samples: usize,
@@ -270,14 +270,14 @@ fn verdict(
                 p.peak = p.peak.max(hwm);
                 p.samples += 1;
                 if p.samples == WARM_UP_SAMPLES + 1 {
-                    p.first = rss;
+                    p.baseline = rss;
                 }
             }
             None => processes.push((
                 key,
                 Process {
                     service: f[1].to_owned(),
-                    first: rss,
+                    baseline: rss,
                     last: rss,
                     peak: hwm,
                     samples: 1,
@@ -319,7 +319,7 @@ fn verdict(
         };
         let growth = of
             .iter()
-            .map(|p| p.last as i64 - p.first as i64)
+            .map(|p| p.last as i64 - p.baseline as i64)
             .max()
             .unwrap_or(0);
         let within = growth <= (mib * 1024) as i64;
@@ -332,7 +332,7 @@ fn verdict(
             out,
             "| {service} | {} | {} | {} | {growth} | {} | {mib} MiB | {} |",
             of.len(),
-            first.first,
+            first.baseline,
             last.last,
             of.iter().map(|p| p.peak).max().unwrap_or(0),
             if within { "yes" } else { "**no**" }

@@ -324,25 +324,14 @@ fn the_migrations_run_in_a_job_and_the_consumer_has_a_startup_probe() {
             .expect("envFrom")
             .contains(&clickhouse)
     );
-    let password = |c: &Value| {
-        c["env"]
-            .as_sequence()
-            .expect("env")
-            .iter()
-            .find(|e| e["name"] == "CLICKHOUSE_PASSWORD")
-            .cloned()
+    let secret = |c: &Value| {
+        env_var(c, "CLICKHOUSE_PASSWORD").expect("CLICKHOUSE_PASSWORD")["valueFrom"]["secretKeyRef"]
+            .clone()
     };
-    let secret =
-        |c: &Value| password(c).expect("CLICKHOUSE_PASSWORD")["valueFrom"]["secretKeyRef"].clone();
     assert_eq!(secret(container)["name"], secret(consumer)["name"]);
     assert_eq!(secret(container)["key"], "migrator-password");
     assert_eq!(secret(consumer)["key"], "password");
-    let user = container["env"]
-        .as_sequence()
-        .expect("env")
-        .iter()
-        .find(|e| e["name"] == "CLICKHOUSE_USER")
-        .expect("the Job's own user");
+    let user = env_var(container, "CLICKHOUSE_USER").expect("the Job's own user");
     assert_eq!(user["value"], "migrator");
 
     let startup = &consumer["startupProbe"];
@@ -779,11 +768,7 @@ fn drains_and_scale_downs_lose_no_request() {
         ("ingest", "INGEST_SHUTDOWN_DRAIN_MS"),
     ] {
         let (c, grace) = container(service);
-        let drain: u64 = c["env"]
-            .as_sequence()
-            .expect("env")
-            .iter()
-            .find(|e| e["name"] == variable)
+        let drain: u64 = env_var(&c, variable)
             .and_then(|e| e["value"].as_str()?.parse().ok())
             .unwrap_or_else(|| panic!("{service}: no {variable}"));
         assert!(
@@ -816,12 +801,7 @@ fn the_migration_job_fits_deploy_tools_and_the_consumers_wait_for_it() {
         .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "consumer")
         .expect("the consumer");
     let container = &consumer["spec"]["template"]["spec"]["containers"][0];
-    let migrate = container["env"]
-        .as_sequence()
-        .expect("env")
-        .iter()
-        .find(|e| e["name"] == "CONSUMER_MIGRATE")
-        .expect("CONSUMER_MIGRATE");
+    let migrate = env_var(container, "CONSUMER_MIGRATE").expect("CONSUMER_MIGRATE");
     assert_eq!(migrate["value"], "false");
     assert_eq!(container["startupProbe"]["httpGet"]["path"], "/healthz");
 }

@@ -33,6 +33,14 @@ fn documents(path: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The `env` entry named `name` of a container of a manifest, if it has one.
+fn env_var<'a>(container: &'a Value, name: &str) -> Option<&'a Value> {
+    container["env"]
+        .as_sequence()?
+        .iter()
+        .find(|e| e["name"] == name)
+}
+
 /// The environment variables a binary reads: its declared settings (those of its
 /// subcommands too), plus logging. `tools` is the tools image: any of its four commands.
 fn settings_of(binary: &str) -> BTreeSet<String> {

@@ -706,12 +706,9 @@ fn kafka_asks_every_client_to_log_in_and_allows_each_only_what_it_does() {
             .iter()
             .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == app)
             .expect("deployment");
-        let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
         let var = |name: &str| {
-            env.as_sequence()
-                .expect("env")
-                .iter()
-                .find(|e| e["name"] == name)
+            env_var(container, name)
                 .unwrap_or_else(|| panic!("{app}: no {name}"))
                 .clone()
         };

@@ -4,7 +4,7 @@
 // wait an hour out, a tab killed before it could send, and events sent twice (stored once).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { EXP, FRONT, PARTS, T, context, head, heroRoot, open, origin, rowsWhen, site, sleep } from "./kit.mjs";
+import { EXP, FRONT, PARTS, T, context, eventually, head, heroRoot, open, origin, rowsWhen, site, sleep } from "./kit.mjs";
 
 site((url) =>
   url.pathname === "/pending"
@@ -22,6 +22,14 @@ const campaign = (name, count) =>
   );
 
 const click = (page, target) => page.evaluate(([e, t]) => Split.track("click", e, { clickTarget: t }), [EXP, target]);
+
+/** A landing page of campaign `name` that showed the hero and tracked `#kind-0` to `#kind-2`: four events queued. */
+async function threeClicks(ctx, name, kind) {
+  const page = await open(ctx, `/landing?utm_campaign=${name}`);
+  await page.evaluate((e) => Split.variant(e), EXP);
+  for (let i = 0; i < 3; i++) await click(page, `#${kind}-${i}`);
+  return page;
+}
 
 test("two new tabs opened at once are one visitor, each event with the variant its tab showed", T, async () => {
   for (let run = 0; run < 3; run++) {
@@ -66,12 +74,10 @@ test("an outage the service said to wait an hour out: the events go as soon as t
       ? route.fulfill({ status: 503, headers: { "Retry-After": "3600" }, body: "{}" })
       : route.continue(),
   );
-  const page = await open(ctx, `/landing?utm_campaign=${name}`);
-  await page.evaluate((e) => Split.variant(e), EXP);
-  for (let i = 0; i < 3; i++) await click(page, `#outage-${i}`);
+  const page = await threeClicks(ctx, name, "outage");
   const tried = posts.length;
   await page.evaluate(() => void Split.flush()); // answered 503: the next try in an hour
-  await rowsWhen("the first try", "SELECT 1", () => posts.length > tried, 10);
+  await eventually("the first try", async () => posts.length > tried, 10);
   await sleep(500);
   down = false;
   await ctx.setOffline(true);
@@ -85,9 +91,7 @@ test("an outage the service said to wait an hour out: the events go as soon as t
 test("a tab killed before it sent: the next page view sends its events", T, async () => {
   const name = `killed-${Date.now()}`;
   const { ctx, posts } = await context();
-  const page = await open(ctx, `/landing?utm_campaign=${name}`);
-  await page.evaluate((e) => Split.variant(e), EXP);
-  for (let i = 0; i < 3; i++) await click(page, `#killed-${i}`);
+  const page = await threeClicks(ctx, name, "killed");
   assert.equal(posts.length, 0, "four events wait for the 5-second timer");
   // The renderer dies: no pagehide, no visibilitychange, no beacon.
   const cdp = await ctx.newCDPSession(page);
@@ -108,9 +112,7 @@ test("a tab killed before it sent: the next page view sends its events", T, asyn
 test("the same events sent twice (two views send one kept queue) are stored once", T, async () => {
   const name = `twice-${Date.now()}`;
   const { ctx, posts } = await context();
-  const page = await open(ctx, `/landing?utm_campaign=${name}`);
-  await page.evaluate((e) => Split.variant(e), EXP);
-  for (let i = 0; i < 3; i++) await click(page, `#twice-${i}`);
+  const page = await threeClicks(ctx, name, "twice");
   // Another view's copy of this queue, as a tab that adopted it and then died would leave.
   await page.evaluate(() => {
     for (const k of Object.keys(localStorage))
