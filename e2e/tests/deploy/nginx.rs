@@ -19,9 +19,11 @@ fn nginx_check(name: &str, conf: &str) {
 /// A server block of a container's nginx (`/etc/nginx/X` mounted from `deploy/nginx/X`),
 /// its upstreams' service names mapped to loopback, as a whole configuration run from `dir`.
 fn container_nginx(file: &str, dir: &std::path::Path) -> String {
+    // This machine's nginx 1.22 knows no `resolve` (1.27.3); the next test checks it.
     let mut server = read(&format!("deploy/nginx/{file}"))
         .replace("ingest:8081", "127.0.0.1:8081")
-        .replace("config-api:8082", "127.0.0.1:8082");
+        .replace("config-api:8082", "127.0.0.1:8082")
+        .replace(" resolve;", ";");
     for include in ["routes.conf", "sdk-headers.conf"] {
         let path = repo().join("deploy/nginx").join(include);
         server = server.replace(
@@ -90,6 +92,57 @@ fn every_nginx_front_passes_nginx_t() {
         "127.0.0.1:8082",
     );
     nginx_check("local.conf", &local);
+}
+
+/// docker-compose's front follows a recreated service to its new address: Docker's DNS,
+/// asked again, for every upstream server, in a zone shared by the workers (without
+/// `resolve`, nginx 1.27.5 keeps the address it read at start until it restarts).
+#[test]
+fn the_compose_front_re_resolves_its_upstreams() {
+    let conf = read("deploy/nginx/compose.conf");
+    let lines: Vec<&str> = conf.lines().map(str::trim).collect();
+    assert!(
+        lines.contains(&"resolver 127.0.0.11 valid=10s ipv6=off;"),
+        "compose.conf asks no resolver, or not Docker's"
+    );
+    let dockerfile = read("Dockerfile");
+    let image = dockerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("FROM nginxinc/nginx-unprivileged:"))
+        .expect("the front's nginx image");
+    let version: Vec<u32> = image
+        .split(['-', ' '])
+        .next()
+        .expect("a tag")
+        .split('.')
+        .map(|n| n.parse().expect("a version number"))
+        .collect();
+    assert!(
+        version >= vec![1, 27, 3],
+        "nginx {image} has no upstream `resolve`"
+    );
+    let mut upstreams = 0;
+    for (at, line) in lines.iter().enumerate() {
+        let Some(name) = line.strip_prefix("upstream ").and_then(|l| l.strip_suffix(" {")) else {
+            continue;
+        };
+        let end = at + lines[at..].iter().position(|l| *l == "}").expect("closed");
+        let body = &lines[at + 1..end];
+        let servers: Vec<&&str> = body.iter().filter(|l| l.starts_with("server ")).collect();
+        assert!(!servers.is_empty(), "upstream {name} has no server");
+        for server in servers {
+            assert!(
+                server.ends_with(" resolve;"),
+                "upstream {name}: `{server}` is resolved once, at start"
+            );
+        }
+        assert!(
+            body.iter().any(|l| l.starts_with("zone ")),
+            "upstream {name} has no shared zone (`resolve` needs one)"
+        );
+        upstreams += 1;
+    }
+    assert_eq!(upstreams, 2, "the ingest's and the config-api's");
 }
 
 /// The versions released so far (`sdk/releases/<version>/`), at least two.
