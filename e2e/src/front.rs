@@ -12,6 +12,19 @@ pub fn render_front(dir: &Path, listen: &str, ingest: &str, config_api: &str) ->
     stack_kit::front::render(&repo(), dir, listen, ingest, config_api).expect("rendered")
 }
 
+/// A container front's server block (`deploy/nginx/<file>`), its upstreams' service names
+/// mapped to the given addresses. This machine's nginx 1.22 knows no `resolve` (1.27.3,
+/// the image's nginx has it): it is left out here, and `e2e/tests/deploy/nginx.rs` checks
+/// it is there.
+pub fn container_server(file: &str, ingest: &str, config_api: &str) -> String {
+    let path = repo().join("deploy/nginx").join(file);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .replace("ingest:8081", ingest)
+        .replace("config-api:8082", config_api)
+        .replace(" resolve;", ";")
+}
+
 /// An nginx front of one test's own (`deploy/nginx/local.conf.in`, rendered and started as
 /// `scripts/up` starts its own) before the given ingest and config-api; it serves the SDK
 /// from `sdk/dist` too.

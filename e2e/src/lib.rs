@@ -33,7 +33,7 @@ pub use delay_proxy::DelayProxy;
 pub use fixtures::{
     ConsumerNames, SnapshotFile, client_batch, event_message, one_experiment_snapshot, unique,
 };
-pub use front::{Front, render_front};
+pub use front::{Front, container_server, render_front};
 pub use kafka::{
     event_ids, kafka_brokers, produce, produce_all, produce_events_to, read_topic, read_topic_at,
 };

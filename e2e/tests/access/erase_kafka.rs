@@ -512,9 +512,7 @@ async fn the_nginx_fronts_log_the_clients_network_not_its_address_nor_its_browse
         let dir = tempfile::tempdir().expect("folder");
         let port = e2e::free_port();
         let nginx_dir = repo().join("deploy/nginx");
-        let server = read(&format!("deploy/nginx/{file}"))
-            .replace("ingest:8081", "127.0.0.1:9")
-            .replace("config-api:8082", "127.0.0.1:9")
+        let server = e2e::container_server(file, "127.0.0.1:9", "127.0.0.1:9")
             .replace("listen 8080;", &format!("listen 127.0.0.1:{port};"))
             .replace(
                 "/var/log/nginx/access.log",
@@ -593,16 +591,13 @@ fn compose_clickhouse_has_no_password_on_a_command_line_and_no_default_user() {
 /// same retention, replication and partitions), and a `default` user of loopback only.
 #[test]
 fn kubernetes_topics_and_clickhouse_users_keep_the_same_horizon_and_no_open_default() {
-    let settings: Vec<Value> =
-        serde_yaml::Deserializer::from_str(&read("deploy/k8s/settings.yaml"))
-            .map(|doc| serde::Deserialize::deserialize(doc).expect("YAML"))
-            .collect();
-    let kafka = &settings
-        .iter()
-        .find(|d| d["metadata"]["name"] == "kafka-settings")
-        .expect("kafka-settings")["data"];
+    // The env file of the generated ConfigMap kafka-settings.
+    let kafka = read("deploy/k8s/settings/kafka.env");
     let number = |key: &str| -> u64 {
-        str_of(&kafka[key], key)
+        kafka
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key}"))
             .parse()
             .unwrap_or_else(|e| panic!("{key}: {e}"))
     };

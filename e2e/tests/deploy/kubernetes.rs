@@ -19,12 +19,14 @@ pub(super) fn config_maps(docs: &[Value]) -> BTreeMap<String, Vec<String>> {
 /// The manifests `kubectl apply -k deploy/k8s` applies, in its order.
 pub(super) fn k8s_documents() -> Vec<Value> {
     let kustomization = documents("deploy/k8s/kustomization.yaml");
-    kustomization[0]["resources"]
+    let mut docs: Vec<Value> = kustomization[0]["resources"]
         .as_sequence()
         .expect("resources")
         .iter()
         .flat_map(|r| documents(&format!("deploy/k8s/{}", str_of(r, "resource"))))
-        .collect()
+        .collect();
+    docs.extend(generated_config_maps("deploy/k8s", &kustomization[0]));
+    docs
 }
 
 pub(super) fn name_of(doc: &Value) -> String {
@@ -830,4 +832,71 @@ fn the_ingress_and_the_http_route_serve_tls() {
     assert!(ingress["metadata"]["annotations"]["cert-manager.io/cluster-issuer"].is_string());
     let route = &documents("deploy/k8s/gateway-api/httproute.yaml")[0];
     assert_eq!(route["spec"]["parentRefs"][0]["sectionName"], "https");
+}
+
+/// A changed setting rolls the pods that read it, and only those: kustomize names each
+/// generated ConfigMap by a hash of its content, and the pod templates that take it name
+/// the new ConfigMap (a template that changes is a rollout). Built by kubectl where it is
+/// installed.
+#[test]
+fn settings_changes_roll_the_pods_that_read_them() {
+    let dir = tempfile::tempdir().expect("folder");
+    let copy = dir.path().join("k8s");
+    copy_folder(&repo().join("deploy/k8s"), &copy);
+    let Some(before) = kubectl_kustomize(&copy) else {
+        return eprintln!("no kubectl: the generators are read, not built");
+    };
+    let env = copy.join("settings/kafka.env");
+    let text = std::fs::read_to_string(&env).expect("kafka.env");
+    assert!(text.contains("\nKAFKA_TOPIC_PARTITIONS=12\n"));
+    std::fs::write(
+        &env,
+        text.replace("\nKAFKA_TOPIC_PARTITIONS=12\n", "\nKAFKA_TOPIC_PARTITIONS=24\n"),
+    )
+    .expect("written");
+    let after = kubectl_kustomize(&copy).expect("kubectl");
+
+    // Each pod template: the ConfigMaps it takes, by the name kustomize built.
+    let taken = |docs: &[Value]| -> BTreeMap<String, BTreeSet<String>> {
+        pod_specs(docs)
+            .into_iter()
+            .map(|(name, spec)| {
+                let maps = spec["containers"]
+                    .as_sequence()
+                    .expect("containers")
+                    .iter()
+                    .filter_map(|c| c["envFrom"].as_sequence())
+                    .flatten()
+                    .filter_map(|from| from["configMapRef"]["name"].as_str())
+                    .map(str::to_owned)
+                    .collect();
+                (name, maps)
+            })
+            .collect()
+    };
+    let (before_taken, after_taken) = (taken(&before), taken(&after));
+    let built: BTreeSet<String> = after
+        .iter()
+        .filter(|d| d["kind"] == "ConfigMap")
+        .map(|d| str_of(&d["metadata"]["name"], "name").to_owned())
+        .collect();
+    for (pod, maps) in &after_taken {
+        let reads_kafka = maps.iter().any(|m| m.starts_with("kafka-settings-"));
+        for map in maps {
+            assert!(built.contains(map), "{pod} takes {map}, which is not built");
+            assert_ne!(unhashed(&format!("ConfigMap {map}")), format!("ConfigMap {map}"));
+        }
+        assert_eq!(
+            before_taken[pod] != *maps,
+            reads_kafka,
+            "{pod}: {:?} then {maps:?}",
+            before_taken[pod]
+        );
+    }
+    let rolled = after_taken
+        .iter()
+        .filter(|(pod, maps)| before_taken[*pod] != **maps)
+        .map(|(pod, _)| pod.as_str())
+        .collect::<Vec<_>>();
+    assert_eq!(rolled, ["Deployment consumer", "Deployment ingest"]);
 }

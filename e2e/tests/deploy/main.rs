@@ -33,6 +33,95 @@ fn documents(path: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The ConfigMaps a kustomization or component in `dir` generates (`configMapGenerator`
+/// with `envs`), as kustomize reads an env file, named without the content hash kubectl
+/// adds (`kubernetes::settings_changes_roll_the_pods` checks that hash).
+fn generated_config_maps(dir: &str, kustomization: &Value) -> Vec<Value> {
+    let Some(generators) = kustomization["configMapGenerator"].as_sequence() else {
+        return Vec::new();
+    };
+    generators
+        .iter()
+        .map(|generator| {
+            let mut data = serde_yaml::Mapping::new();
+            for file in generator["envs"].as_sequence().expect("envs") {
+                let path = format!("{dir}/{}", str_of(file, "env file"));
+                for line in read(&path).lines().map(str::trim) {
+                    if line.is_empty() || line.starts_with('#') {
+                        continue;
+                    }
+                    let (key, value) = line
+                        .split_once('=')
+                        .unwrap_or_else(|| panic!("{path}: `{line}` is no KEY=value"));
+                    data.insert(key.into(), value.into());
+                }
+            }
+            let mut map = serde_yaml::Mapping::new();
+            map.insert("apiVersion".into(), "v1".into());
+            map.insert("kind".into(), "ConfigMap".into());
+            let mut metadata = serde_yaml::Mapping::new();
+            metadata.insert("name".into(), generator["name"].clone());
+            map.insert("metadata".into(), metadata.into());
+            map.insert("data".into(), data.into());
+            if let Some(behavior) = generator["behavior"].as_str() {
+                map.insert("behavior".into(), behavior.into());
+            }
+            Value::Mapping(map)
+        })
+        .collect()
+}
+
+/// A copy of a folder, links replaced by what they point at.
+fn copy_folder(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("folder");
+    for entry in std::fs::read_dir(from).expect("folder") {
+        let path = entry.expect("entry").path();
+        let target = to.join(path.file_name().expect("name"));
+        if path.is_dir() {
+            copy_folder(&path, &target);
+        } else {
+            std::fs::copy(&path, &target).expect("copied");
+        }
+    }
+}
+
+/// What `kubectl kustomize` builds of a folder; `None` where kubectl is not installed
+/// (scripts/test does not install it).
+fn kubectl_kustomize(dir: &Path) -> Option<Vec<Value>> {
+    let output = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .ok()?;
+    assert!(
+        output.status.success(),
+        "kubectl kustomize {dir:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).expect("UTF-8");
+    Some(
+        serde_yaml::Deserializer::from_str(&text)
+            .map(|doc| Value::deserialize(doc).expect("YAML"))
+            .filter(|v| !v.is_null())
+            .collect(),
+    )
+}
+
+/// A generated ConfigMap's name without the hash suffix kustomize adds (`-` and ten
+/// letters or digits); any other name as it is.
+fn unhashed(name: &str) -> String {
+    match name.rsplit_once('-') {
+        Some((stem, hash))
+            if name.starts_with("ConfigMap ")
+                && hash.len() == 10
+                && hash.bytes().all(|b| b.is_ascii_alphanumeric()) =>
+        {
+            stem.to_owned()
+        }
+        _ => name.to_owned(),
+    }
+}
+
 /// The `env` entry named `name` of a container of a manifest, if it has one.
 fn env_var<'a>(container: &'a Value, name: &str) -> Option<&'a Value> {
     container["env"]

@@ -19,11 +19,7 @@ fn nginx_check(name: &str, conf: &str) {
 /// A server block of a container's nginx (`/etc/nginx/X` mounted from `deploy/nginx/X`),
 /// its upstreams' service names mapped to loopback, as a whole configuration run from `dir`.
 fn container_nginx(file: &str, dir: &std::path::Path) -> String {
-    // This machine's nginx 1.22 knows no `resolve` (1.27.3); the next test checks it.
-    let mut server = read(&format!("deploy/nginx/{file}"))
-        .replace("ingest:8081", "127.0.0.1:8081")
-        .replace("config-api:8082", "127.0.0.1:8082")
-        .replace(" resolve;", ";");
+    let mut server = e2e::container_server(file, "127.0.0.1:8081", "127.0.0.1:8082");
     for include in ["routes.conf", "sdk-headers.conf"] {
         let path = repo().join("deploy/nginx").join(include);
         server = server.replace(
@@ -123,7 +119,10 @@ fn the_compose_front_re_resolves_its_upstreams() {
     );
     let mut upstreams = 0;
     for (at, line) in lines.iter().enumerate() {
-        let Some(name) = line.strip_prefix("upstream ").and_then(|l| l.strip_suffix(" {")) else {
+        let Some(name) = line
+            .strip_prefix("upstream ")
+            .and_then(|l| l.strip_suffix(" {"))
+        else {
             continue;
         };
         let end = at + lines[at..].iter().position(|l| *l == "}").expect("closed");

@@ -18,91 +18,59 @@ fn kustomization_files(dir: &str) -> Vec<Value> {
         .collect()
 }
 
-/// The base's manifests with a component of deploy/k8s turned on: its patches of
-/// ConfigMaps merged key by key into their `data`, and of Deployments' containers their
-/// `env` added, as kustomize's strategic merge does.
+/// The base's manifests with a component of deploy/k8s turned on: its generated
+/// ConfigMaps (`behavior: merge`) merged key by key into the base's `data`, and its patches
+/// of Deployments' containers their `env` added, as kustomize's strategic merge does.
 fn with_component(mut docs: Vec<Value>, component: &str) -> Vec<Value> {
     let dir = format!("deploy/k8s/{component}");
     let kustomization = documents(&format!("{dir}/kustomization.yaml"));
     assert_eq!(kustomization[0]["kind"], "Component");
-    for patch in kustomization[0]["patches"].as_sequence().expect("patches") {
-        for doc in documents(&format!("{dir}/{}", str_of(&patch["path"], "patch path"))) {
-            let target = docs
-                .iter_mut()
-                .find(|d| {
-                    d["kind"] == doc["kind"] && d["metadata"]["name"] == doc["metadata"]["name"]
-                })
-                .unwrap_or_else(|| panic!("{component}: {} patches nothing", name_of(&doc)));
-            if doc["kind"] == "Deployment" {
-                let path = ["spec", "template", "spec", "containers"];
-                let patched = path
-                    .iter()
-                    .fold(&doc, |v, k| &v[*k])
-                    .as_sequence()
-                    .expect("containers");
-                let mut node = &mut *target;
-                for k in path {
-                    node = &mut node[k];
-                }
-                for container in patched {
-                    let into = node
-                        .as_sequence_mut()
-                        .expect("containers")
-                        .iter_mut()
-                        .find(|c| c["name"] == container["name"])
-                        .expect("the container patched");
-                    let env = into["env"].as_sequence_mut().expect("env");
-                    env.extend(container["env"].as_sequence().expect("env").iter().cloned());
-                }
-                continue;
+    let generated = generated_config_maps(&dir, &kustomization[0]);
+    for doc in &generated {
+        assert_eq!(doc["behavior"], "merge", "{component}: {}", name_of(doc));
+    }
+    let patches = kustomization[0]["patches"].as_sequence().expect("patches");
+    let patched = patches
+        .iter()
+        .flat_map(|patch| documents(&format!("{dir}/{}", str_of(&patch["path"], "patch path"))));
+    for doc in generated.into_iter().chain(patched) {
+        let target = docs
+            .iter_mut()
+            .find(|d| d["kind"] == doc["kind"] && d["metadata"]["name"] == doc["metadata"]["name"])
+            .unwrap_or_else(|| panic!("{component}: {} patches nothing", name_of(&doc)));
+        if doc["kind"] == "Deployment" {
+            let path = ["spec", "template", "spec", "containers"];
+            let patched = path
+                .iter()
+                .fold(&doc, |v, k| &v[*k])
+                .as_sequence()
+                .expect("containers");
+            let mut node = &mut *target;
+            for k in path {
+                node = &mut node[k];
             }
-            assert_eq!(
-                doc["kind"], "ConfigMap",
-                "{component}: only ConfigMaps and Deployments merged here"
-            );
-            let data = target["data"].as_mapping_mut().expect("data");
-            for (key, value) in doc["data"].as_mapping().expect("data") {
-                data.insert(key.clone(), value.clone());
+            for container in patched {
+                let into = node
+                    .as_sequence_mut()
+                    .expect("containers")
+                    .iter_mut()
+                    .find(|c| c["name"] == container["name"])
+                    .expect("the container patched");
+                let env = into["env"].as_sequence_mut().expect("env");
+                env.extend(container["env"].as_sequence().expect("env").iter().cloned());
             }
+            continue;
+        }
+        assert_eq!(
+            doc["kind"], "ConfigMap",
+            "{component}: only ConfigMaps and Deployments merged here"
+        );
+        let data = target["data"].as_mapping_mut().expect("data");
+        for (key, value) in doc["data"].as_mapping().expect("data") {
+            data.insert(key.clone(), value.clone());
         }
     }
     docs
-}
-
-/// A copy of a folder, links replaced by what they point at.
-fn copy_folder(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("folder");
-    for entry in std::fs::read_dir(from).expect("folder") {
-        let path = entry.expect("entry").path();
-        let target = to.join(path.file_name().expect("name"));
-        if path.is_dir() {
-            copy_folder(&path, &target);
-        } else {
-            std::fs::copy(&path, &target).expect("copied");
-        }
-    }
-}
-
-/// What `kubectl kustomize` builds of a folder; `None` where kubectl is not installed
-/// (scripts/test does not install it).
-fn kubectl_kustomize(dir: &Path) -> Option<Vec<Value>> {
-    let output = std::process::Command::new("kubectl")
-        .arg("kustomize")
-        .arg(dir)
-        .output()
-        .ok()?;
-    assert!(
-        output.status.success(),
-        "kubectl kustomize {dir:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let text = String::from_utf8(output.stdout).expect("UTF-8");
-    Some(
-        serde_yaml::Deserializer::from_str(&text)
-            .map(|doc| Value::deserialize(doc).expect("YAML"))
-            .filter(|v| !v.is_null())
-            .collect(),
-    )
 }
 
 /// What the tests below read: deploy/k8s/operators (Kafka run by Strimzi, ClickHouse by
@@ -191,8 +159,9 @@ fn kubectl_kustomize_builds_the_operators_and_the_component_as_read() {
         kubectl_kustomize(&copy),
     ) {
         (Some(built_operators), Some(built_pipeline)) => {
+            // Built, a generated ConfigMap's name ends in its content's hash.
             let by_name = |docs: &[Value]| -> BTreeMap<String, Value> {
-                docs.iter().map(|d| (name_of(d), d.clone())).collect()
+                docs.iter().map(|d| (unhashed(&name_of(d)), d.clone())).collect()
             };
             assert_eq!(by_name(&built_operators), by_name(&operators));
             let (built, read) = (by_name(&built_pipeline), by_name(&pipeline));
