@@ -81,26 +81,6 @@ pub enum Command {
     /// The clients of scripts/chaos: SDK-like traffic that retries through faults, then
     /// the count of acknowledged events lost or duplicated in ClickHouse. Exits 1 if any.
     Chaos(chaos::ChaosArgs),
-    /// The body of scripts/chaos (which passes its arguments on; see its --help): starts
-    /// the scripts/up pipeline with the run's settings, runs `loadgen chaos` while a nemesis
-    /// injects faults in turn and memory is sampled every second, then writes the run's
-    /// summary.md with the verdict. Exits 1 when it fails, 2 on a usage error.
-    ChaosRun(crate::chaos_run::ChaosRunArgs),
-    /// The body of scripts/bench (see its --help; its settings come from the environment):
-    /// starts the scripts/up pipeline, measures each section next to its reference, the
-    /// series on brokers of their own whose every round is refused on a dead broker, and
-    /// prints the tables. Exits 1 when something could not run, a refused round included.
-    BenchRun(crate::bench_run::BenchRunArgs),
-    /// The body of scripts/bench-results (see its --help; its settings come from the
-    /// environment): times the results views over millions of events in a database of its
-    /// own, dropped at the end, and prints the table. Exits 1 when a step fails.
-    BenchResults(crate::bench_results::BenchResultsArgs),
-    /// The verdict of scripts/chaos from its run's folder (faults.log, answers.log,
-    /// rss.log), written to verdict.md: exits 1 when it fails, 3 when it cannot be made.
-    ChaosVerdict(crate::chaos_verdict::VerdictArgs),
-    /// Sets a snapshot file's `version`, replacing the file whole (written beside it, then
-    /// renamed), as an editor that saves by rename does.
-    SnapshotVersion(SnapshotVersionArgs),
     /// The demo's history for scripts/demo: visitors of the demo site over several
     /// sessions and hours, with an effect planted in one experiment and none in the others,
     /// through the front as the SDK sends it; waits until ClickHouse holds every event.
@@ -122,14 +102,6 @@ pub struct HalfRateArgs {
     /// The measured seconds of each round.
     #[arg(long)]
     pub seconds: f64,
-}
-
-#[derive(Args)]
-pub struct SnapshotVersionArgs {
-    #[arg(long)]
-    pub snapshot: PathBuf,
-    #[arg(long)]
-    pub version: String,
 }
 
 #[derive(Args)]

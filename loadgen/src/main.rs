@@ -8,11 +8,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
-mod bench_results;
-mod bench_run;
 mod chaos;
-mod chaos_run;
-mod chaos_verdict;
 mod cli;
 mod clickhouse;
 mod demo;
@@ -24,7 +20,6 @@ mod pipeline;
 mod report;
 mod scenario;
 mod stats;
-mod supervise;
 mod traffic;
 mod watch;
 mod wrk;
@@ -92,13 +87,6 @@ async fn run(command: Command) -> anyhow::Result<Outcome> {
                 Outcome::Exit(1)
             });
         }
-        Command::ChaosRun(args) => return Ok(Outcome::Exit(chaos_run::command(args).await)),
-        Command::BenchRun(args) => return Ok(Outcome::Exit(bench_run::command(args).await)),
-        Command::BenchResults(args) => {
-            return Ok(Outcome::Exit(bench_results::command(args).await));
-        }
-        Command::ChaosVerdict(args) => return Ok(Outcome::Exit(chaos_verdict::command(&args))),
-        Command::SnapshotVersion(args) => return tools::snapshot_version(&args).map(done),
         Command::Demo(args) => return demo::run(args).await.map(done),
         Command::Pipeline(args) => return pipeline::run(args).await.map(done),
     };

@@ -132,14 +132,6 @@ fn cpu_ticks() -> Option<(u64, u64)> {
     Some((all - idle, all))
 }
 
-/// A memory line of a `/proc/PID/status` text (`VmRSS:`, `VmHWM:`...) in KiB.
-pub fn status_kib(status: &str, key: &str) -> Option<u64> {
-    status.lines().find_map(|line| {
-        let mut words = line.split_whitespace();
-        (words.next() == Some(key)).then(|| words.next()?.parse().ok())?
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

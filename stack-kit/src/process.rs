@@ -9,6 +9,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
+/// A memory line of a `/proc/PID/status` text (`VmRSS:`, `VmHWM:`...) in KiB.
+pub fn status_kib(status: &str, key: &str) -> Option<u64> {
+    status.lines().find_map(|line| {
+        let mut words = line.split_whitespace();
+        (words.next() == Some(key)).then(|| words.next()?.parse().ok())?
+    })
+}
+
 /// The state letter of `/proc/PID/stat` (`R`, `S`, `T`, `Z`…); none when the pid is gone.
 pub fn state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -851,7 +851,10 @@ fn settings_changes_roll_the_pods_that_read_them() {
     assert!(text.contains("\nKAFKA_TOPIC_PARTITIONS=12\n"));
     std::fs::write(
         &env,
-        text.replace("\nKAFKA_TOPIC_PARTITIONS=12\n", "\nKAFKA_TOPIC_PARTITIONS=24\n"),
+        text.replace(
+            "\nKAFKA_TOPIC_PARTITIONS=12\n",
+            "\nKAFKA_TOPIC_PARTITIONS=24\n",
+        ),
     )
     .expect("written");
     let after = kubectl_kustomize(&copy).expect("kubectl");
@@ -884,7 +887,10 @@ fn settings_changes_roll_the_pods_that_read_them() {
         let reads_kafka = maps.iter().any(|m| m.starts_with("kafka-settings-"));
         for map in maps {
             assert!(built.contains(map), "{pod} takes {map}, which is not built");
-            assert_ne!(unhashed(&format!("ConfigMap {map}")), format!("ConfigMap {map}"));
+            assert_ne!(
+                unhashed(&format!("ConfigMap {map}")),
+                format!("ConfigMap {map}")
+            );
         }
         assert_eq!(
             before_taken[pod] != *maps,

@@ -161,7 +161,9 @@ fn kubectl_kustomize_builds_the_operators_and_the_component_as_read() {
         (Some(built_operators), Some(built_pipeline)) => {
             // Built, a generated ConfigMap's name ends in its content's hash.
             let by_name = |docs: &[Value]| -> BTreeMap<String, Value> {
-                docs.iter().map(|d| (unhashed(&name_of(d)), d.clone())).collect()
+                docs.iter()
+                    .map(|d| (unhashed(&name_of(d)), d.clone()))
+                    .collect()
             };
             assert_eq!(by_name(&built_operators), by_name(&operators));
             let (built, read) = (by_name(&built_pipeline), by_name(&pipeline));

@@ -59,5 +59,5 @@ fn options(load: &LoadArgs, addr: SocketAddr) -> LoadOptions {
 pub fn peak_rss_kib(pid: u32) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("no process {pid}"))?;
-    watch::status_kib(&status, "VmHWM:").context("no VmHWM line")
+    stack_kit::process::status_kib(&status, "VmHWM:").context("no VmHWM line")
 }

@@ -7,8 +7,7 @@ use std::path::Path;
 use anyhow::Context;
 
 use super::peak_rss_kib;
-use crate::chaos_run::nemesis::set_snapshot_version;
-use crate::cli::{HalfRateArgs, RssArgs, SnapshotVersionArgs};
+use crate::cli::{HalfRateArgs, RssArgs};
 use crate::stats::Figure;
 use crate::{chaos, peers, report};
 
@@ -26,10 +25,6 @@ pub fn unleash_features(answer: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("{} is not JSON", answer.display()))?;
     println!("{}", peers::unleash_features(&answer)?);
     Ok(())
-}
-
-pub fn snapshot_version(args: &SnapshotVersionArgs) -> anyhow::Result<()> {
-    set_snapshot_version(&args.snapshot, &args.version)
 }
 
 /// The figures of a file of JSON lines.
@@ -99,25 +94,5 @@ mod tests {
         std::fs::write(&keyless, r#"{"version": 1, "experiments": [], "keys": []}"#).unwrap();
         let error = first_public_key(&keyless).unwrap_err().to_string();
         assert!(error.starts_with("no public key in"), "{error}");
-    }
-
-    #[test]
-    fn a_snapshot_gets_its_new_version_and_keeps_the_rest() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("experiments.json");
-        std::fs::write(&path, r#"{"version": "1", "experiments": [{"id": "x"}]}"#).unwrap();
-        let args = SnapshotVersionArgs {
-            snapshot: path.clone(),
-            version: "chaos-2".to_owned(),
-        };
-        snapshot_version(&args).unwrap();
-        let written: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-        assert_eq!(
-            written,
-            serde_json::json!({"version": "chaos-2", "experiments": [{"id": "x"}]})
-        );
-        std::fs::write(&path, "[1]").unwrap();
-        assert!(snapshot_version(&args).is_err(), "not an object");
     }
 }

@@ -296,4 +296,23 @@ mod tests {
         assert_eq!(fewer.line().split('\t').nth(5), Some("-"));
         assert_eq!(seconds_between(1000, 63_007), "62.007");
     }
+
+    #[test]
+    fn a_snapshot_gets_its_new_version_and_keeps_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("experiments.json");
+        std::fs::write(&path, r#"{"version": "1", "experiments": [{"id": "x"}]}"#).unwrap();
+        set_snapshot_version(&path, "chaos-2").unwrap();
+        let written: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(
+            written,
+            serde_json::json!({"version": "chaos-2", "experiments": [{"id": "x"}]})
+        );
+        std::fs::write(&path, "[1]").unwrap();
+        assert!(
+            set_snapshot_version(&path, "chaos-2").is_err(),
+            "not an object"
+        );
+    }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 
-use crate::watch::status_kib;
+use stack_kit::process::status_kib;
 
 /// `rss.log`'s first line.
 pub const HEADER: &str = "# ms service pid VmRSS_KiB VmHWM_KiB";

@@ -1,4 +1,4 @@
-//! `loadgen bench-results`, the body of `scripts/bench-results` (whose --help says what it
+//! `devtool bench-results`, the body of `scripts/bench-results` (whose --help says what it
 //! times): the results views over BENCH_RESULTS_EVENTS events in a database of its own on
 //! scripts/up's ClickHouse, dropped at the end however the run ends.
 

@@ -1,4 +1,4 @@
-//! `loadgen chaos-run`, the body of `scripts/chaos`: starts the scripts/up pipeline with
+//! `devtool chaos`, the body of `scripts/chaos`: starts the scripts/up pipeline with
 //! the run's settings, runs the load (`loadgen chaos`, a child process) while the nemesis
 //! injects a round of faults after another and the sampler records memory, then makes the
 //! verdict (`chaos_verdict`) and the run's `summary.md`. Whatever it stopped is continued
@@ -24,7 +24,7 @@ use process::Pipeline;
 use settings::{Settings, Topology};
 
 #[derive(clap::Args)]
-pub struct ChaosRunArgs {
+pub struct ChaosArgs {
     /// The repository whose scripts/up pipeline to run (scripts/chaos passes its own).
     #[arg(long)]
     repo: PathBuf,
@@ -38,7 +38,7 @@ use stack_kit::log;
 /// The exit code: 0 when the run passed, 1 when it failed or could not be made, 2 on a
 /// usage error; 130 or 143 when interrupted, after letting go of what it started or
 /// stopped.
-pub async fn command(args: ChaosRunArgs) -> i32 {
+pub async fn command(args: ChaosArgs) -> i32 {
     let settings = match Settings::parse(&args.args, |name| std::env::var(name).ok()) {
         Ok(settings) => settings,
         Err(usage) => {
@@ -100,7 +100,7 @@ fn copy_tail(path: &Path, from: u64, to: &Path) -> std::io::Result<()> {
 const KEPT_LOGS: [&str; 3] = ["ingest", "consumer", "config-api"];
 
 /// The whole run; true when its verdict is PASS.
-async fn run(args: &ChaosRunArgs, settings: &Settings) -> anyhow::Result<bool> {
+async fn run(args: &ChaosArgs, settings: &Settings) -> anyhow::Result<bool> {
     let repo = args.repo.as_path();
     let topology = settings.topology;
     let chaos_dir = repo.join(".run/chaos");
@@ -169,22 +169,20 @@ async fn run(args: &ChaosRunArgs, settings: &Settings) -> anyhow::Result<bool> {
         let path = out.join(file);
         std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))
     };
-    let mut load = tokio::process::Command::new(
-        std::env::current_exe().context("cannot find loadgen's own path")?,
-    )
-    .arg("chaos")
-    .arg("--snapshot")
-    .arg(&snapshot)
-    .arg("--seconds")
-    .arg(settings.seconds.to_string())
-    .arg("--answers-log")
-    .arg(out.join("answers.log"))
-    .stdin(Stdio::null())
-    .stdout(open("load.out")?)
-    .stderr(open("load.err")?)
-    .kill_on_drop(true)
-    .spawn()
-    .context("the load does not start")?;
+    let mut load = tokio::process::Command::new(supervise::loadgen()?)
+        .arg("chaos")
+        .arg("--snapshot")
+        .arg(&snapshot)
+        .arg("--seconds")
+        .arg(settings.seconds.to_string())
+        .arg("--answers-log")
+        .arg(out.join("answers.log"))
+        .stdin(Stdio::null())
+        .stdout(open("load.out")?)
+        .stderr(open("load.err")?)
+        .kill_on_drop(true)
+        .spawn()
+        .context("the load does not start")?;
     let started = Instant::now();
 
     let mut nemesis = Nemesis::new(

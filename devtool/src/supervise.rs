@@ -1,10 +1,25 @@
-//! What the drivers of `scripts/chaos` and `scripts/bench` (`chaos_run`, `bench_run`) share
+//! What the drivers of `scripts/chaos` and `scripts/bench` (`chaos`, `bench`) share
 //! to supervise processes: signals, whether a pid still runs, free ports (stack-kit's,
 //! which starts and stops servers the way scripts/up does, so that how a server is started
 //! stays written once), and the exit code of a run.
 
 pub use stack_kit::process::{free_port_from, is_running, read_pid, signal, tcp_open};
 pub use stack_kit::up::pidfile;
+
+/// The `loadgen` binary beside this one (the scripts build both into `target/release`):
+/// the load of every run, a child process.
+pub fn loadgen() -> anyhow::Result<std::path::PathBuf> {
+    use anyhow::Context;
+    let path = std::env::current_exe()
+        .context("cannot find devtool's own path")?
+        .with_file_name("loadgen");
+    anyhow::ensure!(
+        path.exists(),
+        "{} is not built (cargo build --release --bin loadgen)",
+        path.display()
+    );
+    Ok(path)
+}
 
 /// The tansu binary: `$TANSU`, which scripts/lib.sh exports (scripts/bench and
 /// scripts/chaos source it).

@@ -1,4 +1,4 @@
-//! `loadgen bench-run`, the body of `scripts/bench` (whose --help says what it measures):
+//! `devtool bench`, the body of `scripts/bench` (whose --help says what it measures):
 //! starts the scripts/up pipeline, then each section in turn (the config-api, the ingest
 //! and the consumer against their references, each series on the broker of its own, then
 //! the whole pipeline), each figure a `loadgen` command appended to the run's
@@ -33,7 +33,7 @@ use services::Services;
 use settings::{Section, Settings};
 
 #[derive(clap::Args)]
-pub struct BenchRunArgs {
+pub struct BenchArgs {
     /// The repository whose scripts/up pipeline to measure (scripts/bench passes its own).
     #[arg(long)]
     repo: PathBuf,
@@ -41,7 +41,7 @@ pub struct BenchRunArgs {
 
 /// The exit code: 0 when every round ran, 1 when something could not run (a refused round
 /// included); 130 or 143 when interrupted, after stopping what it started.
-pub async fn command(args: BenchRunArgs) -> i32 {
+pub async fn command(args: BenchArgs) -> i32 {
     let settings = Settings::parse(|name| std::env::var(name).ok())
         .and_then(|s| s.check_peers(&settings::probe).map(|()| s));
     let settings = match settings {
@@ -117,7 +117,7 @@ async fn run(repo: &Path, settings: &Settings) -> anyhow::Result<bool> {
         watch.push(format!("{service}={pid}"));
     }
     let bench = Bench {
-        loadgen: std::env::current_exe().context("cannot find loadgen's own path")?,
+        loadgen: supervise::loadgen()?,
         figures: out.join("figures.jsonl"),
         seconds: settings.seconds,
         watch: RefCell::new(watch),

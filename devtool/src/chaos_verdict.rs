@@ -1,4 +1,4 @@
-//! The verdict of `scripts/chaos` (`loadgen chaos-verdict`): from the run's folder, the
+//! The verdict of `scripts/chaos` (`devtool chaos-verdict`): from the run's folder, the
 //! faults injected (`faults.log`), the answers other than 2xx with their times
 //! (`answers.log`) and the resident memory sampled every second (`rss.log`), it writes
 //! `verdict.md`: the faults with the answers each drew, the fault kinds against what each
@@ -354,7 +354,7 @@ fn verdict(
     Ok((out, failures.is_empty()))
 }
 
-/// `loadgen chaos-verdict`'s exit code: 1 on a failed verdict, 3 when it could not be made.
+/// `devtool chaos-verdict`'s exit code: 1 on a failed verdict, 3 when it could not be made.
 pub fn command(args: &VerdictArgs) -> i32 {
     match run(args) {
         Ok(true) => 0,

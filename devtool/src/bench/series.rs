@@ -206,7 +206,7 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::*;
-    use crate::bench_run::broker::tests::fake_broker;
+    use crate::bench::broker::tests::fake_broker;
 
     async fn guard(
         dir: &Path,
