@@ -1,10 +1,12 @@
 //! `devtool`: the developers' runs, as Vector's `vdev` is theirs. Each command is the body
 //! of a script and drives the pipeline of `scripts/up` with `loadgen`'s load (a child
 //! process): `bench` (scripts/bench), `bench-results` (scripts/bench-results), `chaos`
-//! (scripts/chaos) and `chaos-verdict` (the chaos run's verdict from its folder).
+//! (scripts/chaos) and `chaos-verdict` (the chaos run's verdict from its folder), and
+//! `report` and `latencies` print a run's tables again from its figures.
 //!
-//! [`bench`] and [`bench_results`] measure; [`chaos`] injects faults and [`chaos_verdict`]
-//! judges them; [`supervise`] is what they share to start, watch and stop processes.
+//! [`bench`] and [`bench_results`] measure and [`report`] tabulates the figures; [`chaos`]
+//! injects faults and [`chaos_verdict`] judges them; [`supervise`] is what they share to
+//! start, watch and stop processes.
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
@@ -12,6 +14,7 @@ mod bench;
 mod bench_results;
 mod chaos;
 mod chaos_verdict;
+mod report;
 mod supervise;
 
 use clap::{Parser, Subcommand};
@@ -42,6 +45,11 @@ enum Command {
     /// The verdict of scripts/chaos from its run's folder (faults.log, answers.log,
     /// rss.log), written to verdict.md: exits 1 when it fails, 3 when it cannot be made.
     ChaosVerdict(chaos_verdict::VerdictArgs),
+    /// Prints the comparison table of the figures (`loadgen`'s JSON lines) in FILE.
+    Report { file: std::path::PathBuf },
+    /// Prints the latency table of the figures in FILE: per bench and subject measured at
+    /// a rate, the medians over its rounds of the rate, p50 and p99.
+    Latencies { file: std::path::PathBuf },
 }
 
 /// Runs the command; its exit code is the process's (the only `exit` of the crate).
@@ -52,6 +60,8 @@ async fn main() {
         Command::BenchResults(args) => bench_results::command(args).await,
         Command::Chaos(args) => chaos::command(args).await,
         Command::ChaosVerdict(args) => chaos_verdict::command(&args),
+        Command::Report { file } => report::print(&file, report::render),
+        Command::Latencies { file } => report::print(&file, report::latencies),
     };
     std::process::exit(code);
 }

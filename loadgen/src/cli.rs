@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::stats::{Figure, Tally};
 use crate::watch::Watch;
 use crate::{chaos, demo, wrk};
+use loadgen::stats::{Figure, Tally};
 
 #[derive(Parser)]
 #[command(about = "Load generator and reference tools for scripts/bench")]
@@ -66,13 +66,6 @@ pub enum Command {
     /// Prints Unleash's feature document (Unleash Edge's offline bootstrap file) of a
     /// config-api answer (FILE): the same experiments, variants, weights and parts.
     UnleashFeatures { answer: PathBuf },
-    /// Prints the comparison table of the JSON lines in FILE.
-    Report { file: PathBuf },
-    /// Prints the latency table of the JSON lines in FILE: per bench and subject measured
-    /// at a rate, the medians over its rounds of the rate, p50 and p99.
-    Latencies { file: PathBuf },
-    /// Prints half the median request rate (requests/s) of one subject's rounds in FILE.
-    HalfRate(HalfRateArgs),
     /// Prints the first public key of a snapshot file.
     SnapshotKey {
         #[arg(long)]
@@ -90,18 +83,6 @@ pub enum Command {
     /// row (sampled by event id), the CPU of each process and of the machine, whether it
     /// was sustained; then the sustainable rate and what saturated first (a table).
     Pipeline(crate::pipeline::PipelineArgs),
-}
-
-#[derive(Args)]
-pub struct HalfRateArgs {
-    pub file: PathBuf,
-    #[arg(long)]
-    pub bench: String,
-    #[arg(long)]
-    pub subject: String,
-    /// The measured seconds of each round.
-    #[arg(long)]
-    pub seconds: f64,
 }
 
 #[derive(Args)]

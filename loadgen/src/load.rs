@@ -20,7 +20,7 @@ use hyper::{Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use crate::stats::Tally;
+use loadgen::stats::Tally;
 
 /// How a worker builds its requests and judges the answers.
 pub trait Workload: Send + 'static {

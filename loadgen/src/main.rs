@@ -1,10 +1,10 @@
 //! `loadgen`: the benchmark's load generator and reference tools. Every measuring command
 //! prints one JSON line (a `Figure`) on stdout and a readable summary on stderr;
-//! `loadgen report FILE` turns the collected lines into the comparison table.
+//! `devtool report FILE` turns the collected lines into the comparison table.
 //!
 //! [`cli`] is the command line; [`scenario`] runs each command, with the load
 //! ([`load`], [`traffic`]), the clients ([`kafka`], [`clickhouse`], [`wrk`]) and the
-//! measures ([`stats`], [`watch`]) it needs; [`report`] renders the figures.
+//! measures (`loadgen::stats`, [`watch`]) it needs.
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
@@ -17,9 +17,7 @@ mod kafka_engine;
 mod load;
 mod peers;
 mod pipeline;
-mod report;
 mod scenario;
-mod stats;
 mod traffic;
 mod watch;
 mod wrk;
@@ -28,7 +26,7 @@ use clap::Parser;
 
 use crate::cli::{Cli, Command};
 use crate::scenario::{clickhouse as ch, http, kafka as k, tools, wrk as w};
-use crate::stats::Figure;
+use loadgen::stats::Figure;
 
 /// What a command ends with.
 enum Outcome {
@@ -74,9 +72,6 @@ async fn run(command: Command) -> anyhow::Result<Outcome> {
         Command::CreateTopics(args) => return k::create_topics(args).await.map(done),
         Command::WrkBatches(args) => return w::batches(args).map(done),
         Command::UnleashFeatures { answer } => return tools::unleash_features(&answer).map(done),
-        Command::Report { file } => return tools::report(&file).map(done),
-        Command::Latencies { file } => return tools::latencies(&file).map(done),
-        Command::HalfRate(args) => return tools::half_rate(&args).map(done),
         Command::SnapshotKey { snapshot } => return tools::snapshot_key(&snapshot).map(done),
         // Exits 1 when the chaos run lost or duplicated an acknowledged event.
         Command::Chaos(args) => {

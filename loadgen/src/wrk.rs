@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::stats::Figure;
 use crate::traffic::Traffic;
 use crate::watch::Watch;
+use loadgen::stats::Figure;
 
 /// What one wrk run reported (with `--latency`).
 #[derive(Clone, Debug, PartialEq)]

@@ -13,6 +13,7 @@ use super::nginx::Static;
 use super::plan::{self, Tool};
 use super::series::{Round, Series};
 use super::services::{Ready, Start};
+use crate::report;
 use crate::supervise;
 
 /// The first batch of a wrk batches file: key, user agent, body.
@@ -262,29 +263,13 @@ async fn rounds(
         run.services.stop(capture.redis).await?;
     }
     // Half of the median rate of the ingest rounds, in requests per second.
-    let figures = run.bench.figures.display().to_string();
-    let seconds = s.seconds.to_string();
-    let half = run
-        .bench
-        .run(
-            &strings(&[
-                "half-rate",
-                &figures,
-                "--bench",
-                "ingest",
-                "--subject",
-                "ingest",
-                "--seconds",
-                &seconds,
-            ]),
-            Stdout::Capture,
-            Stderr::Inherit,
-        )
-        .await?;
-    if half.0 != 0 {
+    let figures = report::figures(&run.bench.figures)?;
+    let Some(half) = report::half_request_rate(&figures, "ingest", "ingest", s.seconds as f64)
+    else {
+        eprintln!("no round of ingest in ingest");
         return Ok(Round::Refused);
-    }
-    let half = half.1.trim().to_owned();
+    };
+    let half = half.to_string();
     log(&format!(
         "   ingest at half its rate: {half} requests/s, open loop"
     ));

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
+use crate::report;
 use crate::supervise;
 use broker::Refusals;
 use context::{Run, log};
@@ -289,7 +290,7 @@ async fn tables(run: &Run<'_>) -> anyhow::Result<bool> {
         Ok(())
     };
     print(&format!("\n{}; figures in {figures}\n\n", machine()))?;
-    run.tool(&["report", &figures]).await?;
+    print(&report::render(&report::figures(&run.bench.figures)?))?;
     if let Ok(guarantees) = std::fs::read_to_string(run.out.join("guarantees.txt")) {
         print(&format!("\n{guarantees}"))?;
     }
@@ -305,7 +306,7 @@ async fn tables(run: &Run<'_>) -> anyhow::Result<bool> {
         "\nLatency beside each rate (medians over the rounds kept; n/a: the tool measures no \
          request latency)\n\n",
     )?;
-    run.tool(&["latencies", &figures]).await?;
+    print(&report::latencies(&report::figures(&run.bench.figures)?))?;
     let refused = run.refusals.text();
     if refused.is_empty() {
         return Ok(true);

@@ -8,8 +8,8 @@ use std::time::Duration;
 use super::{peak_rss_kib, watched};
 use crate::cli::{DiskArgs, InsertArgs, RowsArgs, SameRowsArgs, WaitArgs};
 use crate::clickhouse::{self, ClickHouse};
-use crate::stats::Figure;
 use crate::traffic::{Sites, Traffic};
+use loadgen::stats::Figure;
 
 pub async fn insert(args: InsertArgs) -> anyhow::Result<Figure> {
     let sites = Arc::new(Sites::from_file(&args.snapshot)?);

@@ -11,8 +11,8 @@ use super::run_load;
 use crate::cli::{GetArgs, IngestArgs};
 use crate::clickhouse::{self, ClickHouse};
 use crate::load::{Get, Workload, target};
-use crate::stats::Figure;
 use crate::traffic::{Sites, Traffic, accepted_events, browser_request};
+use loadgen::stats::Figure;
 
 /// One browser after another on a connection; a 2xx counts the events it accepted.
 struct Browser {

@@ -9,8 +9,8 @@ use crate::cli::{ConsumeArgs, CreateTopicsArgs, KafkaEngineAction, ProduceArgs, 
 use crate::clickhouse::ClickHouse;
 use crate::kafka;
 use crate::kafka_engine;
-use crate::stats::Figure;
 use crate::traffic::{Sites, Traffic};
+use loadgen::stats::Figure;
 
 pub async fn produce(args: ProduceArgs) -> anyhow::Result<Figure> {
     let target = args.kafka.clone();

@@ -15,11 +15,11 @@ use anyhow::Context;
 
 use crate::cli::{Label, LoadArgs};
 use crate::load::{self, LoadOptions, Workload};
-use crate::stats::Tally;
 use crate::watch;
+use loadgen::stats::Tally;
 
 #[cfg(doc)]
-use crate::stats::Figure;
+use loadgen::stats::Figure;
 
 /// A load with the CPU of the watched processes over its measured window.
 pub async fn run_load<W: Workload>(

@@ -7,9 +7,9 @@ use std::path::Path;
 use anyhow::Context;
 
 use super::peak_rss_kib;
-use crate::cli::{HalfRateArgs, RssArgs};
-use crate::stats::Figure;
-use crate::{chaos, peers, report};
+use crate::cli::RssArgs;
+use crate::{chaos, peers};
+use loadgen::stats::Figure;
 
 pub fn rss(args: RssArgs) -> anyhow::Result<Figure> {
     Ok(Figure {
@@ -24,39 +24,6 @@ pub fn unleash_features(answer: &Path) -> anyhow::Result<()> {
     let answer: serde_json::Value = serde_json::from_slice(&bytes)
         .with_context(|| format!("{} is not JSON", answer.display()))?;
     println!("{}", peers::unleash_features(&answer)?);
-    Ok(())
-}
-
-/// The figures of a file of JSON lines.
-fn figures(file: &Path) -> anyhow::Result<Vec<Figure>> {
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(serde_json::from_str)
-        .collect::<Result<Vec<Figure>, _>>()
-        .with_context(|| format!("{} is not a file of figures", file.display()))
-}
-
-pub fn report(file: &Path) -> anyhow::Result<()> {
-    print!("{}", report::render(&figures(file)?));
-    Ok(())
-}
-
-pub fn latencies(file: &Path) -> anyhow::Result<()> {
-    print!("{}", report::latencies(&figures(file)?));
-    Ok(())
-}
-
-pub fn half_rate(args: &HalfRateArgs) -> anyhow::Result<()> {
-    let rate = report::half_request_rate(
-        &figures(&args.file)?,
-        &args.bench,
-        &args.subject,
-        args.seconds,
-    )
-    .with_context(|| format!("no round of {} in {}", args.subject, args.bench))?;
-    println!("{rate}");
     Ok(())
 }
 

@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use crate::cli::{WrkArgs, WrkBatchesArgs};
 use crate::clickhouse::check_run_id;
-use crate::stats::Figure;
 use crate::traffic::{Sites, Traffic};
 use crate::wrk;
+use loadgen::stats::Figure;
 
 pub fn measure(args: WrkArgs) -> anyhow::Result<Figure> {
     if args.warmup > 0.0 {

@@ -4,7 +4,19 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::stats::Figure;
+use anyhow::Context;
+use loadgen::stats::Figure;
+
+/// The figures of a file of JSON lines.
+pub fn figures(file: &std::path::Path) -> anyhow::Result<Vec<Figure>> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(serde_json::from_str)
+        .collect::<Result<Vec<Figure>, _>>()
+        .with_context(|| format!("{} is not a file of figures", file.display()))
+}
 
 /// One line of the table: our subject and its reference in one bench, the target ratio
 /// of their rates, and the watched processes whose CPU each one's work costs (a name
@@ -168,6 +180,21 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 
 fn show(value: Option<f64>, decimals: usize) -> String {
     value.map_or("-".to_owned(), |v| format!("{v:.decimals$}"))
+}
+
+/// `devtool report|latencies FILE`: a table of the figures in FILE on stdout; exit code 1
+/// (the reason on stderr) when FILE cannot be read as figures.
+pub fn print(file: &std::path::Path, table: fn(&[Figure]) -> String) -> i32 {
+    match figures(file) {
+        Ok(figures) => {
+            print!("{}", table(&figures));
+            0
+        }
+        Err(e) => {
+            eprintln!("{e:#}");
+            1
+        }
+    }
 }
 
 /// The Markdown table of every comparison, then the figures that stand alone.
