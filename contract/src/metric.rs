@@ -2,11 +2,22 @@
 //! reads and how it makes one number per visitor of them, and the metrics each experiment
 //! is judged by. Only validated definitions exist. Read by the consumer, which writes them
 //! for the results views; never served to browsers.
+//!
+//! - `events`: the events part of a definition, [`Events`] with its [`Aggregate`] and
+//!   [`Field`], and the rules of its aggregate and field;
+//! - `fields`: the reader of a definition's JSON objects, each problem with its place.
+
+mod events;
+mod fields;
 
 use std::collections::HashSet;
 use std::sync::LazyLock;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+pub use events::{Aggregate, Events, Field};
+use events::{check_aggregate, events};
+use fields::Fields;
 
 /// The id of the built-in default goal: today's conversion rate (an event named
 /// `conversion`, or any event with `conversion: true`). Reserved: no metric may take it.
@@ -35,85 +46,6 @@ impl MetricKind {
             Self::Ratio => "ratio",
         }
     }
-}
-
-/// How a visitor's matching events make one number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Aggregate {
-    Count,
-    Sum,
-    Max,
-    Mean,
-    /// Distinct sessions of the visitor's matching events (a ratio's only).
-    Sessions,
-}
-
-impl Aggregate {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Count => "count",
-            Self::Sum => "sum",
-            Self::Max => "max",
-            Self::Mean => "mean",
-            Self::Sessions => "sessions",
-        }
-    }
-
-    /// Whether it reads a field's values (rather than counting events or sessions).
-    pub fn needs_field(self) -> bool {
-        matches!(self, Self::Sum | Self::Max | Self::Mean)
-    }
-
-    fn parse(name: &str) -> Option<Self> {
-        [
-            Self::Count,
-            Self::Sum,
-            Self::Max,
-            Self::Mean,
-            Self::Sessions,
-        ]
-        .into_iter()
-        .find(|a| a.as_str() == name)
-    }
-}
-
-/// A numeric field of the event contract.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Field {
-    TimeOnPage,
-    ScrollDepth,
-    LoadTime,
-}
-
-impl Field {
-    /// The name in the event contract (and the snapshot).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::TimeOnPage => "timeOnPage",
-            Self::ScrollDepth => "scrollDepth",
-            Self::LoadTime => "loadTime",
-        }
-    }
-
-    fn parse(name: &str) -> Option<Self> {
-        [Self::TimeOnPage, Self::ScrollDepth, Self::LoadTime]
-            .into_iter()
-            .find(|f| f.as_str() == name)
-    }
-}
-
-/// Which events count and how they make one number per visitor.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Events {
-    /// `None`: any event name.
-    pub event_name: Option<String>,
-    /// `None`: any click target.
-    pub click_target: Option<String>,
-    /// Only conversions (an event named `conversion` or one with `conversion: true`).
-    pub conversion: bool,
-    pub field: Option<Field>,
-    /// `None`: a proportion's (whether any event matched).
-    pub aggregate: Option<Aggregate>,
 }
 
 /// The bound each visitor's value is capped at.
@@ -199,162 +131,6 @@ fn is_metric_id(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
-}
-
-/// Reads the fields of one JSON object, each problem reported with `place`. A field given
-/// as `null` is taken as absent, as for the rest of the snapshot; unknown fields are
-/// ignored, as for experiments.
-struct Fields<'a> {
-    place: String,
-    /// How the object's fields are named in a problem: `numerator.` for a ratio's.
-    prefix: &'static str,
-    map: &'a Map<String, Value>,
-}
-
-impl<'a> Fields<'a> {
-    fn get(&self, name: &str) -> Option<&'a Value> {
-        self.map.get(name).filter(|v| !v.is_null())
-    }
-
-    fn has(&self, name: &str) -> bool {
-        self.get(name).is_some()
-    }
-
-    fn string(&self, name: &str, problems: &mut Vec<String>) -> Option<&'a str> {
-        match self.get(name)? {
-            Value::String(s) if !s.is_empty() => Some(s),
-            other => {
-                problems.push(format!(
-                    "{}: {}{name} must be a non-empty string, not {other}",
-                    self.place, self.prefix
-                ));
-                None
-            }
-        }
-    }
-
-    fn boolean(&self, name: &str, problems: &mut Vec<String>) -> bool {
-        match self.get(name) {
-            None => false,
-            Some(Value::Bool(b)) => *b,
-            Some(other) => {
-                problems.push(format!(
-                    "{}: {}{name} must be true or false, not {other}",
-                    self.place, self.prefix
-                ));
-                false
-            }
-        }
-    }
-
-    /// A number within `ok`, described by `range` in the problem.
-    fn number(
-        &self,
-        name: &str,
-        ok: impl Fn(f64) -> bool,
-        range: &str,
-        problems: &mut Vec<String>,
-    ) -> Option<f64> {
-        let value = self.get(name)?;
-        let number = value.as_f64().filter(|x| x.is_finite() && ok(*x));
-        if number.is_none() {
-            problems.push(format!(
-                "{}: {}{name} must be a number {range}, not {value}",
-                self.place, self.prefix
-            ));
-        }
-        number
-    }
-
-    fn refuse(&self, name: &str, why: &str, problems: &mut Vec<String>) {
-        if self.has(name) {
-            problems.push(format!("{}: {}{name} {why}", self.place, self.prefix));
-        }
-    }
-}
-
-/// The events part of a definition: the metric itself or a ratio's numerator or
-/// denominator.
-fn events(fields: &Fields<'_>, problems: &mut Vec<String>) -> Events {
-    let (place, prefix) = (&fields.place, fields.prefix);
-    let event_name = fields.string("eventName", problems);
-    let click_target = fields.string("clickTarget", problems);
-    let conversion = fields.boolean("conversion", problems);
-    let field = fields
-        .string("field", problems)
-        .and_then(|name| match Field::parse(name) {
-            Some(field) => Some(field),
-            None => {
-                problems.push(format!(
-                    "{place}: {prefix}field must be timeOnPage, scrollDepth or loadTime, \
-                     not {name:?}"
-                ));
-                None
-            }
-        });
-    let aggregate =
-        fields
-            .string("aggregate", problems)
-            .and_then(|name| match Aggregate::parse(name) {
-                Some(aggregate) => Some(aggregate),
-                None => {
-                    problems.push(format!(
-                        "{place}: {prefix}aggregate must be count, sum, max, mean or sessions, \
-                     not {name:?}"
-                    ));
-                    None
-                }
-            });
-    Events {
-        event_name: event_name.map(str::to_owned),
-        click_target: click_target.map(str::to_owned),
-        conversion,
-        field,
-        aggregate,
-    }
-}
-
-/// The rules of an aggregate and its field: one of `allowed` is required; `count` and
-/// `sessions` take no field, the others need one.
-fn check_aggregate(
-    fields: &Fields<'_>,
-    events: &Events,
-    allowed: &[Aggregate],
-    problems: &mut Vec<String>,
-) {
-    let (place, prefix) = (&fields.place, fields.prefix);
-    let names = allowed
-        .iter()
-        .map(|a| a.as_str())
-        .collect::<Vec<_>>()
-        .join(", ");
-    if !fields.has("aggregate") {
-        problems.push(format!("{place}: {prefix}aggregate is required ({names})"));
-        return;
-    }
-    let Some(aggregate) = events.aggregate else {
-        return;
-    };
-    if !allowed.contains(&aggregate) {
-        problems.push(format!(
-            "{place}: {prefix}aggregate {} is not allowed here ({names})",
-            aggregate.as_str()
-        ));
-    } else if aggregate.needs_field() {
-        if !fields.has("field") {
-            problems.push(format!(
-                "{place}: {prefix}field is required with aggregate {} (timeOnPage, \
-                 scrollDepth or loadTime)",
-                aggregate.as_str()
-            ));
-        }
-    } else {
-        fields.refuse(
-            "field",
-            &format!("is not allowed with aggregate {}", aggregate.as_str()),
-            problems,
-        );
-    }
 }
 
 /// One metric of the top-level list, or `None` (its problems reported).

@@ -443,7 +443,6 @@ fn comparison(row: &ResultsRow, variant: Arm, control: Arm, minimums: Minimums) 
     }
 }
 
-/// The reports as a terminal table.
 /// A UTC time, `YYYY-MM-DD HH:MM`.
 pub(crate) fn utc(seconds: u32) -> String {
     let days = i64::from(seconds / 86_400);
@@ -461,19 +460,29 @@ pub(crate) fn utc(seconds: u32) -> String {
     format!("{year:04}-{month:02}-{d:02} {h:02}:{m:02}")
 }
 
+/// A share in percent (or a difference in percentage points), signed: `+1.25`.
+fn pct(x: f64) -> String {
+    format!("{:+.2}", x * 100.0)
+}
+
+/// A value and its interval in percent: `+1.25 [-0.50, +3.00]`.
+fn interval(value: f64, low: f64, high: f64) -> String {
+    format!("{} [{}, {}]", pct(value), pct(low), pct(high))
+}
+
+/// A p-value: four decimals, or scientific notation below 0.0001.
+fn p(p: f64) -> String {
+    if p < 1e-4 {
+        format!("{p:.1e}")
+    } else {
+        format!("{p:.4}")
+    }
+}
+
+/// The reports as a terminal table.
 pub fn render(reports: &[Report], settings: Settings) -> String {
     use std::fmt::Write;
     let mut out = String::new();
-    let pct = |x: f64| format!("{:+.2}", x * 100.0);
-    let interval =
-        |value: f64, low: f64, high: f64| format!("{} [{}, {}]", pct(value), pct(low), pct(high));
-    let p = |p: f64| {
-        if p < 1e-4 {
-            format!("{p:.1e}")
-        } else {
-            format!("{p:.4}")
-        }
-    };
     for report in reports {
         let _ = writeln!(
             out,
@@ -521,72 +530,7 @@ pub fn render(reports: &[Report], settings: Settings) -> String {
         );
         let mut notes = Vec::new();
         for v in &report.variants {
-            let name = label(v);
-            let dash = || String::from("-");
-            let mut cell = |what: &str, reason: Option<&str>| {
-                if let Some(reason) = reason {
-                    notes.push(format!("  {}, {what}: {reason}", v.variant_id));
-                }
-                String::from("n/a")
-            };
-            let (diff, p_raw, p_adj, lift, lift_p, always) = match &v.comparison {
-                None => (dash(), dash(), dash(), dash(), dash(), dash()),
-                Some(c) if !c.enough_data => (
-                    match c.diff.reason() {
-                        Some(r) if r.starts_with("not enough data") => r[..15].to_owned(),
-                        reason => cell("comparison", reason),
-                    },
-                    dash(),
-                    dash(),
-                    dash(),
-                    dash(),
-                    dash(),
-                ),
-                Some(c) => (
-                    c.diff.value().map_or_else(
-                        || cell("diff", c.diff.reason()),
-                        |e| interval(e.value, e.low, e.high),
-                    ),
-                    c.p_value
-                        .value()
-                        .map_or_else(|| cell("p", c.p_value.reason()), |x| p(*x)),
-                    c.p_adjusted.value().map_or_else(dash, |x| p(*x)),
-                    c.lift.value().map_or_else(
-                        || cell("lift", c.lift.reason()),
-                        |l| interval(l.value, l.low, l.high),
-                    ),
-                    c.lift.value().map_or_else(dash, |l| p(l.p_value)),
-                    c.always_valid.value().map_or_else(
-                        || cell("always-valid", c.always_valid.reason()),
-                        |a| {
-                            format!(
-                                "{} [{}, {}]",
-                                p(a.p_value),
-                                pct(a.lift_low),
-                                pct(a.lift_high)
-                            )
-                        },
-                    ),
-                ),
-            };
-            let time = v
-                .time_on_page
-                .as_ref()
-                .map_or("-".into(), |t| match &t.test {
-                    None => format!("{:.1}", t.mean),
-                    Some(Shown::Value(w)) => format!("{:.1} (p = {})", t.mean, p(w.p_value)),
-                    Some(Shown::Missing(reason)) => {
-                        notes.push(format!("  {}, time on page: {reason}", v.variant_id));
-                        format!("{:.1} (n/a)", t.mean)
-                    }
-                });
-            let _ = writeln!(
-                out,
-                "{name:<width$} {:>9} {:>9} {:>7.2}%  {lift:<28} {lift_p:>8}  {diff:<26} {p_raw:>8} {p_adj:>8}  {always:<32} {time}",
-                v.exposed,
-                v.converted,
-                v.conversion_rate * 100.0
-            );
+            variant_row(&mut out, v, &label(v), width, &mut notes);
         }
         for note in notes {
             let _ = writeln!(out, "{note}");
@@ -611,6 +555,83 @@ pub fn render(reports: &[Report], settings: Settings) -> String {
         settings.correction, m.visitors, m.conversions, m.conversions
     );
     out
+}
+
+/// Writes one variant's line of the table, `name` padded to `width`; the reason of each
+/// n/a cell goes to `notes`.
+fn variant_row(
+    out: &mut String,
+    v: &VariantReport,
+    name: &str,
+    width: usize,
+    notes: &mut Vec<String>,
+) {
+    use std::fmt::Write;
+    let dash = || String::from("-");
+    let mut cell = |what: &str, reason: Option<&str>| {
+        if let Some(reason) = reason {
+            notes.push(format!("  {}, {what}: {reason}", v.variant_id));
+        }
+        String::from("n/a")
+    };
+    let (diff, p_raw, p_adj, lift, lift_p, always) = match &v.comparison {
+        None => (dash(), dash(), dash(), dash(), dash(), dash()),
+        Some(c) if !c.enough_data => (
+            match c.diff.reason() {
+                Some(r) if r.starts_with("not enough data") => r[..15].to_owned(),
+                reason => cell("comparison", reason),
+            },
+            dash(),
+            dash(),
+            dash(),
+            dash(),
+            dash(),
+        ),
+        Some(c) => (
+            c.diff.value().map_or_else(
+                || cell("diff", c.diff.reason()),
+                |e| interval(e.value, e.low, e.high),
+            ),
+            c.p_value
+                .value()
+                .map_or_else(|| cell("p", c.p_value.reason()), |x| p(*x)),
+            c.p_adjusted.value().map_or_else(dash, |x| p(*x)),
+            c.lift.value().map_or_else(
+                || cell("lift", c.lift.reason()),
+                |l| interval(l.value, l.low, l.high),
+            ),
+            c.lift.value().map_or_else(dash, |l| p(l.p_value)),
+            c.always_valid.value().map_or_else(
+                || cell("always-valid", c.always_valid.reason()),
+                |a| {
+                    format!(
+                        "{} [{}, {}]",
+                        p(a.p_value),
+                        pct(a.lift_low),
+                        pct(a.lift_high)
+                    )
+                },
+            ),
+        ),
+    };
+    let time = v
+        .time_on_page
+        .as_ref()
+        .map_or("-".into(), |t| match &t.test {
+            None => format!("{:.1}", t.mean),
+            Some(Shown::Value(w)) => format!("{:.1} (p = {})", t.mean, p(w.p_value)),
+            Some(Shown::Missing(reason)) => {
+                notes.push(format!("  {}, time on page: {reason}", v.variant_id));
+                format!("{:.1} (n/a)", t.mean)
+            }
+        });
+    let _ = writeln!(
+        out,
+        "{name:<width$} {:>9} {:>9} {:>7.2}%  {lift:<28} {lift_p:>8}  {diff:<26} {p_raw:>8} {p_adj:>8}  {always:<32} {time}",
+        v.exposed,
+        v.converted,
+        v.conversion_rate * 100.0
+    );
 }
 
 /// How `config` asks the command to compute.
