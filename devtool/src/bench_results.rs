@@ -21,45 +21,41 @@ pub struct BenchResultsArgs {
     /// The repository whose scripts/up pipeline and consumer to use.
     #[arg(long)]
     repo: PathBuf,
+    #[command(flatten)]
+    settings: Settings,
 }
 
-/// What the environment sets.
-#[derive(Debug, PartialEq, Eq)]
+/// What the run is told, by argument or by variable (`devtool bench-results --help`).
+#[derive(clap::Args, Debug, PartialEq, Eq)]
 struct Settings {
+    /// Events to fill, five per visitor: a multiple of 5.
+    #[arg(long, env = "BENCH_RESULTS_EVENTS", default_value_t = 10_000_000,
+          value_parser = multiple_of_five)]
     events: u64,
+    /// scripts/up's ClickHouse.
+    #[arg(
+        long = "clickhouse-url",
+        env = "CLICKHOUSE_URL",
+        default_value = "http://127.0.0.1:8123"
+    )]
     url: String,
 }
 
-impl Settings {
-    fn parse(var: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
-        let events = match var("BENCH_RESULTS_EVENTS") {
-            None => 10_000_000,
-            Some(text) => text
-                .parse::<u64>()
-                .ok()
-                .filter(|n| *n > 0 && n % 5 == 0)
-                .with_context(|| {
-                    format!("BENCH_RESULTS_EVENTS must be a multiple of 5, not {text}")
-                })?,
-        };
-        let url = var("CLICKHOUSE_URL").unwrap_or_else(|| "http://127.0.0.1:8123".to_owned());
-        Ok(Self { events, url })
-    }
+/// A positive multiple of 5, or the refusal that says so.
+fn multiple_of_five(text: &str) -> Result<u64, String> {
+    text.parse::<u64>()
+        .ok()
+        .filter(|n| *n > 0 && n % 5 == 0)
+        .ok_or_else(|| format!("must be a multiple of 5, not {text}"))
 }
 
 /// The exit code: 0 when every step ran, 1 when one failed; 130 or 143 when interrupted.
 /// The database is dropped in every case.
 pub async fn command(args: BenchResultsArgs) -> i32 {
-    let settings = match Settings::parse(|name| std::env::var(name).ok()) {
-        Ok(settings) => settings,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            return 1;
-        }
-    };
+    let settings = &args.settings;
     let client = ClickHouse::new(&settings.url);
     let code =
-        supervise::exit_code(async { run(&args.repo, &settings, &client).await.map(|()| true) })
+        supervise::exit_code(async { run(&args.repo, settings, &client).await.map(|()| true) })
             .await;
     let _ = client
         .statement("", &format!("DROP DATABASE IF EXISTS {DATABASE}"))
@@ -364,27 +360,32 @@ mod tests {
 
     #[test]
     fn the_event_count_is_a_multiple_of_5() {
-        let parse = |events: Option<&str>| {
-            Settings::parse(|name| match name {
-                "BENCH_RESULTS_EVENTS" => events.map(str::to_owned),
-                _ => None,
-            })
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            settings: Settings,
+        }
+        let parse = |args: &[&str]| {
+            <Cli as clap::Parser>::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
+                .map(|cli| cli.settings)
         };
-        assert_eq!(
-            parse(None).unwrap(),
-            Settings {
-                events: 10_000_000,
-                url: "http://127.0.0.1:8123".to_owned()
-            }
-        );
-        assert_eq!(parse(Some("2000000")).unwrap().events, 2_000_000);
+        let defaults = parse(&[]).unwrap();
+        assert_eq!(defaults.events, 10_000_000);
+        assert_eq!(parse(&["--events=2000000"]).unwrap().events, 2_000_000);
         for refused in ["7", "0", "-5", "ten", ""] {
-            let error = parse(Some(refused)).unwrap_err().to_string();
-            assert_eq!(
-                error,
-                format!("BENCH_RESULTS_EVENTS must be a multiple of 5, not {refused}")
+            let flag = format!("--events={refused}");
+            let error = parse(&[&flag]).unwrap_err().to_string();
+            assert!(
+                error.contains(&format!("must be a multiple of 5, not {refused}")),
+                "{error}"
             );
         }
+        let command = <Cli as clap::CommandFactory>::command();
+        let events = command
+            .get_arguments()
+            .find(|a| a.get_id() == "events")
+            .unwrap();
+        assert_eq!(events.get_env().unwrap(), "BENCH_RESULTS_EVENTS");
     }
 
     #[test]

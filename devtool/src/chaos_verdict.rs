@@ -139,6 +139,28 @@ fn verdict(
 ) -> anyhow::Result<(String, bool)> {
     let grace_ms = args.delivery_ms as i64 + 2000;
     let mut faults = faults(faults_log)?;
+    let outside = count_answers(&mut faults, answers_log, grace_ms)?;
+    let mut report = Report::default();
+    if args.load_status != 0 {
+        report.failures.push(
+            "events lost or duplicated, or given up or refused by the clients (see above)"
+                .to_owned(),
+        );
+    }
+    report.faults_table(&faults, &outside, grace_ms)?;
+    report.fault_kinds(args, &faults)?;
+    let processes = processes(rss_log)?;
+    report.memory(args, &processes)?;
+    report.conclusion()
+}
+
+/// Counts each answer of `answers.log` against the fault that owns it (the last begun
+/// before it, up to `grace_ms` after its end); returns the answers no fault owns.
+fn count_answers(
+    faults: &mut [Fault],
+    answers_log: &str,
+    grace_ms: i64,
+) -> anyhow::Result<BTreeMap<String, u64>> {
     let mut outside = BTreeMap::new();
     for line in data_lines(answers_log) {
         let (at, answer) = line
@@ -156,80 +178,158 @@ fn verdict(
             .entry(answer.to_owned())
             .or_insert(0) += 1;
     }
+    Ok(outside)
+}
 
-    let mut failures = Vec::new();
-    if args.load_status != 0 {
-        failures.push(
-            "events lost or duplicated, or given up or refused by the clients (see above)"
-                .to_owned(),
-        );
-    }
-    let mut out = String::new();
-    let grace = grace_ms as f64 / 1000.0;
-    writeln!(out, "## Faults\n")?;
-    writeln!(
-        out,
-        "Answers other than 2xx are counted against the last fault begun before them, up to \
-         {grace} s after it ended; insert retries are the consumer's \
-         `consumer_insert_retries_total` over the fault (`-` across its restart).\n"
-    )?;
-    writeln!(
-        out,
-        "| # | fault | target | started (UTC) | lasted (s) | answers other than 2xx | insert retries |"
-    )?;
-    writeln!(out, "|---|---|---|---|---|---|---|")?;
-    let retries = |r: Option<u64>| r.map_or("-".to_owned(), |r| r.to_string());
-    for (i, f) in faults.iter().enumerate() {
-        writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            i + 1,
-            f.name,
-            f.target,
-            f.started,
-            f.seconds,
-            listed(&f.answers),
-            retries(f.retries)
-        )?;
-    }
-    writeln!(out, "| | (no fault) | | | | {} | |\n", listed(&outside))?;
+/// Insert retries as the tables show them: `-` when unknown.
+fn retries_cell(retries: Option<u64>) -> String {
+    retries.map_or("-".to_owned(), |r| r.to_string())
+}
 
-    writeln!(
-        out,
-        "| fault kind | injected | 503 answers | insert retries | required |"
-    )?;
-    writeln!(out, "|---|---|---|---|---|")?;
-    let (pause, delivery_ms, insert_ms) = (args.pause, args.delivery_ms, args.insert_ms);
-    let mut clickhouse_retries = 0;
-    for kind in args.faults.split_whitespace() {
+/// The faults of one kind, as the fault kinds' table counts them.
+struct Tally {
+    /// How many were injected.
+    injected: usize,
+    /// The 503 answers they drew.
+    n503: u64,
+    /// Their insert retries, summed over those whose count is known; none when none is.
+    retries: Option<u64>,
+}
+
+impl Tally {
+    /// The tally of the faults of `kind`.
+    fn of(faults: &[Fault], kind: &str) -> Self {
         let of_kind: Vec<&Fault> = faults.iter().filter(|f| f.name == kind).collect();
         let n503: u64 = of_kind
             .iter()
             .map(|f| f.answers.get("503").copied().unwrap_or(0))
             .sum();
         let known: Vec<u64> = of_kind.iter().filter_map(|f| f.retries).collect();
-        let total = (!known.is_empty()).then(|| known.iter().sum::<u64>());
-        if of_kind.is_empty() {
-            failures.push(format!(
-                "{kind} was never injected (SECONDS too short for this machine?)"
+        let retries = (!known.is_empty()).then(|| known.iter().sum::<u64>());
+        Self {
+            injected: of_kind.len(),
+            n503,
+            retries,
+        }
+    }
+}
+
+/// `verdict.md` as it is written, with the reasons to fail found so far.
+#[derive(Default)]
+struct Report {
+    /// The text so far.
+    out: String,
+    /// Every reason the run fails, in the order found.
+    failures: Vec<String>,
+}
+
+impl Report {
+    /// Writes the faults' table: each fault with the answers it drew and its insert
+    /// retries, then the answers no fault owns.
+    fn faults_table(
+        &mut self,
+        faults: &[Fault],
+        outside: &BTreeMap<String, u64>,
+        grace_ms: i64,
+    ) -> anyhow::Result<()> {
+        let out = &mut self.out;
+        let grace = grace_ms as f64 / 1000.0;
+        writeln!(out, "## Faults\n")?;
+        writeln!(
+            out,
+            "Answers other than 2xx are counted against the last fault begun before them, up to \
+             {grace} s after it ended; insert retries are the consumer's \
+             `consumer_insert_retries_total` over the fault (`-` across its restart).\n"
+        )?;
+        writeln!(
+            out,
+            "| # | fault | target | started (UTC) | lasted (s) | answers other than 2xx | insert retries |"
+        )?;
+        writeln!(out, "|---|---|---|---|---|---|---|")?;
+        for (i, f) in faults.iter().enumerate() {
+            writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                i + 1,
+                f.name,
+                f.target,
+                f.started,
+                f.seconds,
+                listed(&f.answers),
+                retries_cell(f.retries)
+            )?;
+        }
+        writeln!(out, "| | (no fault) | | | | {} | |\n", listed(outside))?;
+        Ok(())
+    }
+
+    /// Writes the fault kinds' table, each kind against what it must show, and records
+    /// every kind that did not show it, the ClickHouse faults' retries and snapshot misses.
+    fn fault_kinds(&mut self, args: &VerdictArgs, faults: &[Fault]) -> anyhow::Result<()> {
+        writeln!(
+            self.out,
+            "| fault kind | injected | 503 answers | insert retries | required |"
+        )?;
+        writeln!(self.out, "|---|---|---|---|---|")?;
+        let mut clickhouse_retries = 0;
+        for kind in args.faults.split_whitespace() {
+            let tally = Tally::of(faults, kind);
+            if tally.injected == 0 {
+                self.failures.push(format!(
+                    "{kind} was never injected (SECONDS too short for this machine?)"
+                ));
+            }
+            let required = self.required(args, kind, &tally, &mut clickhouse_retries);
+            writeln!(
+                self.out,
+                "| {kind} | {} | {} | {} | {required} |",
+                tally.injected,
+                tally.n503,
+                retries_cell(tally.retries)
+            )?;
+        }
+        if clickhouse_retries == 0 {
+            let (pause, insert_ms) = (args.pause, args.insert_ms);
+            self.failures.push(format!(
+                "the ClickHouse faults drew no insert retry (a {pause} s hang outlasts the \
+                 {insert_ms} ms insert timeout)"
             ));
         }
-        let required = match kind {
+        if args.snapshot_misses > 0 {
+            self.failures
+                .push("a snapshot change did not reach every service (faults.log)".to_owned());
+        }
+        writeln!(self.out)?;
+        Ok(())
+    }
+
+    /// What a fault kind must show, recording a failure when it did not; adds the
+    /// ClickHouse faults' retries to `clickhouse_retries`, judged together.
+    fn required(
+        &mut self,
+        args: &VerdictArgs,
+        kind: &str,
+        tally: &Tally,
+        clickhouse_retries: &mut u64,
+    ) -> String {
+        let (pause, delivery_ms) = (args.pause, args.delivery_ms);
+        match kind {
             "broker-pause" => {
-                if !of_kind.is_empty() && n503 == 0 {
-                    failures.push("no broker pause drew a 503".to_owned());
+                if tally.injected > 0 && tally.n503 == 0 {
+                    self.failures.push("no broker pause drew a 503".to_owned());
                 }
                 format!(
                     "injected; a 503 (the {pause} s pause outlasts the {delivery_ms} ms delivery timeout)"
                 )
             }
             "clickhouse-hang" | "clickhouse-restart" => {
-                clickhouse_retries += total.unwrap_or(0);
+                *clickhouse_retries += tally.retries.unwrap_or(0);
                 "injected; an insert retry by the ClickHouse faults together".to_owned()
             }
             "zookeeper-pause" => {
-                if !of_kind.is_empty() && total.unwrap_or(0) == 0 {
-                    failures.push("no ZooKeeper pause drew an insert retry".to_owned());
+                if tally.injected > 0 && tally.retries.unwrap_or(0) == 0 {
+                    self.failures
+                        .push("no ZooKeeper pause drew an insert retry".to_owned());
                 }
                 "injected; an insert retry (replicated inserts wait for ZooKeeper)".to_owned()
             }
@@ -237,26 +337,100 @@ fn verdict(
                 "injected; taken by the ingest, the config-api and the consumer".to_owned()
             }
             _ => "injected".to_owned(),
-        };
-        writeln!(
-            out,
-            "| {kind} | {} | {n503} | {} | {required} |",
-            of_kind.len(),
-            retries(total)
-        )?;
+        }
     }
-    if clickhouse_retries == 0 {
-        failures.push(format!(
-            "the ClickHouse faults drew no insert retry (a {pause} s hang outlasts the \
-             {insert_ms} ms insert timeout)"
-        ));
-    }
-    if args.snapshot_misses > 0 {
-        failures.push("a snapshot change did not reach every service (faults.log)".to_owned());
-    }
-    writeln!(out)?;
 
-    // Memory: each process against itself (a restarted service's new process starts afresh).
+    /// Writes the memory table, each service against its bound in `--bounds`, recording
+    /// every service without samples or over its bound.
+    fn memory(&mut self, args: &VerdictArgs, processes: &[Process]) -> anyhow::Result<()> {
+        writeln!(self.out, "## Memory\n")?;
+        writeln!(
+            self.out,
+            "Resident memory (KiB) sampled every second: a process's growth is its last sample less \
+             its sample {WARM_UP_SAMPLES} s after its first (its warm-up); a service's is the \
+             largest of its processes'.\n"
+        )?;
+        writeln!(
+            self.out,
+            "| service | processes | after warm-up | last sample | largest growth | peak (VmHWM) | bound on growth | within |"
+        )?;
+        writeln!(self.out, "|---|---|---|---|---|---|---|---|")?;
+        for bound in args.bounds.split_whitespace() {
+            let (service, mib) = bound
+                .split_once('=')
+                .with_context(|| format!("--bounds: {bound:?} is not name=MiB"))?;
+            let mib: u64 = mib
+                .parse()
+                .with_context(|| format!("--bounds: {bound:?}"))?;
+            self.service_memory(service, mib, processes)?;
+        }
+        Ok(())
+    }
+
+    /// Writes a service's row of the memory table: its processes' growth against its
+    /// bound of `mib` MiB, recording a failure when it has no samples or grew over it.
+    fn service_memory(
+        &mut self,
+        service: &str,
+        mib: u64,
+        processes: &[Process],
+    ) -> anyhow::Result<()> {
+        let of: Vec<&Process> = processes.iter().filter(|p| p.service == service).collect();
+        let (Some(first), Some(last)) = (of.first(), of.last()) else {
+            writeln!(
+                self.out,
+                "| {service} | 0 | - | - | - | - | {mib} MiB | no samples |"
+            )?;
+            self.failures.push(format!("{service}: no memory samples"));
+            return Ok(());
+        };
+        let growth = of
+            .iter()
+            .map(|p| p.last as i64 - p.baseline as i64)
+            .max()
+            .unwrap_or(0);
+        let within = growth <= (mib * 1024) as i64;
+        if !within {
+            self.failures.push(format!(
+                "{service}: resident memory grew {growth} KiB, over its bound of {mib} MiB"
+            ));
+        }
+        writeln!(
+            self.out,
+            "| {service} | {} | {} | {} | {growth} | {} | {mib} MiB | {} |",
+            of.len(),
+            first.baseline,
+            last.last,
+            of.iter().map(|p| p.peak).max().unwrap_or(0),
+            if within { "yes" } else { "**no**" }
+        )?;
+        Ok(())
+    }
+
+    /// Writes the verdict, PASS or FAIL with every reason; the whole text and whether the
+    /// run passed.
+    fn conclusion(mut self) -> anyhow::Result<(String, bool)> {
+        writeln!(self.out, "\n## Verdict\n")?;
+        if self.failures.is_empty() {
+            writeln!(
+                self.out,
+                "**PASS**: no acknowledged event lost or duplicated, every fault kind injected \
+                 and seen to bite, memory within bounds."
+            )?;
+        } else {
+            writeln!(self.out, "**FAIL**\n")?;
+            for f in &self.failures {
+                writeln!(self.out, "- {f}")?;
+            }
+        }
+        let passed = self.failures.is_empty();
+        Ok((self.out, passed))
+    }
+}
+
+/// Each process's memory samples from `rss.log`, in the order first sampled; each
+/// process is measured against itself (a restarted service's new process starts afresh).
+fn processes(rss_log: &str) -> anyhow::Result<Vec<Process>> {
     let mut processes: Vec<((String, String), Process)> = Vec::new();
     for line in data_lines(rss_log) {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -285,73 +459,7 @@ fn verdict(
             )),
         }
     }
-    writeln!(out, "## Memory\n")?;
-    writeln!(
-        out,
-        "Resident memory (KiB) sampled every second: a process's growth is its last sample less \
-         its sample {WARM_UP_SAMPLES} s after its first (its warm-up); a service's is the \
-         largest of its processes'.\n"
-    )?;
-    writeln!(
-        out,
-        "| service | processes | after warm-up | last sample | largest growth | peak (VmHWM) | bound on growth | within |"
-    )?;
-    writeln!(out, "|---|---|---|---|---|---|---|---|")?;
-    for bound in args.bounds.split_whitespace() {
-        let (service, mib) = bound
-            .split_once('=')
-            .with_context(|| format!("--bounds: {bound:?} is not name=MiB"))?;
-        let mib: u64 = mib
-            .parse()
-            .with_context(|| format!("--bounds: {bound:?}"))?;
-        let of: Vec<&Process> = processes
-            .iter()
-            .map(|(_, p)| p)
-            .filter(|p| p.service == service)
-            .collect();
-        let (Some(first), Some(last)) = (of.first(), of.last()) else {
-            writeln!(
-                out,
-                "| {service} | 0 | - | - | - | - | {mib} MiB | no samples |"
-            )?;
-            failures.push(format!("{service}: no memory samples"));
-            continue;
-        };
-        let growth = of
-            .iter()
-            .map(|p| p.last as i64 - p.baseline as i64)
-            .max()
-            .unwrap_or(0);
-        let within = growth <= (mib * 1024) as i64;
-        if !within {
-            failures.push(format!(
-                "{service}: resident memory grew {growth} KiB, over its bound of {mib} MiB"
-            ));
-        }
-        writeln!(
-            out,
-            "| {service} | {} | {} | {} | {growth} | {} | {mib} MiB | {} |",
-            of.len(),
-            first.baseline,
-            last.last,
-            of.iter().map(|p| p.peak).max().unwrap_or(0),
-            if within { "yes" } else { "**no**" }
-        )?;
-    }
-    writeln!(out, "\n## Verdict\n")?;
-    if failures.is_empty() {
-        writeln!(
-            out,
-            "**PASS**: no acknowledged event lost or duplicated, every fault kind injected \
-             and seen to bite, memory within bounds."
-        )?;
-    } else {
-        writeln!(out, "**FAIL**\n")?;
-        for f in &failures {
-            writeln!(out, "- {f}")?;
-        }
-    }
-    Ok((out, failures.is_empty()))
+    Ok(processes.into_iter().map(|(_, p)| p).collect())
 }
 
 /// `devtool chaos-verdict`'s exit code: 1 on a failed verdict, 3 when it could not be made.

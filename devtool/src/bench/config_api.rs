@@ -82,7 +82,7 @@ pub async fn section(run: &Run<'_>, nginx: &Static) -> anyhow::Result<()> {
     );
     let browser = browser(&run.key);
     let mut edge = None;
-    if s.peers.is_some() {
+    if s.peers().is_some() {
         edge = Some(start_edge(run, &file).await?);
     }
     let subject = |name: &str| -> Subject {
@@ -113,7 +113,7 @@ pub async fn section(run: &Run<'_>, nginx: &Static) -> anyhow::Result<()> {
     };
     let connections = s.connections.to_string();
     let seconds = s.seconds.to_string();
-    for (tool, name) in plan::config_api(s.rounds, s.peers.is_some()) {
+    for (tool, name) in plan::config_api(s.rounds, s.peers().is_some()) {
         let subject = subject(name);
         let measure = match tool {
             Tool::Loadgen => {
@@ -184,8 +184,7 @@ async fn start_edge(run: &Run<'_>, answer: &std::path::Path) -> anyhow::Result<E
     let url = format!("http://127.0.0.1:{port}");
     let binary = run
         .settings
-        .peers
-        .as_ref()
+        .peers()
         .and_then(|p| p.unleash_edge.clone())
         .context("no BENCH_UNLEASH_EDGE")?;
     let pid = run

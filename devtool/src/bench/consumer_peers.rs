@@ -177,134 +177,261 @@ fn kafka_config(fetch_wait_ms: u64) -> String {
 /// one block of everything it reads in 7.5 s).
 const INSERT_BLOCKS: &str = "<yandex>\n  <profiles><default><min_insert_block_size_rows>100000</min_insert_block_size_rows></default></profiles>\n</yandex>\n";
 
-pub async fn section(run: &Run<'_>, series: &Series<'_>) -> anyhow::Result<()> {
-    let s = run.settings;
-    let brokers = series.brokers.as_str();
-    let backlog = s.backlog.to_string();
-    log(&format!(
-        "   the consumer vs ClickHouse's Kafka engine, into a ClickHouse of their own ({} rounds)",
-        s.consumer_rounds
-    ));
-    let dir = run.out.join("clickhouse-peer");
-    let http_port = supervise::free_port_from(8133);
-    let config = run.out.join("clickhouse-peer.xml");
-    std::fs::write(&config, kafka_config(s.fetch_wait_ms))?;
-    std::fs::create_dir_all(dir.join("users.d"))?;
-    std::fs::write(dir.join("users.d/insert-blocks.xml"), INSERT_BLOCKS)?;
-    let tcp_port = supervise::free_port_from(9010);
-    let librdkafka = s
-        .peers
-        .as_ref()
-        .and_then(|p| p.clickhouse_librdkafka.clone())
-        .unwrap_or_default();
-    let mut peer = Peer {
-        run,
-        dir,
-        url: format!("http://127.0.0.1:{http_port}"),
-        http_port,
-        tcp_port,
-        config,
-        librdkafka: librdkafka.clone(),
-        pid: 0,
-    };
-    peer.start().await?;
-    let loaded = std::fs::canonicalize(&librdkafka)
-        .map(|p| format!("{}/librdkafka.so.1", p.display()))
-        .unwrap_or_default();
-    let maps = std::fs::read_to_string(format!("/proc/{}/maps", peer.pid)).unwrap_or_default();
-    anyhow::ensure!(
-        !loaded.is_empty() && maps.contains(&loaded),
-        "the Kafka engine's ClickHouse did not load {}/librdkafka.so.1",
-        librdkafka.display()
-    );
-    let url = peer.url.clone();
-    for (_, subject) in plan::consumer_peers(s.consumer_rounds) {
-        let pid = peer.pid.to_string();
-        let round = if subject == "consumer" {
-            sql_to(&url, "DROP DATABASE IF EXISTS bench_peer_consumer").await?;
-            let (consumer, _) = peer
-                .consumer(
-                    series,
-                    &format!("bench-{}", nanos()),
-                    TOPIC,
-                    "bench_peer_consumer",
-                )
-                .await?;
-            let measure = Measure::loadgen(strings(&[
-                "wait-rows",
-                "--bench",
-                "consumer-peers",
-                "--subject",
-                "consumer",
-                "--clickhouse",
-                &url,
-                "--table",
-                "bench_peer_consumer.events",
-                "--rows",
-                &backlog,
-                "--pid",
-                &consumer.to_string(),
-                "--watch",
-                &format!("bench-consumer={consumer}"),
-                "--watch",
-                &format!("clickhouse-peer={pid}"),
-            ]))
-            .unsettled();
-            let round = series.round(&measure).await?;
-            if round == Round::Kept {
-                run.services.stop(consumer).await?;
-            }
-            round
-        } else {
-            let group = format!("bench-engine-{}", nanos());
-            peer.engine(Some((brokers, TOPIC, &group)), "bench_peer_engine")
-                .await?;
-            let measure = Measure::loadgen(strings(&[
-                "wait-rows",
-                "--bench",
-                "consumer-peers",
-                "--subject",
-                "clickhouse-kafka-engine",
-                "--clickhouse",
-                &url,
-                "--table",
-                "bench_peer_engine.events",
-                "--rows",
-                &backlog,
-                "--pid",
-                &pid,
-                "--watch",
-                &format!("clickhouse-peer={pid}"),
-            ]))
-            .unsettled();
-            let round = series.round(&measure).await?;
-            if round == Round::Kept {
-                peer.engine(None, "bench_peer_engine").await?;
-            }
-            round
-        };
-        if round == Round::Refused {
-            return Ok(());
-        }
+/// The topic of the poison guarantees: 20,000 events, one partition, with a message that is
+/// not an event among them.
+const POISON: &str = "analytics-bench-poison";
+
+impl<'a> Peer<'a> {
+    /// The peers' ClickHouse, not yet started: its folder, ports and configuration files.
+    fn prepare(run: &'a Run<'a>) -> anyhow::Result<Self> {
+        let s = run.settings;
+        let dir = run.out.join("clickhouse-peer");
+        let http_port = supervise::free_port_from(8133);
+        let config = run.out.join("clickhouse-peer.xml");
+        std::fs::write(&config, kafka_config(s.fetch_wait_ms))?;
+        std::fs::create_dir_all(dir.join("users.d"))?;
+        std::fs::write(dir.join("users.d/insert-blocks.xml"), INSERT_BLOCKS)?;
+        let tcp_port = supervise::free_port_from(9010);
+        let librdkafka = s
+            .peers()
+            .and_then(|p| p.clickhouse_librdkafka.clone())
+            .unwrap_or_default();
+        Ok(Peer {
+            run,
+            dir,
+            url: format!("http://127.0.0.1:{http_port}"),
+            http_port,
+            tcp_port,
+            config,
+            librdkafka,
+            pid: 0,
+        })
     }
-    run.tool(&[
-        "same-rows",
-        "--clickhouse",
-        &url,
-        "--expected",
-        "bench_peer_consumer",
-        "--actual",
-        "bench_peer_engine",
-        "events",
-        "experiment_results",
-    ])
-    .await?;
-    // What each does with a message that is not an event among 20,000 (one partition), and
-    // when the process that reads the topic is killed (SIGKILL) a third into a backlog and
-    // started again: rows and distinct event ids stored, against the events sent. It starts
-    // again after the dead member's session (45 s): Tansu leaves a group that a member
-    // rejoins sooner without partitions (docs/operating.md, "The development broker").
-    const POISON: &str = "analytics-bench-poison";
+
+    /// Fails unless the running server mapped the librdkafka of the peers' folder.
+    fn ensure_librdkafka(&self) -> anyhow::Result<()> {
+        let loaded = std::fs::canonicalize(&self.librdkafka)
+            .map(|p| format!("{}/librdkafka.so.1", p.display()))
+            .unwrap_or_default();
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)).unwrap_or_default();
+        anyhow::ensure!(
+            !loaded.is_empty() && maps.contains(&loaded),
+            "the Kafka engine's ClickHouse did not load {}/librdkafka.so.1",
+            self.librdkafka.display()
+        );
+        Ok(())
+    }
+
+    /// A round of the consumer into `bench_peer_consumer`, stopped when its figures are kept.
+    async fn consumer_round(&self, series: &Series<'_>) -> anyhow::Result<Round> {
+        let pid = self.pid.to_string();
+        sql_to(&self.url, "DROP DATABASE IF EXISTS bench_peer_consumer").await?;
+        let (consumer, _) = self
+            .consumer(
+                series,
+                &format!("bench-{}", nanos()),
+                TOPIC,
+                "bench_peer_consumer",
+            )
+            .await?;
+        let measure = Measure::loadgen(strings(&[
+            "wait-rows",
+            "--bench",
+            "consumer-peers",
+            "--subject",
+            "consumer",
+            "--clickhouse",
+            &self.url,
+            "--table",
+            "bench_peer_consumer.events",
+            "--rows",
+            &self.run.settings.backlog.to_string(),
+            "--pid",
+            &consumer.to_string(),
+            "--watch",
+            &format!("bench-consumer={consumer}"),
+            "--watch",
+            &format!("clickhouse-peer={pid}"),
+        ]))
+        .unsettled();
+        let round = series.round(&measure).await?;
+        if round == Round::Kept {
+            self.run.services.stop(consumer).await?;
+        }
+        Ok(round)
+    }
+
+    /// A round of the Kafka engine into `bench_peer_engine`, stopped when its figures are
+    /// kept.
+    async fn engine_round(&self, series: &Series<'_>) -> anyhow::Result<Round> {
+        let pid = self.pid.to_string();
+        let group = format!("bench-engine-{}", nanos());
+        self.engine(
+            Some((series.brokers.as_str(), TOPIC, &group)),
+            "bench_peer_engine",
+        )
+        .await?;
+        let measure = Measure::loadgen(strings(&[
+            "wait-rows",
+            "--bench",
+            "consumer-peers",
+            "--subject",
+            "clickhouse-kafka-engine",
+            "--clickhouse",
+            &self.url,
+            "--table",
+            "bench_peer_engine.events",
+            "--rows",
+            &self.run.settings.backlog.to_string(),
+            "--pid",
+            &pid,
+            "--watch",
+            &format!("clickhouse-peer={pid}"),
+        ]))
+        .unsettled();
+        let round = series.round(&measure).await?;
+        if round == Round::Kept {
+            self.engine(None, "bench_peer_engine").await?;
+        }
+        Ok(round)
+    }
+
+    /// `loadgen same-rows`: the engine's database must hold the rows of the consumer's.
+    async fn same_rows(&self) -> anyhow::Result<()> {
+        self.run
+            .tool(&[
+                "same-rows",
+                "--clickhouse",
+                &self.url,
+                "--expected",
+                "bench_peer_consumer",
+                "--actual",
+                "bench_peer_engine",
+                "events",
+                "experiment_results",
+            ])
+            .await
+    }
+
+    /// The consumer's guarantee on the poison topic, and the dead letters it counts.
+    async fn poison_consumer(&self, series: &Series<'_>) -> anyhow::Result<()> {
+        let (consumer, port) = self
+            .consumer(
+                series,
+                &format!("bench-poison-{}", nanos()),
+                POISON,
+                "bench_poison_consumer",
+            )
+            .await?;
+        self.guarantee(
+            "a poison message, the consumer",
+            "bench_poison_consumer",
+            20000,
+            60,
+        )
+        .await?;
+        let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+            .await?
+            .error_for_status()?
+            .text()
+            .await?;
+        let dead_letters: Vec<&str> = metrics
+            .lines()
+            .filter(|l| l.starts_with("consumer_dead_letters_total"))
+            .collect();
+        anyhow::ensure!(
+            !dead_letters.is_empty(),
+            "the consumer counts no dead letters"
+        );
+        for line in dead_letters {
+            guarantees_line(self.run.out, &format!("  {line}"))?;
+        }
+        self.run.services.stop(consumer).await
+    }
+
+    /// The Kafka engine's guarantee on the poison topic, and the last error it logged.
+    async fn poison_engine(&self, series: &Series<'_>) -> anyhow::Result<()> {
+        let group = format!("bench-engine-poison-{}", nanos());
+        self.engine(
+            Some((series.brokers.as_str(), POISON, &group)),
+            "bench_poison_engine",
+        )
+        .await?;
+        self.guarantee(
+            "a poison message, the Kafka engine",
+            "bench_poison_engine",
+            20000,
+            60,
+        )
+        .await?;
+        let errors = std::fs::read_to_string(self.dir.join("log/clickhouse-server.err.log"))
+            .unwrap_or_default();
+        let last = errors
+            .lines()
+            .rfind(|l| l.contains("<Error> void DB::StorageKafka"))
+            .context("the Kafka engine's ClickHouse logged no error of its Kafka engine")?;
+        guarantees_line(
+            self.run.out,
+            &format!("  {}", last.chars().take(400).collect::<String>()),
+        )?;
+        self.engine(None, "bench_poison_engine").await
+    }
+
+    /// The consumer's guarantee when killed (SIGKILL) once `third` events are stored, and
+    /// started again in its group after the dead member's session.
+    async fn crash_consumer(&self, series: &Series<'_>, third: u64) -> anyhow::Result<()> {
+        let group = format!("bench-crash-{}", nanos());
+        let (consumer, _) = self
+            .consumer(series, &group, TOPIC, "bench_crash_consumer")
+            .await?;
+        let (code, _) = self.rows("bench_crash_consumer", third, 300).await?;
+        anyhow::ensure!(code == 0, "loadgen rows failed (exit {code})");
+        self.run.services.kill(consumer).await?;
+        tokio::time::sleep(Duration::from_secs(50)).await;
+        let (consumer, _) = self
+            .consumer(series, &group, TOPIC, "bench_crash_consumer")
+            .await?;
+        self.guarantee(
+            "SIGKILL a third into the backlog, the consumer",
+            "bench_crash_consumer",
+            self.run.settings.backlog,
+            300,
+        )
+        .await?;
+        self.run.services.stop(consumer).await
+    }
+
+    /// The Kafka engine's guarantee when its ClickHouse is killed (SIGKILL) once `third`
+    /// events are stored, and started again after the dead member's session.
+    async fn crash_engine(&mut self, series: &Series<'_>, third: u64) -> anyhow::Result<()> {
+        let group = format!("bench-engine-crash-{}", nanos());
+        self.engine(
+            Some((series.brokers.as_str(), TOPIC, &group)),
+            "bench_crash_engine",
+        )
+        .await?;
+        let (code, _) = self.rows("bench_crash_engine", third, 300).await?;
+        anyhow::ensure!(code == 0, "loadgen rows failed (exit {code})");
+        supervise::signal(self.pid, "KILL")?;
+        while supervise::is_running(self.pid) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(50)).await;
+        self.start().await?;
+        self.guarantee(
+            "SIGKILL a third into the backlog, the Kafka engine (ClickHouse)",
+            "bench_crash_engine",
+            self.run.settings.backlog,
+            300,
+        )
+        .await?;
+        self.engine(None, "bench_crash_engine").await
+    }
+}
+
+/// `loadgen produce` of the poison topic: 20,000 events in one partition, the 10,000th not
+/// an event.
+async fn produce_poison(run: &Run<'_>, brokers: &str) -> anyhow::Result<()> {
     run.bench
         .tool(
             &strings(&[
@@ -330,99 +457,41 @@ pub async fn section(run: &Run<'_>, series: &Series<'_>) -> anyhow::Result<()> {
             Stderr::Null,
         )
         .await?;
-    let (consumer, port) = peer
-        .consumer(
-            series,
-            &format!("bench-poison-{}", nanos()),
-            POISON,
-            "bench_poison_consumer",
-        )
-        .await?;
-    peer.guarantee(
-        "a poison message, the consumer",
-        "bench_poison_consumer",
-        20000,
-        60,
-    )
-    .await?;
-    let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
-        .await?
-        .error_for_status()?
-        .text()
-        .await?;
-    let dead_letters: Vec<&str> = metrics
-        .lines()
-        .filter(|l| l.starts_with("consumer_dead_letters_total"))
-        .collect();
-    anyhow::ensure!(
-        !dead_letters.is_empty(),
-        "the consumer counts no dead letters"
-    );
-    for line in dead_letters {
-        guarantees_line(run.out, &format!("  {line}"))?;
-    }
-    run.services.stop(consumer).await?;
-    let group = format!("bench-engine-poison-{}", nanos());
-    peer.engine(Some((brokers, POISON, &group)), "bench_poison_engine")
-        .await?;
-    peer.guarantee(
-        "a poison message, the Kafka engine",
-        "bench_poison_engine",
-        20000,
-        60,
-    )
-    .await?;
-    let errors =
-        std::fs::read_to_string(peer.dir.join("log/clickhouse-server.err.log")).unwrap_or_default();
-    let last = errors
-        .lines()
-        .rfind(|l| l.contains("<Error> void DB::StorageKafka"))
-        .context("the Kafka engine's ClickHouse logged no error of its Kafka engine")?;
-    guarantees_line(
-        run.out,
-        &format!("  {}", last.chars().take(400).collect::<String>()),
-    )?;
-    peer.engine(None, "bench_poison_engine").await?;
+    Ok(())
+}
 
-    let third = s.backlog / 3;
-    let group = format!("bench-crash-{}", nanos());
-    let (consumer, _) = peer
-        .consumer(series, &group, TOPIC, "bench_crash_consumer")
-        .await?;
-    let (code, _) = peer.rows("bench_crash_consumer", third, 300).await?;
-    anyhow::ensure!(code == 0, "loadgen rows failed (exit {code})");
-    run.services.kill(consumer).await?;
-    tokio::time::sleep(Duration::from_secs(50)).await;
-    let (consumer, _) = peer
-        .consumer(series, &group, TOPIC, "bench_crash_consumer")
-        .await?;
-    peer.guarantee(
-        "SIGKILL a third into the backlog, the consumer",
-        "bench_crash_consumer",
-        s.backlog,
-        300,
-    )
-    .await?;
-    run.services.stop(consumer).await?;
-    let group = format!("bench-engine-crash-{}", nanos());
-    peer.engine(Some((brokers, TOPIC, &group)), "bench_crash_engine")
-        .await?;
-    let (code, _) = peer.rows("bench_crash_engine", third, 300).await?;
-    anyhow::ensure!(code == 0, "loadgen rows failed (exit {code})");
-    supervise::signal(peer.pid, "KILL")?;
-    while supervise::is_running(peer.pid) {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(50)).await;
+/// Section 3 with the peers: starts their ClickHouse, measures the rounds, checks both
+/// databases hold the same rows, keeps the guarantees, and stops it.
+pub async fn section(run: &Run<'_>, series: &Series<'_>) -> anyhow::Result<()> {
+    log(&format!(
+        "   the consumer vs ClickHouse's Kafka engine, into a ClickHouse of their own ({} rounds)",
+        run.settings.consumer_rounds
+    ));
+    let mut peer = Peer::prepare(run)?;
     peer.start().await?;
-    peer.guarantee(
-        "SIGKILL a third into the backlog, the Kafka engine (ClickHouse)",
-        "bench_crash_engine",
-        s.backlog,
-        300,
-    )
-    .await?;
-    peer.engine(None, "bench_crash_engine").await?;
+    peer.ensure_librdkafka()?;
+    for (_, subject) in plan::consumer_peers(run.settings.consumer_rounds) {
+        let round = if subject == "consumer" {
+            peer.consumer_round(series).await?
+        } else {
+            peer.engine_round(series).await?
+        };
+        if round == Round::Refused {
+            return Ok(());
+        }
+    }
+    peer.same_rows().await?;
+    // What each does with a message that is not an event among 20,000 (one partition), and
+    // when the process that reads the topic is killed (SIGKILL) a third into a backlog and
+    // started again: rows and distinct event ids stored, against the events sent. It starts
+    // again after the dead member's session (45 s): Tansu leaves a group that a member
+    // rejoins sooner without partitions (docs/operating.md, "The development broker").
+    produce_poison(run, &series.brokers).await?;
+    peer.poison_consumer(series).await?;
+    peer.poison_engine(series).await?;
+    let third = run.settings.backlog / 3;
+    peer.crash_consumer(series, third).await?;
+    peer.crash_engine(series, third).await?;
     stop_peer(run.out).await
 }
 

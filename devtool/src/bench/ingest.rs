@@ -165,7 +165,7 @@ async fn rounds(
             .await?;
         stack.push((pid, port));
     }
-    let capture = match s.peers {
+    let capture = match s.peers() {
         Some(_) => Some(start_capture(run, brokers).await?),
         None => None,
     };
@@ -378,8 +378,7 @@ async fn start_capture(run: &Run<'_>, brokers: &str) -> anyhow::Result<Capture> 
     let url = format!("http://127.0.0.1:{port}");
     let binary = run
         .settings
-        .peers
-        .as_ref()
+        .peers()
         .and_then(|p| p.posthog_capture.clone())
         .context("no BENCH_POSTHOG_CAPTURE")?;
     let env = [

@@ -38,22 +38,19 @@ pub struct BenchArgs {
     /// The repository whose scripts/up pipeline to measure (scripts/bench passes its own).
     #[arg(long)]
     repo: PathBuf,
+    #[command(flatten)]
+    settings: Settings,
 }
 
 /// The exit code: 0 when every round ran, 1 when something could not run (a refused round
 /// included); 130 or 143 when interrupted, after stopping what it started.
 pub async fn command(args: BenchArgs) -> i32 {
-    let settings = Settings::parse(|name| std::env::var(name).ok())
-        .and_then(|s| s.check_peers(&settings::probe).map(|()| s));
-    let settings = match settings {
-        Ok(settings) => settings,
-        Err(refusal) => {
-            eprintln!("error: {refusal}");
-            return 1;
-        }
-    };
+    if let Err(refusal) = args.settings.check_peers(&settings::probe) {
+        eprintln!("error: {refusal}");
+        return 1;
+    }
     // Once it returns, the run's future is gone: its guard stopped what it started.
-    supervise::exit_code(run(&args.repo, &settings)).await
+    supervise::exit_code(run(&args.repo, &args.settings)).await
 }
 
 /// The run's folder name: its UTC start.
@@ -188,7 +185,7 @@ async fn run(repo: &Path, settings: &Settings) -> anyhow::Result<bool> {
     }
     if settings.wanted(Section::Consumer) {
         let series = Series::start("consumer", &run).await?;
-        if consumer::section(&run, &series).await? == Round::Kept && settings.peers.is_some() {
+        if consumer::section(&run, &series).await? == Round::Kept && settings.peers().is_some() {
             consumer_peers::section(&run, &series).await?;
         }
         series.end().await?;
@@ -196,7 +193,7 @@ async fn run(repo: &Path, settings: &Settings) -> anyhow::Result<bool> {
             .await?;
         run.clickhouse_sql("DROP DATABASE IF EXISTS bench_reference")
             .await?;
-        if settings.peers.is_some() {
+        if settings.peers().is_some() {
             consumer_peers::stop_peer(&out).await?;
         }
     }

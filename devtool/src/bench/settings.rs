@@ -1,43 +1,69 @@
-//! What `scripts/bench` is told through its environment (`scripts/bench --help` lists it),
-//! read once into typed settings before anything starts: an empty variable counts as unset,
-//! as `${VAR:-default}` had it, and a count that is not a whole number is refused, naming
-//! the variable. The peers' binaries are checked here too, before any server starts.
+//! What `scripts/bench` is told: `devtool bench`'s arguments, each also read from its
+//! `BENCH_…` variable (`devtool bench --help` lists them with their defaults), parsed by
+//! clap before anything starts. An empty variable counts as unset, as `${VAR:-default}`
+//! had it; a count that is not a whole number, or a section or switch that means nothing,
+//! is refused with the usage. The peers' binaries are checked here too, before any server
+//! starts.
 
 use std::path::{Path, PathBuf};
 
 /// The run's settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
-    /// Rounds of the config-api and ingest series (`BENCH_ROUNDS`).
+    /// Rounds of the config-api and ingest series.
+    #[arg(long, env = "BENCH_ROUNDS", default_value_t = 5)]
     pub rounds: u64,
-    /// Rounds of the consumer series (`BENCH_CONSUMER_ROUNDS`).
+    /// Rounds of the consumer series.
+    #[arg(long, env = "BENCH_CONSUMER_ROUNDS", default_value_t = 3)]
     pub consumer_rounds: u64,
-    /// Seconds measured per round (`BENCH_SECONDS`).
+    /// Seconds measured per round.
+    #[arg(long, env = "BENCH_SECONDS", default_value_t = 10)]
     pub seconds: u64,
-    /// The config-api's connections (`BENCH_CONNECTIONS`).
+    /// The config-api's connections.
+    #[arg(long, env = "BENCH_CONNECTIONS", default_value_t = 64)]
     pub connections: u64,
-    /// The ingest's connections (`BENCH_INGEST_CONNECTIONS`).
+    /// The ingest's connections (browsers, each with one request in flight).
+    #[arg(long, env = "BENCH_INGEST_CONNECTIONS", default_value_t = 256)]
     pub ingest_connections: u64,
-    /// Events of the consumer's backlog (`BENCH_BACKLOG_EVENTS`).
+    /// Events of the consumer's backlog.
+    #[arg(
+        long = "backlog-events",
+        env = "BENCH_BACKLOG_EVENTS",
+        default_value_t = 1_000_000
+    )]
     pub backlog: u64,
-    /// Events per raw producer round (`BENCH_PRODUCE_EVENTS`).
+    /// Events per raw producer round.
+    #[arg(long, env = "BENCH_PRODUCE_EVENTS", default_value_t = 2_000_000)]
     pub produce_events: u64,
-    /// fetch.wait.max.ms of the readers of the benchmark's broker (`BENCH_FETCH_WAIT_MS`).
+    /// fetch.wait.max.ms of the readers of the benchmark's broker.
+    #[arg(long, env = "BENCH_FETCH_WAIT_MS", default_value_t = 5)]
     pub fetch_wait_ms: u64,
-    /// The one section to run (`BENCH_ONLY`); every section without it.
+    /// The one section to run; every section without it.
+    #[arg(long, env = "BENCH_ONLY", value_enum)]
     pub only: Option<Section>,
     /// The whole pipeline's rates, as `loadgen pipeline --rates` takes them.
+    #[arg(
+        long,
+        env = "BENCH_PIPELINE_RATES",
+        default_value = "2000,5000,10000,15000,20000,30000,40000"
+    )]
     pub pipeline_rates: String,
-    /// Seconds per rate of the whole pipeline (`BENCH_PIPELINE_SECONDS`).
+    /// Seconds per rate of the whole pipeline.
+    #[arg(long, env = "BENCH_PIPELINE_SECONDS", default_value_t = 30)]
     pub pipeline_seconds: u64,
-    /// The peers measured too (`BENCH_PEERS=1`; `0` or unset: not).
-    pub peers: Option<Peers>,
-    /// `EXPERIMENTS_SNAPSHOT` as given, the demo snapshot without it.
+    /// 1: measure the peers too (their binaries below); 0: not.
+    #[arg(long = "peers", env = "BENCH_PEERS", default_value_t = 0,
+          value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub measure_peers: u8,
+    #[command(flatten)]
+    pub peer_binaries: Peers,
+    /// The snapshot to serve; the demo snapshot without it.
+    #[arg(long, env = "EXPERIMENTS_SNAPSHOT")]
     pub snapshot: Option<PathBuf>,
 }
 
-/// A section of a run: what `BENCH_ONLY` may name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A section of a run: what `--only` may name.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Section {
     ConfigApi,
     Ingest,
@@ -45,84 +71,24 @@ pub enum Section {
     Pipeline,
 }
 
-impl Section {
-    /// Every section, in the order a run takes them.
-    pub const ALL: [Section; 4] = [
-        Section::ConfigApi,
-        Section::Ingest,
-        Section::Consumer,
-        Section::Pipeline,
-    ];
-
-    /// The section `BENCH_ONLY` names; the refusal names them all.
-    fn named(name: String) -> Result<Section, String> {
-        Section::ALL
-            .into_iter()
-            .find(|section| section.name() == name)
-            .ok_or_else(|| {
-                let names = Section::ALL.map(Section::name).join(", ");
-                format!("BENCH_ONLY must be one of {names}, not '{name}'")
-            })
-    }
-
-    /// Its name in `BENCH_ONLY`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Section::ConfigApi => "config-api",
-            Section::Ingest => "ingest",
-            Section::Consumer => "consumer",
-            Section::Pipeline => "pipeline",
-        }
-    }
-}
-
 /// Where the peers' binaries are, as given (checked by [`Settings::check_peers`]).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq, Default)]
 pub struct Peers {
+    /// Unleash Edge's binary, the config-api's peer.
+    #[arg(long, env = "BENCH_UNLEASH_EDGE")]
     pub unleash_edge: Option<PathBuf>,
+    /// PostHog capture's binary, the ingest's peer.
+    #[arg(long, env = "BENCH_POSTHOG_CAPTURE")]
     pub posthog_capture: Option<PathBuf>,
+    /// A folder with a librdkafka.so.1 for ClickHouse's Kafka engine, the consumer's peer.
+    #[arg(long, env = "BENCH_CLICKHOUSE_LIBRDKAFKA")]
     pub clickhouse_librdkafka: Option<PathBuf>,
 }
 
 impl Settings {
-    /// Reads the environment through `env`; the message names the variable refused.
-    pub fn parse(env: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
-        let var = |name: &str| env(name).filter(|v| !v.is_empty());
-        let count = |name: &str, default: u64| -> Result<u64, String> {
-            match var(name) {
-                None => Ok(default),
-                Some(text) => text
-                    .parse()
-                    .map_err(|_| format!("{name} must be a whole number, not '{text}'")),
-            }
-        };
-        let path = |name: &str| var(name).map(PathBuf::from);
-        let only = var("BENCH_ONLY").map(Section::named).transpose()?;
-        let peers = match var("BENCH_PEERS").as_deref() {
-            None | Some("0") => false,
-            Some("1") => true,
-            Some(text) => return Err(format!("BENCH_PEERS must be 0 or 1, not '{text}'")),
-        };
-        Ok(Self {
-            rounds: count("BENCH_ROUNDS", 5)?,
-            consumer_rounds: count("BENCH_CONSUMER_ROUNDS", 3)?,
-            seconds: count("BENCH_SECONDS", 10)?,
-            connections: count("BENCH_CONNECTIONS", 64)?,
-            ingest_connections: count("BENCH_INGEST_CONNECTIONS", 256)?,
-            backlog: count("BENCH_BACKLOG_EVENTS", 1_000_000)?,
-            produce_events: count("BENCH_PRODUCE_EVENTS", 2_000_000)?,
-            fetch_wait_ms: count("BENCH_FETCH_WAIT_MS", 5)?,
-            only,
-            pipeline_rates: var("BENCH_PIPELINE_RATES")
-                .unwrap_or_else(|| "2000,5000,10000,15000,20000,30000,40000".to_owned()),
-            pipeline_seconds: count("BENCH_PIPELINE_SECONDS", 30)?,
-            peers: peers.then(|| Peers {
-                unleash_edge: path("BENCH_UNLEASH_EDGE"),
-                posthog_capture: path("BENCH_POSTHOG_CAPTURE"),
-                clickhouse_librdkafka: path("BENCH_CLICKHOUSE_LIBRDKAFKA"),
-            }),
-            snapshot: path("EXPERIMENTS_SNAPSHOT"),
-        })
+    /// The peers' binaries when the peers are measured.
+    pub fn peers(&self) -> Option<&Peers> {
+        (self.measure_peers == 1).then_some(&self.peer_binaries)
     }
 
     /// Whether the run measures `section`: every section unless `BENCH_ONLY` names
@@ -135,7 +101,7 @@ impl Settings {
     /// refusal. `probe` says whether a file is executable, a file exists, or a command is
     /// on PATH.
     pub fn check_peers(&self, probe: &dyn Fn(Probe<'_>) -> bool) -> Result<(), String> {
-        let Some(peers) = &self.peers else {
+        let Some(peers) = self.peers() else {
             return Ok(());
         };
         let need = |variable: &str, path: &Option<PathBuf>| match path {
@@ -168,8 +134,7 @@ impl Settings {
     /// the folder is not given, as the script has always looked for it).
     pub fn librdkafka(&self) -> PathBuf {
         let folder = self
-            .peers
-            .as_ref()
+            .peers()
             .and_then(|p| p.clickhouse_librdkafka.clone())
             .unwrap_or_default();
         PathBuf::from(format!("{}/librdkafka.so.1", folder.display()))
@@ -202,19 +167,22 @@ pub fn probe(probe: Probe<'_>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+    use clap::{CommandFactory, Parser};
 
-    fn parse(env: &[(&str, &str)]) -> Result<Settings, String> {
-        let env: HashMap<String, String> = env
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        Settings::parse(|name| env.get(name).cloned())
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        settings: Settings,
+    }
+
+    fn parse(args: &[&str]) -> Result<Settings, clap::Error> {
+        Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+            .map(|cli| cli.settings)
     }
 
     #[test]
-    fn defaults_are_those_of_the_usage_and_empty_is_unset() {
-        let settings = parse(&[("BENCH_ROUNDS", ""), ("BENCH_PEERS", "")]).unwrap();
+    fn defaults_are_those_of_the_usage() {
+        let settings = parse(&[]).unwrap();
         assert_eq!(
             settings,
             Settings {
@@ -229,18 +197,19 @@ mod tests {
                 only: None,
                 pipeline_rates: "2000,5000,10000,15000,20000,30000,40000".to_owned(),
                 pipeline_seconds: 30,
-                peers: None,
-                snapshot: None,
+                measure_peers: 0,
+                peer_binaries: Peers::default(),
+                snapshot: settings.snapshot.clone(),
             }
         );
         let settings = parse(&[
-            ("BENCH_ROUNDS", "1"),
-            ("BENCH_CONSUMER_ROUNDS", "2"),
-            ("BENCH_SECONDS", "3"),
-            ("BENCH_PIPELINE_RATES", "2000,5000"),
-            ("BENCH_ONLY", "ingest"),
-            ("BENCH_PEERS", "1"),
-            ("BENCH_UNLEASH_EDGE", "/opt/edge"),
+            "--rounds=1",
+            "--consumer-rounds=2",
+            "--seconds=3",
+            "--pipeline-rates=2000,5000",
+            "--only=ingest",
+            "--peers=1",
+            "--unleash-edge=/opt/edge",
         ])
         .unwrap();
         assert_eq!(
@@ -248,60 +217,83 @@ mod tests {
             (1, 2, 3)
         );
         assert_eq!(settings.pipeline_rates, "2000,5000");
-        let peers = settings.peers.clone().unwrap();
+        let peers = settings.peers().unwrap();
         assert_eq!(peers.unleash_edge, Some(PathBuf::from("/opt/edge")));
         assert!(settings.wanted(Section::Ingest));
         assert!(!settings.wanted(Section::ConfigApi));
         assert!(parse(&[]).unwrap().wanted(Section::Pipeline));
         // 0 is off, as an experienced user reads it, and so is unset.
-        let off = parse(&[("BENCH_PEERS", "0"), ("BENCH_UNLEASH_EDGE", "/opt/edge")]).unwrap();
-        assert_eq!(off.peers, None);
+        let off = parse(&["--peers=0", "--unleash-edge=/opt/edge"]).unwrap();
+        assert_eq!(off.peers(), None);
+    }
+
+    /// Each setting is read from the variable scripts/bench's usage names, and the usage
+    /// names no other.
+    #[test]
+    fn every_setting_has_the_variable_the_usage_names() {
+        let command = Cli::command();
+        let mut read: Vec<String> = command
+            .get_arguments()
+            .filter_map(|a| a.get_env())
+            .map(|e| e.to_string_lossy().into_owned())
+            .filter(|e| e.starts_with("BENCH_"))
+            .collect();
+        read.sort();
+        let script =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench"))
+                .unwrap();
+        let mut usage: Vec<String> = script
+            .lines()
+            .take_while(|l| l.starts_with('#'))
+            .flat_map(|l| l.split(|c: char| !c.is_ascii_alphanumeric() && c != '_'))
+            .filter(|w| w.starts_with("BENCH_"))
+            .map(str::to_owned)
+            .collect();
+        usage.sort();
+        usage.dedup();
+        assert_eq!(read, usage);
+        assert_eq!(read.len(), 15);
     }
 
     #[test]
     fn a_setting_that_means_nothing_is_refused_before_anything_starts() {
         // A misspelt section would run none and print empty tables.
-        let refused = parse(&[("BENCH_ONLY", "ingset")]).unwrap_err();
-        assert_eq!(
-            refused,
-            "BENCH_ONLY must be one of config-api, ingest, consumer, pipeline, not 'ingset'"
+        let refused = parse(&["--only=ingset"]).unwrap_err();
+        assert_eq!(refused.kind(), clap::error::ErrorKind::InvalidValue);
+        let text = refused.to_string();
+        assert!(
+            text.contains("'ingset'") && text.contains("config-api, ingest, consumer, pipeline"),
+            "{text}"
         );
-        for section in Section::ALL {
-            let only = parse(&[("BENCH_ONLY", section.name())]).unwrap();
-            assert!(
-                Section::ALL
-                    .iter()
-                    .all(|s| only.wanted(*s) == (*s == section))
-            );
+        let all = <Section as clap::ValueEnum>::value_variants();
+        for section in all.iter().copied() {
+            let name = clap::ValueEnum::to_possible_value(&section).unwrap();
+            let only = parse(&["--only", name.get_name()]).unwrap();
+            assert!(all.iter().all(|s| only.wanted(*s) == (*s == section)));
         }
         for value in ["yes", "true", "2", "off"] {
-            let refused = parse(&[("BENCH_PEERS", value)]).unwrap_err();
-            assert_eq!(
-                refused,
-                format!("BENCH_PEERS must be 0 or 1, not '{value}'")
-            );
+            let refused = parse(&["--peers", value]).unwrap_err();
+            assert_eq!(refused.kind(), clap::error::ErrorKind::ValueValidation);
         }
     }
 
     #[test]
     fn a_count_that_is_not_whole_is_refused_by_name() {
-        assert_eq!(
-            parse(&[("BENCH_SECONDS", "2.5")]).unwrap_err(),
-            "BENCH_SECONDS must be a whole number, not '2.5'"
-        );
-        assert_eq!(
-            parse(&[("BENCH_CONSUMER_ROUNDS", "three")]).unwrap_err(),
-            "BENCH_CONSUMER_ROUNDS must be a whole number, not 'three'"
-        );
+        for (flag, value) in [("--seconds", "2.5"), ("--consumer-rounds", "three")] {
+            let refused = parse(&[flag, value]).unwrap_err();
+            assert_eq!(refused.kind(), clap::error::ErrorKind::ValueValidation);
+            let text = refused.to_string();
+            assert!(text.contains(flag) && text.contains(value), "{text}");
+        }
     }
 
     #[test]
     fn each_wanted_section_needs_its_peer() {
         let all = |p: Probe<'_>| !matches!(p, Probe::Command("none"));
-        let edge = [("BENCH_PEERS", "1"), ("BENCH_UNLEASH_EDGE", "/opt/edge")];
+        let edge = ["--peers=1", "--unleash-edge=/opt/edge"];
         assert!(parse(&[]).unwrap().check_peers(&|_| false).is_ok());
         assert_eq!(
-            parse(&[("BENCH_PEERS", "1")]).unwrap().check_peers(&all),
+            parse(&["--peers=1"]).unwrap().check_peers(&all),
             Err(
                 "BENCH_PEERS=1 needs BENCH_UNLEASH_EDGE, the path of the peer's binary \
                  (docs/benchmarks.md, Peers)"
@@ -315,7 +307,7 @@ mod tests {
                 .unwrap_err()
                 .contains("BENCH_POSTHOG_CAPTURE")
         );
-        let only_consumer = parse(&[("BENCH_PEERS", "1"), ("BENCH_ONLY", "consumer")]).unwrap();
+        let only_consumer = parse(&["--peers=1", "--only=consumer"]).unwrap();
         assert!(only_consumer.check_peers(&all).is_ok());
         assert_eq!(only_consumer.librdkafka(), Path::new("/librdkafka.so.1"));
         let no_file = |p: Probe<'_>| !matches!(p, Probe::File(_));
@@ -326,9 +318,9 @@ mod tests {
                 .contains("BENCH_CLICKHOUSE_LIBRDKAFKA")
         );
         let capture = [
-            ("BENCH_PEERS", "1"),
-            ("BENCH_ONLY", "ingest"),
-            ("BENCH_POSTHOG_CAPTURE", "/opt/capture"),
+            "--peers=1",
+            "--only=ingest",
+            "--posthog-capture=/opt/capture",
         ];
         let no_redis = |p: Probe<'_>| !matches!(p, Probe::Command("redis-server"));
         assert_eq!(

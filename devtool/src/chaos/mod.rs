@@ -103,6 +103,61 @@ const KEPT_LOGS: [&str; 3] = ["ingest", "consumer", "config-api"];
 async fn run(args: &ChaosArgs, settings: &Settings) -> anyhow::Result<bool> {
     let repo = args.repo.as_path();
     let topology = settings.topology;
+    let (name, out) = run_folder(repo, topology)?;
+    let load_average_start = load_average();
+    let wall = Instant::now();
+
+    let (snapshot, pipeline) = start_pipeline(repo, &out, settings).await?;
+    let faults = settings::round(topology);
+    let services = settings::services(topology);
+    let sampler = memory::Sampler::start(
+        out.join("rss.log"),
+        services
+            .iter()
+            .map(|s| (s.clone(), pipeline.pidfile(s)))
+            .collect(),
+    )?;
+    // The services' logs, from here on, are kept with the run.
+    let log_from = log_sizes(&pipeline);
+
+    // However the run ends, the load is killed (as it is dropped) before the sampler stops:
+    // locals are dropped in the reverse of their order here.
+    let mut load = start_load(&out, &snapshot, settings)?;
+    let started = Instant::now();
+    let mut nemesis = Nemesis::new(
+        &pipeline,
+        settings,
+        settings::clickhouses(topology),
+        snapshot,
+        out.join("faults.log"),
+    )?;
+    inject_faults(&mut nemesis, &faults, settings, started).await?;
+    pipeline.up().await?; // whatever a fault left down comes back before the verdict
+
+    let status = exit_status(&mut load).await?;
+    sampler.stop();
+    keep_logs(&pipeline, log_from, &out);
+    if status > 1 {
+        let errors = std::fs::read_to_string(out.join("load.err")).unwrap_or_default();
+        eprint!("{errors}");
+        anyhow::bail!("the load did not run (exit {status})");
+    }
+
+    let verdict = verdict_args(
+        &out,
+        status,
+        nemesis.snapshot_misses.len(),
+        &faults,
+        &services,
+        settings,
+    );
+    let passed = chaos_verdict::run(&verdict).context("the summary could not be made")?;
+    summarise(repo, settings, &name, &out, &load_average_start, wall)?;
+    Ok(passed)
+}
+
+/// Makes the run's folder under `.run/chaos` and points `latest` at it; its name and path.
+fn run_folder(repo: &Path, topology: Topology) -> anyhow::Result<(String, PathBuf)> {
     let chaos_dir = repo.join(".run/chaos");
     let name = run_name(topology);
     let out = chaos_dir.join(&name);
@@ -119,10 +174,16 @@ async fn run(args: &ChaosArgs, settings: &Settings) -> anyhow::Result<bool> {
     std::os::unix::fs::symlink(&name, &latest)
         .with_context(|| format!("cannot link {}", latest.display()))?;
     log(&format!("chaos: keeping this run in {}", out.display()));
-    let load_average_start = load_average();
-    let wall = Instant::now();
+    Ok((name, out))
+}
 
-    // The pipeline serves this run's copy of the demo snapshot, which the nemesis rewrites.
+/// Starts the scripts/up pipeline with the run's settings, serving the run's copy of the
+/// demo snapshot (which the nemesis rewrites); that copy's path and the pipeline.
+async fn start_pipeline(
+    repo: &Path,
+    out: &Path,
+    settings: &Settings,
+) -> anyhow::Result<(PathBuf, Pipeline)> {
     let snapshot = out.join("experiments.json");
     std::fs::copy(repo.join("deploy/experiments.json"), &snapshot)
         .context("cannot copy deploy/experiments.json")?;
@@ -146,33 +207,35 @@ async fn run(args: &ChaosArgs, settings: &Settings) -> anyhow::Result<bool> {
     ];
     let pipeline = Pipeline::new(repo, out.join("up.log"), env);
     pipeline.up().await?;
+    Ok((snapshot, pipeline))
+}
 
-    let faults = settings::round(topology);
-    let services = settings::services(topology);
-    let sampler = memory::Sampler::start(
-        out.join("rss.log"),
-        services
-            .iter()
-            .map(|s| (s.clone(), pipeline.pidfile(s)))
-            .collect(),
-    )?;
-    // The services' logs, from here on, are kept with the run.
-    let log_from: Vec<(&str, u64)> = KEPT_LOGS
+/// Each kept service's log size now, where its copy in the run's folder will begin.
+fn log_sizes(pipeline: &Pipeline) -> Vec<(&'static str, u64)> {
+    KEPT_LOGS
         .iter()
         .map(|s| {
             let size = std::fs::metadata(pipeline.log_of(s)).map_or(0, |m| m.len());
             (*s, size)
         })
-        .collect();
+        .collect()
+}
 
+/// Starts the load, `loadgen chaos` on the run's snapshot, its output in `load.out` and
+/// `load.err`; killed when dropped.
+fn start_load(
+    out: &Path,
+    snapshot: &Path,
+    settings: &Settings,
+) -> anyhow::Result<tokio::process::Child> {
     let open = |file: &str| {
         let path = out.join(file);
         std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))
     };
-    let mut load = tokio::process::Command::new(supervise::loadgen()?)
+    tokio::process::Command::new(supervise::loadgen()?)
         .arg("chaos")
         .arg("--snapshot")
-        .arg(&snapshot)
+        .arg(snapshot)
         .arg("--seconds")
         .arg(settings.seconds.to_string())
         .arg("--answers-log")
@@ -182,16 +245,17 @@ async fn run(args: &ChaosArgs, settings: &Settings) -> anyhow::Result<bool> {
         .stderr(open("load.err")?)
         .kill_on_drop(true)
         .spawn()
-        .context("the load does not start")?;
-    let started = Instant::now();
+        .context("the load does not start")
+}
 
-    let mut nemesis = Nemesis::new(
-        &pipeline,
-        settings,
-        settings::clickhouses(topology),
-        snapshot.clone(),
-        out.join("faults.log"),
-    )?;
+/// Injects the round's faults in turn, each when due from the load's start, until none
+/// is due before the load ends.
+async fn inject_faults(
+    nemesis: &mut Nemesis<'_>,
+    faults: &[settings::Fault],
+    settings: &Settings,
+    started: Instant,
+) -> anyhow::Result<()> {
     let every = settings::every(settings.seconds, faults.len());
     for i in 0.. {
         let Some(due) = settings::due(i, every, started.elapsed(), settings) else {
@@ -202,18 +266,24 @@ async fn run(args: &ChaosArgs, settings: &Settings) -> anyhow::Result<bool> {
         log(&format!("chaos: {}", fault.name()));
         nemesis.inject(fault).await?;
     }
-    pipeline.up().await?; // whatever a fault left down comes back before the verdict
+    Ok(())
+}
 
+/// Waits for the load to end; its exit code, or 128 + the signal that killed it, as a
+/// shell reports it.
+async fn exit_status(load: &mut tokio::process::Child) -> anyhow::Result<i32> {
     let status = load
         .wait()
         .await
         .context("the load could not be waited for")?;
-    // Killed by a signal: as a shell reports it.
-    let status = status.code().unwrap_or_else(|| {
+    Ok(status.code().unwrap_or_else(|| {
         use std::os::unix::process::ExitStatusExt;
         128 + status.signal().unwrap_or(0)
-    });
-    sampler.stop();
+    }))
+}
+
+/// Copies each kept service's log, from where the run began, into the run's folder.
+fn keep_logs(pipeline: &Pipeline, log_from: Vec<(&str, u64)>, out: &Path) {
     for (service, from) in log_from {
         let _ = copy_tail(
             &pipeline.log_of(service),
@@ -221,16 +291,22 @@ async fn run(args: &ChaosArgs, settings: &Settings) -> anyhow::Result<bool> {
             &out.join(format!("{service}.log")),
         );
     }
-    if status > 1 {
-        let errors = std::fs::read_to_string(out.join("load.err")).unwrap_or_default();
-        eprint!("{errors}");
-        anyhow::bail!("the load did not run (exit {status})");
-    }
+}
 
-    let verdict = VerdictArgs {
-        out: out.clone(),
-        load_status: status,
-        snapshot_misses: nemesis.snapshot_misses.len(),
+/// What the verdict is to judge: the run's folder, the load's exit status, the snapshot
+/// versions missed, the round's fault kinds and each service's bound on memory growth.
+fn verdict_args(
+    out: &Path,
+    load_status: i32,
+    snapshot_misses: usize,
+    faults: &[settings::Fault],
+    services: &[String],
+    settings: &Settings,
+) -> VerdictArgs {
+    VerdictArgs {
+        out: out.to_owned(),
+        load_status,
+        snapshot_misses,
         faults: faults
             .iter()
             .map(|f| f.name())
@@ -244,9 +320,19 @@ async fn run(args: &ChaosArgs, settings: &Settings) -> anyhow::Result<bool> {
         pause: settings.pause,
         delivery_ms: settings.delivery_ms,
         insert_ms: settings.insert_ms,
-    };
-    let passed = chaos_verdict::run(&verdict).context("the summary could not be made")?;
+    }
+}
 
+/// Writes `summary.md` (the run's settings, machine and events above the verdict's
+/// tables) in place of `verdict.md`, and prints it.
+fn summarise(
+    repo: &Path,
+    settings: &Settings,
+    name: &str,
+    out: &Path,
+    load_average_start: &str,
+    wall: Instant,
+) -> anyhow::Result<()> {
     let changes = if git(repo, &["status", "--porcelain", "--untracked-files=no"])?.is_empty() {
         ""
     } else {
@@ -254,11 +340,11 @@ async fn run(args: &ChaosArgs, settings: &Settings) -> anyhow::Result<bool> {
     };
     let summary = Summary {
         settings,
-        run_name: &name,
+        run_name: name,
         commit: &git(repo, &["rev-parse", "--short", "HEAD"])?,
         changes,
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        load_average: (&load_average_start, &load_average()),
+        load_average: (load_average_start, &load_average()),
         wall_clock: wall.elapsed(),
         events: &std::fs::read_to_string(out.join("load.out")).unwrap_or_default(),
         verdict: &std::fs::read_to_string(out.join("verdict.md"))
@@ -272,7 +358,7 @@ async fn run(args: &ChaosArgs, settings: &Settings) -> anyhow::Result<bool> {
     stdout.write_all(summary.as_bytes())?;
     stdout.flush()?;
     log(&format!("chaos: kept in {}", out.display()));
-    Ok(passed)
+    Ok(())
 }
 
 /// What `summary.md` says above the verdict's tables.
