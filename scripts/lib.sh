@@ -25,6 +25,16 @@ STATS_VENV=${STATS_VENV:-$HOME/.local/share/stats-reference-$STATS_REFERENCE_VER
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
+# unset_empty NAME...: unsets each variable that is set but empty, so that an empty
+# setting counts as unset (as `${VAR:-default}` has it) for a binary that reads it
+# through clap, which refuses an empty number.
+unset_empty() {
+  local name
+  for name in "$@"; do
+    [ -n "${!name:-}" ] || unset "$name"
+  done
+}
+
 # usage_of SCRIPT: the script's opening comment, its usage.
 usage_of() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$1"; }
 

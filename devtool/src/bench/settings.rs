@@ -1,7 +1,7 @@
 //! What `scripts/bench` is told: `devtool bench`'s arguments, each also read from its
 //! `BENCH_…` variable (`devtool bench --help` lists them with their defaults), parsed by
-//! clap before anything starts. An empty variable counts as unset, as `${VAR:-default}`
-//! had it; a count that is not a whole number, or a section or switch that means nothing,
+//! clap before anything starts. scripts/bench unsets an empty variable, so that it counts
+//! as unset, as `${VAR:-default}` has it (`unset_empty`, scripts/lib.sh); a count that is not a whole number, or a section or switch that means nothing,
 //! is refused with the usage. The peers' binaries are checked here too, before any server
 //! starts.
 

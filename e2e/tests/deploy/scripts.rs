@@ -81,6 +81,27 @@ fn every_script_answers_help_and_refuses_unknown_options_touching_nothing() {
     }
 }
 
+/// `unset_empty` (scripts/lib.sh, for scripts/bench and scripts/bench-results): an empty
+/// setting is unset before devtool reads it (clap refuses an empty number), a set one is
+/// kept, and a name never set stays unset.
+#[test]
+fn an_empty_setting_counts_as_unset() {
+    let script = format!(
+        "source {} && unset_empty BENCH_SECONDS BENCH_ROUNDS BENCH_NEVER && \
+         echo \"${{BENCH_SECONDS-unset}} ${{BENCH_ROUNDS-unset}} ${{BENCH_NEVER-unset}}\"",
+        repo_script("lib.sh")
+    );
+    let out = std::process::Command::new("bash")
+        .args(["-c", &script])
+        .env("BENCH_SECONDS", "")
+        .env("BENCH_ROUNDS", "3")
+        .env_remove("BENCH_NEVER")
+        .output()
+        .expect("bash runs");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "unset 3 unset");
+}
+
 /// `use_build_cache` (scripts/lib.sh, for scripts/test): a clean checkout's target/ links
 /// to the cache and the run's pid marks it taken; while that run lives another checkout
 /// builds in a target/ of its own; a checkout with a target/ keeps it; `off` turns it off.
