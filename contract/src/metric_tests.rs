@@ -118,9 +118,23 @@ fn without_a_goal_the_default_goal_comes_first() {
     );
 }
 
+/// Asserts that each definition, alone in the snapshot, is refused with a problem of
+/// `metrics[0]` that contains its expected sentence.
+fn assert_refused(cases: Vec<(Value, &str)>) {
+    for (definition, expected) in cases {
+        let found = problems(json!([definition]), Value::Null);
+        assert!(
+            found
+                .iter()
+                .any(|p| p.starts_with("metrics[0]") && p.contains(expected)),
+            "{definition}: {expected:?} not in {found:?}"
+        );
+    }
+}
+
 #[test]
-fn every_bad_definition_is_refused_naming_the_metric_and_field() {
-    let cases: Vec<(Value, &str)> = vec![
+fn a_bad_id_kind_or_shape_is_refused_naming_the_metric() {
+    assert_refused(vec![
         (
             json!({ "kind": "proportion", "eventName": "x" }),
             "metrics[0] (): id must be 1 to 64",
@@ -145,6 +159,22 @@ fn every_bad_definition_is_refused_naming_the_metric_and_field() {
             json!({ "id": "m", "eventName": "x" }),
             "(m): kind must be proportion, mean or ratio, not missing",
         ),
+        (json!("signup"), "metrics[0]: must be an object"),
+    ]);
+    let found = problems(json!({ "signup": {} }), Value::Null);
+    assert_eq!(found.len(), 1);
+    assert!(found[0].starts_with("metrics: must be a list"), "{found:?}");
+    let mut twice = example();
+    twice[2]["id"] = "signup".into();
+    assert_eq!(
+        problems(twice, Value::Null),
+        ["metrics[2] (signup): duplicate metric id"]
+    );
+}
+
+#[test]
+fn a_bad_proportion_is_refused_naming_the_metric_and_field() {
+    assert_refused(vec![
         (
             json!({ "id": "m", "kind": "proportion" }),
             "(m): a proportion needs eventName or conversion: true",
@@ -185,6 +215,12 @@ fn every_bad_definition_is_refused_naming_the_metric_and_field() {
             json!({ "id": "m", "kind": "proportion", "eventName": "x", "numerator": {} }),
             "(m): numerator is only for a ratio",
         ),
+    ]);
+}
+
+#[test]
+fn a_bad_mean_or_ratio_is_refused_naming_the_metric_and_field() {
+    assert_refused(vec![
         (
             json!({ "id": "m", "kind": "mean", "aggregate": "count" }),
             "(m): eventName is required for a mean",
@@ -241,6 +277,12 @@ fn every_bad_definition_is_refused_naming_the_metric_and_field() {
             json!({ "id": "m", "kind": "ratio", "numerator": { "aggregate": "count", "clickTarget": "" }, "denominator": { "aggregate": "count" } }),
             "(m): numerator.clickTarget must be a non-empty string",
         ),
+    ]);
+}
+
+#[test]
+fn a_bad_cap_direction_or_lookback_is_refused_naming_the_metric_and_field() {
+    assert_refused(vec![
         (
             json!({ "id": "m", "kind": "mean", "eventName": "x", "aggregate": "count", "cap": {} }),
             "(m): cap must give exactly one of value and percentile",
@@ -281,27 +323,11 @@ fn every_bad_definition_is_refused_naming_the_metric_and_field() {
             json!({ "id": "m", "kind": "proportion", "eventName": "x", "cupedLookbackDays": "14" }),
             "(m): cupedLookbackDays must be a number",
         ),
-        (json!("signup"), "metrics[0]: must be an object"),
-    ];
-    for (definition, expected) in cases {
-        let found = problems(json!([definition]), Value::Null);
-        assert!(
-            found
-                .iter()
-                .any(|p| p.starts_with("metrics[0]") && p.contains(expected)),
-            "{definition}: {expected:?} not in {found:?}"
-        );
-    }
-    let found = problems(json!({ "signup": {} }), Value::Null);
-    assert_eq!(found.len(), 1);
-    assert!(found[0].starts_with("metrics: must be a list"), "{found:?}");
-    let mut twice = example();
-    twice[2]["id"] = "signup".into();
-    assert_eq!(
-        problems(twice, Value::Null),
-        ["metrics[2] (signup): duplicate metric id"]
-    );
-    // The edges that are allowed.
+    ]);
+}
+
+#[test]
+fn the_edges_of_a_definition_are_allowed() {
     for fine in [
         json!({ "id": "A-z_09", "kind": "proportion", "conversion": true, "cupedLookbackDays": 365 }),
         json!({ "id": "a".repeat(64), "kind": "mean", "eventName": "x", "aggregate": "count", "conversion": true, "cap": { "value": 0.5 }, "better": "higher" }),

@@ -102,152 +102,259 @@ async fn rounds(
     ingest_url: &str,
     (consumer, ingest): (u32, u32),
 ) -> anyhow::Result<Round> {
-    let s = run.settings;
-    let snapshot = run.snapshot();
-    let brokers = series.brokers.as_str();
-    // wrk's batches: loadgen's traffic model, batches of five with X-public-key only.
-    let batches = run.out.join("batches.tsv");
-    run.bench
-        .tool(
-            &strings(&["wrk-batches", "--snapshot", &snapshot, "--count", "20000"]),
-            Stdout::Create(&batches),
-            Stderr::Inherit,
-        )
-        .await?;
-    let (key, agent, body) = first_batch(&batches)?;
-    let answer = post(
-        &format!("{ingest_url}/api/v1/analytics"),
-        &[("X-public-key", &key), ("User-Agent", &agent)],
-        body,
-    )
-    .await;
-    anyhow::ensure!(
-        answer.is_ok_and(|a| a.contains("\"accepted\":5")),
-        "the ingest does not accept all five events of wrk's batches"
-    );
-    let script = run
-        .repo
-        .join("loadgen/wrk/ingest.lua")
-        .display()
-        .to_string();
-    let connections = s.ingest_connections.to_string();
-    let wrk_ingest = strings(&["-t", "2", "-c", &connections, "-s", &script]);
-    // The ingest's stack without its work on the events (ingest/examples/stack_floor.rs):
-    // a fixed 202, and a fixed 202 after five fixed messages acknowledged (a topic of its own).
-    run.tool(&[
-        "create-topics",
-        "--brokers",
-        brokers,
-        "analytics-stack-floor",
-    ])
-    .await?;
-    let mut stack = Vec::new();
-    for part in ["http", "kafka"] {
-        let port = supervise::free_port_from(8383);
-        let mut env = vec![("STACK_LISTEN".to_owned(), format!("127.0.0.1:{port}"))];
-        if part == "kafka" {
-            env.push(("KAFKA_BROKERS".to_owned(), brokers.to_owned()));
-            env.push(("STACK_TOPIC".to_owned(), "analytics-stack-floor".to_owned()));
-        }
-        let pid = run
-            .services
-            .start(Start {
-                name: &format!("stack-{part}"),
-                ready: Ready::Tcp(port),
-                command: vec!["target/dist/examples/stack_floor".to_owned()],
-                env,
-                unset: if part == "http" {
-                    vec!["KAFKA_BROKERS"]
-                } else {
-                    Vec::new()
-                },
-            })
-            .await?;
-        stack.push((pid, port));
+    let mut rounds = Rounds::prepare(run, series, nginx, ingest_url, (consumer, ingest));
+    rounds.check_batches().await?;
+    rounds.start_stack().await?;
+    if run.settings.peers().is_some() {
+        rounds.capture = Some(start_capture(run, &series.brokers).await?);
     }
-    let capture = match s.peers() {
-        Some(_) => Some(start_capture(run, brokers).await?),
-        None => None,
-    };
+    for (tool, subject) in plan::ingest(run.settings.rounds, rounds.capture.is_some()) {
+        let measure = rounds.measure(tool, subject)?;
+        if series.round(&measure).await? == Round::Refused {
+            return Ok(Round::Refused);
+        }
+    }
+    rounds.stop_capture().await?;
+    if rounds.half_rate().await? == Round::Refused {
+        return Ok(Round::Refused);
+    }
+    if rounds.landing().await? == Round::Refused {
+        return Ok(Round::Refused);
+    }
+    rounds.stop().await?;
+    Ok(Round::Kept)
+}
 
-    let load = |args: &[&str]| {
+/// What the rounds of the series share: its services, wrk's batches and arguments, the
+/// ingest's stack floor and, with the peers, PostHog capture.
+struct Rounds<'a> {
+    run: &'a Run<'a>,
+    series: &'a Series<'a>,
+    nginx: &'a Static,
+    ingest_url: &'a str,
+    /// The series' consumer, frozen between settles.
+    consumer: u32,
+    ingest: u32,
+    snapshot: String,
+    /// wrk's batches file (`batches.tsv`).
+    batches: std::path::PathBuf,
+    /// `--connections`, the ingest rounds' connections.
+    connections: String,
+    /// wrk's threads, connections and script.
+    wrk_ingest: Vec<String>,
+    /// The stack floor's servers, HTTP alone then with Kafka: pid and port.
+    stack: Vec<(u32, u16)>,
+    capture: Option<Capture>,
+}
+
+impl<'a> Rounds<'a> {
+    /// The rounds' shared state, before wrk's batches are written or anything is started.
+    fn prepare(
+        run: &'a Run<'a>,
+        series: &'a Series<'a>,
+        nginx: &'a Static,
+        ingest_url: &'a str,
+        (consumer, ingest): (u32, u32),
+    ) -> Self {
+        let script = run
+            .repo
+            .join("loadgen/wrk/ingest.lua")
+            .display()
+            .to_string();
+        let connections = run.settings.ingest_connections.to_string();
+        let wrk_ingest = strings(&["-t", "2", "-c", &connections, "-s", &script]);
+        Rounds {
+            run,
+            series,
+            nginx,
+            ingest_url,
+            consumer,
+            ingest,
+            snapshot: run.snapshot(),
+            batches: run.out.join("batches.tsv"),
+            connections,
+            wrk_ingest,
+            stack: Vec::new(),
+            capture: None,
+        }
+    }
+}
+
+impl Rounds<'_> {
+    /// Writes wrk's batches (loadgen's traffic model, batches of five with X-public-key
+    /// only) and fails unless the ingest accepts all five events of the first.
+    async fn check_batches(&self) -> anyhow::Result<()> {
+        self.run
+            .bench
+            .tool(
+                &strings(&[
+                    "wrk-batches",
+                    "--snapshot",
+                    &self.snapshot,
+                    "--count",
+                    "20000",
+                ]),
+                Stdout::Create(&self.batches),
+                Stderr::Inherit,
+            )
+            .await?;
+        let (key, agent, body) = first_batch(&self.batches)?;
+        let answer = post(
+            &format!("{}/api/v1/analytics", self.ingest_url),
+            &[("X-public-key", &key), ("User-Agent", &agent)],
+            body,
+        )
+        .await;
+        anyhow::ensure!(
+            answer.is_ok_and(|a| a.contains("\"accepted\":5")),
+            "the ingest does not accept all five events of wrk's batches"
+        );
+        Ok(())
+    }
+
+    /// Starts the ingest's stack without its work on the events
+    /// (ingest/examples/stack_floor.rs): a fixed 202, and a fixed 202 after five fixed
+    /// messages acknowledged (a topic of its own).
+    async fn start_stack(&mut self) -> anyhow::Result<()> {
+        let brokers = self.series.brokers.as_str();
+        self.run
+            .tool(&[
+                "create-topics",
+                "--brokers",
+                brokers,
+                "analytics-stack-floor",
+            ])
+            .await?;
+        for part in ["http", "kafka"] {
+            let port = supervise::free_port_from(8383);
+            let mut env = vec![("STACK_LISTEN".to_owned(), format!("127.0.0.1:{port}"))];
+            if part == "kafka" {
+                env.push(("KAFKA_BROKERS".to_owned(), brokers.to_owned()));
+                env.push(("STACK_TOPIC".to_owned(), "analytics-stack-floor".to_owned()));
+            }
+            let pid = self
+                .run
+                .services
+                .start(Start {
+                    name: &format!("stack-{part}"),
+                    ready: Ready::Tcp(port),
+                    command: vec!["target/dist/examples/stack_floor".to_owned()],
+                    env,
+                    unset: if part == "http" {
+                        vec!["KAFKA_BROKERS"]
+                    } else {
+                        Vec::new()
+                    },
+                })
+                .await?;
+            self.stack.push((pid, port));
+        }
+        Ok(())
+    }
+
+    /// loadgen's arguments `args`, then the rounds' connections, duration and warmup.
+    fn load(&self, args: &[&str]) -> Vec<String> {
         let mut all = strings(args);
         all.extend(strings(&[
             "--connections",
-            &connections,
+            &self.connections,
             "--duration",
-            &s.seconds.to_string(),
+            &self.run.settings.seconds.to_string(),
             "--warmup",
             "2",
         ]));
         all
-    };
-    let produce_events = s.produce_events.to_string();
-    for (tool, subject) in plan::ingest(s.rounds, capture.is_some()) {
-        let wrk = |subject: &str, watch: Vec<String>, url: &str, tail: &[&str]| {
-            let mut own = strings(&["--bench", "ingest-wrk", "--subject", subject]);
-            own.extend(strings(&["--unit", "events", "--units-per-request", "5"]));
-            own.extend(watch.into_iter().flat_map(|w| ["--watch".to_owned(), w]));
-            let mut args = wrk_ingest.clone();
-            args.push(url.to_owned());
-            args.push("--".to_owned());
-            args.extend(strings(tail));
-            Measure::wrk(own, args)
-        };
-        let batches = batches.display().to_string();
-        let measure = match (tool, subject) {
-            (Tool::Loadgen, "ingest") => {
-                let mut args = load(&["ingest", "--bench", "ingest", "--subject", "ingest"]);
-                args.extend(strings(&["--url", ingest_url, "--snapshot", &snapshot]));
-                Measure::loadgen(args)
-            }
-            (Tool::Loadgen, _) => Measure::loadgen(strings(&[
-                "produce",
-                "--bench",
-                "ingest",
-                "--subject",
-                "librdkafka-producer",
-                "--brokers",
-                brokers,
-                "--topic",
-                "analytics-events",
-                "--events",
-                &produce_events,
+    }
+
+    /// The measurement of a step of the plan.
+    fn measure(&self, tool: Tool, subject: &str) -> anyhow::Result<Measure> {
+        match tool {
+            Tool::Loadgen => Ok(self.loadgen(subject)),
+            Tool::Wrk => self.wrk_subject(subject),
+        }
+    }
+
+    /// A loadgen round: the ingest, or else the raw librdkafka producer.
+    fn loadgen(&self, subject: &str) -> Measure {
+        if subject == "ingest" {
+            let mut args = self.load(&["ingest", "--bench", "ingest", "--subject", "ingest"]);
+            args.extend(strings(&[
+                "--url",
+                self.ingest_url,
                 "--snapshot",
-                &snapshot,
-            ])),
-            (Tool::Wrk, "ingest") => wrk("ingest", Vec::new(), ingest_url, &[&batches]),
-            (Tool::Wrk, "nginx-202") => wrk(
+                &self.snapshot,
+            ]));
+            return Measure::loadgen(args);
+        }
+        Measure::loadgen(strings(&[
+            "produce",
+            "--bench",
+            "ingest",
+            "--subject",
+            "librdkafka-producer",
+            "--brokers",
+            &self.series.brokers,
+            "--topic",
+            "analytics-events",
+            "--events",
+            &self.run.settings.produce_events.to_string(),
+            "--snapshot",
+            &self.snapshot,
+        ]))
+    }
+
+    /// A wrk round of `subject`: the ingest, nginx's fixed 202, the stack floor (HTTP or
+    /// Kafka), or else PostHog capture.
+    fn wrk_subject(&self, subject: &str) -> anyhow::Result<Measure> {
+        let batches = self.batches.display().to_string();
+        Ok(match subject {
+            "ingest" => self.wrk("ingest", Vec::new(), self.ingest_url, &[&batches]),
+            "nginx-202" => self.wrk(
                 "nginx-202",
-                nginx.workers.clone(),
-                &format!("http://127.0.0.1:{}", nginx.floor_port),
+                self.nginx.workers.clone(),
+                &format!("http://127.0.0.1:{}", self.nginx.floor_port),
                 &[&batches],
             ),
-            (Tool::Wrk, "stack-http" | "stack-kafka") => {
-                let (pid, port) = stack[usize::from(subject == "stack-kafka")];
-                wrk(
+            "stack-http" | "stack-kafka" => {
+                let (pid, port) = self.stack[usize::from(subject == "stack-kafka")];
+                self.wrk(
                     subject,
                     vec![format!("bench-stack={pid}")],
                     &format!("http://127.0.0.1:{port}"),
                     &[&batches],
                 )
             }
-            (Tool::Wrk, _) => {
-                let capture = capture.as_ref().context("no PostHog capture")?;
-                wrk(
+            _ => {
+                let capture = self.capture.as_ref().context("no PostHog capture")?;
+                self.wrk(
                     subject,
                     capture.watch.clone(),
                     &capture.url,
                     &[&capture.batches.display().to_string(), "/batch/"],
                 )
             }
-        };
-        if series.round(&measure).await? == Round::Refused {
-            return Ok(Round::Refused);
-        }
+        })
     }
-    if let Some(capture) = capture {
-        // What capture counted as acknowledged by the broker, and its errors (none expected).
+
+    /// A wrk measurement of `subject` (events, five a request) at `url`, with the
+    /// processes `watch` watched and `tail` given to its script.
+    fn wrk(&self, subject: &str, watch: Vec<String>, url: &str, tail: &[&str]) -> Measure {
+        let mut own = strings(&["--bench", "ingest-wrk", "--subject", subject]);
+        own.extend(strings(&["--unit", "events", "--units-per-request", "5"]));
+        own.extend(watch.into_iter().flat_map(|w| ["--watch".to_owned(), w]));
+        let mut args = self.wrk_ingest.clone();
+        args.push(url.to_owned());
+        args.push("--".to_owned());
+        args.extend(strings(tail));
+        Measure::wrk(own, args)
+    }
+
+    /// Shows what PostHog capture counted as acknowledged by the broker, and its errors
+    /// (none expected), and stops it and its Redis; nothing without the peers.
+    async fn stop_capture(&mut self) -> anyhow::Result<()> {
+        let Some(capture) = self.capture.take() else {
+            return Ok(());
+        };
         if let Ok(metrics) = reqwest::get(format!("{}/metrics", capture.url)).await
             && let Ok(text) = metrics.text().await
         {
@@ -259,77 +366,86 @@ async fn rounds(
                 eprintln!("   posthog-capture: {line}");
             }
         }
-        run.services.stop(capture.pid).await?;
-        run.services.stop(capture.redis).await?;
+        self.run.services.stop(capture.pid).await?;
+        self.run.services.stop(capture.redis).await
     }
-    // Half of the median rate of the ingest rounds, in requests per second.
-    let figures = report::figures(&run.bench.figures)?;
-    let Some(half) = report::half_request_rate(&figures, "ingest", "ingest", s.seconds as f64)
-    else {
-        eprintln!("no round of ingest in ingest");
-        return Ok(Round::Refused);
-    };
-    let half = half.to_string();
-    log(&format!(
-        "   ingest at half its rate: {half} requests/s, open loop"
-    ));
-    let mut args = load(&[
-        "ingest",
-        "--bench",
-        "ingest-half-rate",
-        "--subject",
-        "ingest",
-    ]);
-    args.extend(strings(&[
-        "--rate",
-        &half,
-        "--url",
-        ingest_url,
-        "--snapshot",
-        &snapshot,
-    ]));
-    if series.round(&Measure::loadgen(args)).await? == Round::Refused {
-        return Ok(Round::Refused);
+
+    /// The ingest at half the median rate of its rounds (in requests per second), open
+    /// loop; `Refused` when no round of the ingest was kept.
+    async fn half_rate(&self) -> anyhow::Result<Round> {
+        let s = self.run.settings;
+        let figures = report::figures(&self.run.bench.figures)?;
+        let Some(half) = report::half_request_rate(&figures, "ingest", "ingest", s.seconds as f64)
+        else {
+            eprintln!("no round of ingest in ingest");
+            return Ok(Round::Refused);
+        };
+        let half = half.to_string();
+        log(&format!(
+            "   ingest at half its rate: {half} requests/s, open loop"
+        ));
+        let mut args = self.load(&[
+            "ingest",
+            "--bench",
+            "ingest-half-rate",
+            "--subject",
+            "ingest",
+        ]);
+        args.extend(strings(&[
+            "--rate",
+            &half,
+            "--url",
+            self.ingest_url,
+            "--snapshot",
+            &self.snapshot,
+        ]));
+        self.series.round(&Measure::loadgen(args)).await
     }
-    if !series.guard.alive("before the landing check").await {
-        return Ok(Round::Refused);
+
+    /// A short run, the consumer running again, that checks every event the ingest
+    /// accepts lands in ClickHouse; `Refused` when the broker is dead before it.
+    async fn landing(&self) -> anyhow::Result<Round> {
+        if !self.series.guard.alive("before the landing check").await {
+            return Ok(Round::Refused);
+        }
+        self.run.bench.settle().await?;
+        supervise::signal(self.consumer, "CONT")?;
+        log(
+            "   every event the ingest accepts lands in ClickHouse (a short run, the consumer running)",
+        );
+        let landing = Measure::loadgen(strings(&[
+            "ingest",
+            "--bench",
+            "ingest-landing",
+            "--subject",
+            "ingest",
+            "--connections",
+            "64",
+            "--duration",
+            "5",
+            "--warmup",
+            "1",
+            "--url",
+            self.ingest_url,
+            "--snapshot",
+            &self.snapshot,
+            "--verify-clickhouse",
+            "http://127.0.0.1:8123",
+            "--database",
+            "bench_ingest",
+        ]))
+        .unsettled();
+        self.series.round(&landing).await
     }
-    run.bench.settle().await?;
-    supervise::signal(consumer, "CONT")?;
-    log(
-        "   every event the ingest accepts lands in ClickHouse (a short run, the consumer running)",
-    );
-    let landing = Measure::loadgen(strings(&[
-        "ingest",
-        "--bench",
-        "ingest-landing",
-        "--subject",
-        "ingest",
-        "--connections",
-        "64",
-        "--duration",
-        "5",
-        "--warmup",
-        "1",
-        "--url",
-        ingest_url,
-        "--snapshot",
-        &snapshot,
-        "--verify-clickhouse",
-        "http://127.0.0.1:8123",
-        "--database",
-        "bench_ingest",
-    ]))
-    .unsettled();
-    if series.round(&landing).await? == Round::Refused {
-        return Ok(Round::Refused);
+
+    /// Stops the stack floor, the ingest and the consumer.
+    async fn stop(self) -> anyhow::Result<()> {
+        for (pid, _) in self.stack {
+            self.run.services.stop(pid).await?;
+        }
+        self.run.services.stop(self.ingest).await?;
+        self.run.services.stop(self.consumer).await
     }
-    for (pid, _) in stack {
-        run.services.stop(pid).await?;
-    }
-    run.services.stop(ingest).await?;
-    run.services.stop(consumer).await?;
-    Ok(Round::Kept)
 }
 
 /// PostHog capture with the Redis it reads, and the batches in its /batch/ form.
