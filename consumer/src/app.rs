@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use clickhouse_kit::topology::{Server, Topology};
 use http_kit::serve::Http;
-use schema::topology::{Server, Topology};
 use tokio::sync::Notify;
 
 use crate::config::{CLIENT_ID, Config};

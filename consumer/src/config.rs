@@ -66,7 +66,7 @@ pub struct Config {
     pub kafka_max_poll_interval_ms: u64,
 
     #[command(flatten)]
-    pub clickhouse: schema::ClickHouseArgs,
+    pub clickhouse: clickhouse_kit::ClickHouseArgs,
 
     /// A batch is inserted when it holds this many rows...
     #[arg(long, env = "BATCH_MAX_ROWS", default_value_t = 100_000)]

@@ -57,7 +57,7 @@ impl DeadLetters {
         stop: &mut watch::Receiver<bool>,
     ) -> bool {
         let mut pending: Vec<&(Letter<'_>, String)> = letters.iter().collect();
-        let mut backoff = schema::backoff::Backoff::standard();
+        let mut backoff = clickhouse_kit::backoff::Backoff::standard();
         while !pending.is_empty() {
             let mut failed = Vec::new();
             let mut sent = Vec::with_capacity(pending.len());

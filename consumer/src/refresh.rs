@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
+use clickhouse_kit::topology::{Topology, first_answering};
 use schema::ServerCaps;
-use schema::topology::{Topology, first_answering};
 use tokio::sync::{Notify, watch};
 
 use crate::shutdown::stopped;

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use schema::topology::{Topology, first_answering};
+use clickhouse_kit::topology::{Topology, first_answering};
 use tokio::sync::watch;
 
 use crate::shutdown::stopped;

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use clickhouse::Client;
+use clickhouse_kit::topology::Topology;
 use schema::row::{EventRow, RawText, Span};
-use schema::topology::Topology;
 use tokio::sync::watch;
 
 use crate::shutdown::stopped;
@@ -149,7 +149,7 @@ impl Sink {
         mut shutdown: watch::Receiver<bool>,
     ) -> Outcome {
         let replicas = &self.topology.shards[shard];
-        let mut backoff = schema::backoff::Backoff::standard();
+        let mut backoff = clickhouse_kit::backoff::Backoff::standard();
         let mut failures = 0;
         loop {
             let replica = self.preferred[shard].load(Ordering::Relaxed) % replicas.len();

@@ -1,7 +1,7 @@
 //! What the topology (one server or a cluster) changes in the statements: the names of
 //! the tables, their engines, and where each statement runs.
 
-use crate::topology::LOCAL_SUFFIX;
+use clickhouse_kit::topology::LOCAL_SUFFIX;
 
 /// What the topology changes in the statements.
 pub(crate) struct Layout {

@@ -11,8 +11,8 @@
 //! parameters it gives each statement (`params.rs`, `template.rs`); the topology's mark
 //! (`layout.rs`) and every statement of a migration (`render.rs`); the metric values'
 //! refresh (`refresh.rs`); the selects other commands run again (`selects.rs`); the row of
-//! `events` ([`row`]), the servers and their flags ([`topology`]), and the retries' waits
-//! ([`backoff`]). It has no Kafka and no service in it. This file only declares and
+//! `events` ([`row`]). The servers, their flags and the retries' waits are
+//! `clickhouse-kit`'s. It has no Kafka and no service in it. This file only declares and
 //! re-exports. No module imports one above it (`e2e/tests/services/imports.rs`).
 
 /// The text of a file of the crate's SQL (`migrations/`, `views/`), without the blanks
@@ -23,7 +23,6 @@ macro_rules! sql {
     };
 }
 
-pub mod backoff;
 mod bounds;
 mod caps;
 mod layout;
@@ -38,12 +37,10 @@ mod selects;
 mod statistics;
 pub mod table_lock;
 mod template;
-pub mod topology;
 pub mod view_rows;
 mod views;
 
 pub use row::EventRow;
-pub use topology::ClickHouseArgs;
 pub use view_rows::{MetricResultsRow, ResultsOverTimeRow, ResultsRow};
 
 pub use bounds::{MARK_ALIVE, MARK_EVERY, MIN_CONVERSIONS, MIN_VISITORS, SRM_PRIOR, UNDEFINED_ARM};

@@ -9,8 +9,8 @@ use crate::caps::{ServerCaps, execute};
 use crate::layout::{Layout, Target};
 use crate::migrations::{BOOTSTRAP, MIGRATIONS};
 use crate::row::EventRow;
-use crate::topology::{Server, Topology, first_answering, is_sql_name};
 use crate::{table_lock, views};
+use clickhouse_kit::topology::{Server, Topology, first_answering, is_sql_name};
 
 /// The setting a statement that names a `LowCardinality` column needs on this server, if
 /// any.
@@ -302,7 +302,7 @@ async fn apply_pending(
         if recorded(migration.version).await? {
             continue;
         }
-        let mut backoff = crate::backoff::Backoff::new(
+        let mut backoff = clickhouse_kit::backoff::Backoff::new(
             std::time::Duration::from_millis(200),
             std::time::Duration::from_secs(2),
         )

@@ -63,7 +63,7 @@ pub(super) const PRE_SEEN_21_COLUMN: &str = "metrics.pre_seen Array(Float64)
     DEFAULT arrayMap(v -> toFloat64(v != 0), metrics.pre_value)";
 
 /// The sharding key of the tables of migrations 1 and 4 as they were created; migration 7
-/// shards `events` by visitor ([`SHARDING_KEY`](crate::topology::SHARDING_KEY)).
+/// shards `events` by visitor ([`SHARDING_KEY`](clickhouse_kit::topology::SHARDING_KEY)).
 const BY_SESSION: &str = "sipHash64(session_id)";
 
 /// One schema change.
@@ -110,7 +110,7 @@ pub(super) enum Step {
     EachShard(&'static str),
 }
 
-use crate::topology::SHARDING_KEY;
+use clickhouse_kit::topology::SHARDING_KEY;
 
 /// Append only: a released migration never changes, a new one gets the next version.
 pub(super) const MIGRATIONS: &[Migration] = &[

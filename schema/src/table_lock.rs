@@ -20,7 +20,7 @@ use anyhow::Context as _;
 use clickhouse::Client;
 
 use crate::caps::{ServerCaps, execute};
-use crate::topology::Topology;
+use clickhouse_kit::topology::Topology;
 
 /// The migrations' lock.
 pub(crate) const MIGRATIONS: &str = "schema_migrations_lock";
@@ -91,7 +91,7 @@ impl TableLock {
             .cluster
             .as_ref()
             .map_or_else(String::new, |c| format!(" ON CLUSTER {c}"));
-        let primary = crate::topology::first_answering(topology.servers())
+        let primary = clickhouse_kit::topology::first_answering(topology.servers())
             .await?
             .client
             .clone()

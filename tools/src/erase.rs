@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clickhouse::Client;
+use clickhouse_kit::topology::{Server, Topology, first_answering, sip_hash64};
 use schema::ServerCaps;
 use schema::table_lock::{self, TableLock};
-use schema::topology::{Server, Topology, first_answering, sip_hash64};
 
 /// Erases one visitor's or one session's rows from the analysts' database.
 #[derive(clap::Parser, Clone, Debug)]
@@ -55,7 +55,7 @@ pub struct EraseConfig {
     pub kafka_retention_hours: u32,
 
     #[command(flatten)]
-    pub clickhouse: schema::ClickHouseArgs,
+    pub clickhouse: clickhouse_kit::ClickHouseArgs,
 }
 
 /// Whose rows go.

@@ -53,7 +53,7 @@ pub struct ResultsConfig {
     pub by: Option<crate::metrics::Segment>,
 
     #[command(flatten)]
-    pub clickhouse: schema::ClickHouseArgs,
+    pub clickhouse: clickhouse_kit::ClickHouseArgs,
 }
 
 /// How the command computes: its guard and its correction.

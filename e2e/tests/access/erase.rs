@@ -6,8 +6,8 @@
 use std::process::Command;
 
 use clap::Parser;
+use clickhouse_kit::topology::Topology;
 use e2e::unique;
-use schema::topology::Topology;
 use tools::erase::{EraseConfig, Subject, erase};
 
 const CLUSTER: &str = "analytics";

@@ -67,7 +67,7 @@ async fn migrate(url: &str) {
         .with_url(url)
         .with_validation(false);
     schema::migrate_topology(
-        &schema::topology::Topology::single(client),
+        &clickhouse_kit::topology::Topology::single(client),
         "analytics",
         u32::MAX,
     )
@@ -138,7 +138,7 @@ async fn refresh_metric_values(url: &str, (user, password): (&str, &str)) {
         .with_user(user)
         .with_password(password)
         .with_validation(false);
-    let topology = schema::topology::Topology::single(client);
+    let topology = clickhouse_kit::topology::Topology::single(client);
     consumer::refresh::sweep_once(
         topology,
         "analytics",
@@ -419,8 +419,8 @@ async fn cluster_an_analyst_reads_only_their_keys_rows_from_every_server() {
         argv.extend(args.iter().map(|a| (*a).to_owned()));
         AccessConfig::parse_from(argv)
     };
-    let topology =
-        schema::topology::Topology::from_args(&config(&["list"]).clickhouse).expect("topology");
+    let topology = clickhouse_kit::topology::Topology::from_args(&config(&["list"]).clickhouse)
+        .expect("topology");
     schema::migrate_topology(&topology, &database, u32::MAX)
         .await
         .expect("migrated");

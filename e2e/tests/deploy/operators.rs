@@ -430,14 +430,14 @@ fn clickhouse_is_two_shards_of_two_replicas_where_the_consumer_writes() {
     // by shard, as the consumer reads it; the installation's own Service
     // (`clickhouse-<installation>`, any server) is for reads.
     let url = m.setting("clickhouse-settings", "CLICKHOUSE_URL");
-    let args = schema::ClickHouseArgs {
+    let args = clickhouse_kit::ClickHouseArgs {
         clickhouse_url: url.clone(),
         clickhouse_cluster: Some(cluster.to_owned()),
         clickhouse_database: m.setting("clickhouse-settings", "CLICKHOUSE_DATABASE"),
         clickhouse_user: m.setting("clickhouse-settings", "CLICKHOUSE_USER"),
         clickhouse_password: String::new(),
     };
-    let topology = schema::topology::Topology::from_args(&args).expect("a cluster");
+    let topology = clickhouse_kit::topology::Topology::from_args(&args).expect("a cluster");
     let servers: Vec<Vec<String>> = topology
         .shards
         .iter()

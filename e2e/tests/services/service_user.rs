@@ -5,11 +5,11 @@
 
 use clap::Parser;
 
-fn args(url: &str, user: &str, password: &str, database: &str) -> schema::ClickHouseArgs {
+fn args(url: &str, user: &str, password: &str, database: &str) -> clickhouse_kit::ClickHouseArgs {
     #[derive(Parser)]
     struct Args {
         #[command(flatten)]
-        clickhouse: schema::ClickHouseArgs,
+        clickhouse: clickhouse_kit::ClickHouseArgs,
     }
     Args::parse_from([
         "test".to_owned(),
@@ -48,7 +48,7 @@ async fn the_consumer_user_migrates_and_inserts_with_its_password_only() {
     .await;
 
     let consumer = args(&url, "consumer", &password, "analytics");
-    let topology = schema::topology::Topology::from_args(&consumer).expect("topology");
+    let topology = clickhouse_kit::topology::Topology::from_args(&consumer).expect("topology");
     schema::migrate_topology(&topology, "analytics", u32::MAX)
         .await
         .expect("the consumer's user migrates");

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clickhouse_kit::topology::Topology;
 use e2e::{ConsumerNames, SnapshotFile};
-use schema::topology::Topology;
 use serde_json::json;
 use tokio::sync::Mutex;
 
@@ -130,12 +130,12 @@ impl Cluster {
     }
 }
 
-fn consumer_args(url: &str, database: &str) -> schema::ClickHouseArgs {
+fn consumer_args(url: &str, database: &str) -> clickhouse_kit::ClickHouseArgs {
     use clap::Parser;
     #[derive(Parser)]
     struct Args {
         #[command(flatten)]
-        clickhouse: schema::ClickHouseArgs,
+        clickhouse: clickhouse_kit::ClickHouseArgs,
     }
     Args::parse_from([
         "test".to_owned(),

@@ -4,8 +4,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use clickhouse_kit::topology::Topology;
 use e2e::unique;
-use schema::topology::Topology;
 
 const DAY_MS: i64 = 86_400_000;
 
@@ -88,7 +88,7 @@ async fn cluster_a_retention_run_drops_the_old_months_on_every_replica() {
     #[derive(Parser)]
     struct Args {
         #[command(flatten)]
-        clickhouse: schema::ClickHouseArgs,
+        clickhouse: clickhouse_kit::ClickHouseArgs,
     }
     let url = std::env::var("TEST_CLICKHOUSE_CLUSTER_URL").unwrap_or_else(|_| {
         "http://127.0.0.1:28123,http://127.0.0.1:28124;\

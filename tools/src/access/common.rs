@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use clickhouse::Client;
-use schema::topology::Server;
+use clickhouse_kit::topology::Server;
 use sha2::{Digest, Sha256};
 
 /// A name, password or key the command refuses.

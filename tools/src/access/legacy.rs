@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use clickhouse_kit::topology::{LOCAL_SUFFIX, Server, Topology};
 use schema::ServerCaps;
-use schema::topology::{LOCAL_SUFFIX, Server, Topology};
 
 use super::common::{ACCESS_DB, Caps, key_list, lets_in, run_all, sha256_hex};
 

@@ -29,9 +29,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use clickhouse_kit::topology::{Server, Topology};
 use schema::ServerCaps;
 use schema::table_lock::{self, TableLock};
-use schema::topology::{Server, Topology};
 
 mod common;
 mod legacy;
@@ -82,7 +82,7 @@ pub struct AccessConfig {
     pub wait_secs: u64,
 
     #[command(flatten)]
-    pub clickhouse: schema::ClickHouseArgs,
+    pub clickhouse: clickhouse_kit::ClickHouseArgs,
 }
 
 #[derive(clap::Subcommand, Clone, Debug)]

@@ -349,7 +349,7 @@ impl Database {
 
     /// Stores every missing or stale visitor's metric values: the consumer's sweep.
     async fn sweep(&self) {
-        let topology = schema::topology::Topology::single(self.client.clone());
+        let topology = clickhouse_kit::topology::Topology::single(self.client.clone());
         consumer::refresh::sweep_once(
             topology,
             &self.name,

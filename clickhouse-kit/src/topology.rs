@@ -240,7 +240,7 @@ pub async fn first_answering<'a>(
 
 /// Whether `name` can stand unquoted in a statement: letters, digits and _ only (a
 /// database or cluster name is spliced into the SQL, not bound).
-pub(crate) fn is_sql_name(name: &str) -> bool {
+pub fn is_sql_name(name: &str) -> bool {
     name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
