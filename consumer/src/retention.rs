@@ -4,7 +4,7 @@
 //! a month, `toYYYYMM(received_at)`: it goes once its month is older than the month of
 //! the cutoff, so the current month's partition never goes and rows live between `days`
 //! and `days` + one month. The aggregate `experiment_visitors` has no partitions: it is
-//! left as it is (docs/visitors-data.md).
+//! left as it is (docs/privacy.md, Retention).
 
 use std::time::Duration;
 
