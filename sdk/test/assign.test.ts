@@ -10,7 +10,7 @@ test("murmur3 matches the reference MurmurHash3_x86_32", () => {
   assert.equal(murmur3("The quick brown fox jumps over the lazy dog"), 0x2e4ff723);
 });
 
-// The published vectors (docs/sdk-reference.md, "Assignment"): any implementation must agree.
+// The published vectors (docs/sdk.md#assignment): any implementation must agree.
 test("assignment vectors", () => {
   const exp: Experiment = {
     id: "exp_hero",
@@ -126,7 +126,7 @@ test("no variant with weight assigns nothing", () => {
   assert.deepEqual(seen, {});
 });
 
-// Phase >= 2 hashes experimentId + ":" + phase + ":" + visitorId (docs/sdk-reference.md, "Assignment").
+// Phase >= 2 hashes experimentId + ":" + phase + ":" + visitorId (docs/sdk.md#assignment).
 test("assignment vectors in a later phase", () => {
   const vectors: [number, string, number, string][] = [
     [2, "visitor-1", 0.3915069664362818, "var_a"],
