@@ -287,7 +287,9 @@ async fn tables(run: &Run<'_>) -> anyhow::Result<bool> {
         Ok(())
     };
     print(&format!("\n{}; figures in {figures}\n\n", machine()))?;
-    print(&report::render(&report::figures(&run.bench.figures)?))?;
+    // Read once, for both tables: every round's line is written by now.
+    let kept = report::figures(&run.bench.figures)?;
+    print(&report::render(&kept))?;
     if let Ok(guarantees) = std::fs::read_to_string(run.out.join("guarantees.txt")) {
         print(&format!("\n{guarantees}"))?;
     }
@@ -303,7 +305,7 @@ async fn tables(run: &Run<'_>) -> anyhow::Result<bool> {
         "\nLatency beside each rate (medians over the rounds kept; n/a: the tool measures no \
          request latency)\n\n",
     )?;
-    print(&report::latencies(&report::figures(&run.bench.figures)?))?;
+    print(&report::latencies(&kept))?;
     let refused = run.refusals.text();
     if refused.is_empty() {
         return Ok(true);

@@ -63,9 +63,6 @@ fn generated_config_maps(dir: &str, kustomization: &Value) -> Vec<Value> {
             metadata.insert("name".into(), generator["name"].clone());
             map.insert("metadata".into(), metadata.into());
             map.insert("data".into(), data.into());
-            if let Some(behavior) = generator["behavior"].as_str() {
-                map.insert("behavior".into(), behavior.into());
-            }
             Value::Mapping(map)
         })
         .collect()

@@ -25,10 +25,11 @@ fn with_component(mut docs: Vec<Value>, component: &str) -> Vec<Value> {
     let dir = format!("deploy/k8s/{component}");
     let kustomization = documents(&format!("{dir}/kustomization.yaml"));
     assert_eq!(kustomization[0]["kind"], "Component");
-    let generated = generated_config_maps(&dir, &kustomization[0]);
-    for doc in &generated {
-        assert_eq!(doc["behavior"], "merge", "{component}: {}", name_of(doc));
+    let generators = kustomization[0]["configMapGenerator"].as_sequence();
+    for generator in generators.into_iter().flatten() {
+        assert_eq!(generator["behavior"], "merge", "{component}: {generator:?}");
     }
+    let generated = generated_config_maps(&dir, &kustomization[0]);
     let patches = kustomization[0]["patches"].as_sequence().expect("patches");
     let patched = patches
         .iter()
